@@ -1,0 +1,1 @@
+"""The Agent Lobby daemon: a WebSocket message router for autonomous agents."""

@@ -1,0 +1,5 @@
+import sys
+
+from lobby.cli import main
+
+sys.exit(main())

@@ -1,0 +1,108 @@
+"""`lobby serve | schema`: the daemon's command line.
+
+Every `serve` flag can also come from an environment variable: `--max-message-bytes` from
+`LOBBY_MAX_MESSAGE_BYTES`, and so on; a flag given on the command line wins.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import signal
+import sys
+from collections.abc import Callable, Coroutine, Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from lobby.config import Settings
+from lobby.logs import configure
+from lobby.server import LobbyServer
+from protocol.schema import all_schemas
+
+_HELP = {
+    "host": "address to listen on",
+    "port": "port to listen on (0: any free port)",
+    "data_dir": "directory for the lobby's data",
+    "max_message_bytes": "largest accepted frame; larger ones close the connection with 1009",
+    "max_outbound_bytes": "bytes queued for one slow receiver before it is closed with 4002",
+    "mailbox_limit": "messages held for one offline agent before senders get mailbox_full",
+    "ping_interval": "seconds between keepalive pings",
+    "ping_timeout": "seconds to wait for a pong before dropping the connection",
+    "shutdown_timeout": "seconds to close every connection on SIGINT/SIGTERM",
+    "log_format": "json (one object a line) or console",
+    "log_level": "debug, info, warning or error",
+}
+
+
+def _env_default(name: str, default: Any, convert: Callable[[str], Any]) -> Any:
+    raw = os.environ.get(f"LOBBY_{name.upper()}")
+    return default if raw is None else convert(raw)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="lobby", description="The Agent Lobby daemon.")
+    commands = parser.add_subparsers(dest="command", required=True)
+
+    serve = commands.add_parser("serve", help="run the lobby")
+    defaults = Settings()
+    for f in fields(Settings):
+        default = getattr(defaults, f.name)
+        convert: Callable[[str], Any] = type(default)
+        option = "--" + f.name.replace("_", "-")
+        kwargs: dict[str, Any] = {"type": convert, "help": _HELP[f.name] + " (%(default)s)"}
+        if f.name == "log_format":
+            kwargs["choices"] = ["json", "console"]
+        serve.add_argument(option, default=_env_default(f.name, default, convert), **kwargs)
+
+    schema = commands.add_parser("schema", help="print the JSON Schema of every message")
+    schema.add_argument("--write", type=Path, metavar="DIR", help="write one file a message")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "schema":
+        return _schema(args.write)
+    settings = Settings(**{f.name: getattr(args, f.name) for f in fields(Settings)})
+    configure(log_format=settings.log_format, level=settings.log_level)
+    _run(_serve(settings))
+    return 0
+
+
+def _schema(directory: Path | None) -> int:
+    schemas = all_schemas()
+    if directory is None:
+        sys.stdout.write(orjson.dumps(schemas, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    directory.mkdir(parents=True, exist_ok=True)
+    for name, schema in schemas.items():
+        (directory / name).write_bytes(schema_file_bytes(schema))
+    return 0
+
+
+def schema_file_bytes(schema: dict[str, Any]) -> bytes:
+    """The committed form of one schema file (the sync test compares against this)."""
+    return orjson.dumps(schema, option=orjson.OPT_INDENT_2 | orjson.OPT_SORT_KEYS) + b"\n"
+
+
+async def _serve(settings: Settings) -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await LobbyServer(settings).serve_until(stop)
+
+
+def _run(main: Coroutine[Any, Any, None]) -> None:
+    """Run on uvloop when it is installed (it is by default on Linux), else on asyncio's loop."""
+    try:
+        import uvloop
+    except ImportError:
+        asyncio.run(main)
+    else:
+        with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
+            runner.run(main)

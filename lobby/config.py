@@ -1,0 +1,30 @@
+"""The daemon's settings: one frozen dataclass, filled from flags or `LOBBY_*` variables."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from lobby.core.router import DEFAULT_MAILBOX_LIMIT
+
+LogFormat = Literal["json", "console"]
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Settings:
+    host: str = "127.0.0.1"
+    port: int = 8765
+    """0 picks a free port; the one bound is logged as LOBBY_LISTENING."""
+    data_dir: Path = Path(".lobby")
+    max_message_bytes: int = 256 * 1024
+    """A larger frame closes its connection with 1009."""
+    max_outbound_bytes: int = 4 * 1024 * 1024
+    """Bytes waiting to be written to one connection; past this it is closed with 4002."""
+    mailbox_limit: int = DEFAULT_MAILBOX_LIMIT
+    """Messages held for one offline agent; past this senders get `mailbox_full`."""
+    ping_interval: float = 20.0
+    ping_timeout: float = 20.0
+    shutdown_timeout: float = 2.0
+    log_format: LogFormat = "json"
+    log_level: str = "info"

@@ -1,0 +1,476 @@
+"""The routing core: a frame in, a list of actions out. No await, no socket, no file.
+
+`Router.handle(session, frame)` is the whole lobby as a function of its state: it decodes the
+frame once, authenticates it against the session's agent, decides (registration, discovery,
+authorization, conversation tracking) and returns the `Send`/`Close` actions the I/O layer must
+carry out. Every refusal is an ERROR (or, for REQUESTs refused by authorization, the seed's error
+RESPONSE) to the sender alone; nothing is forwarded and no state changes.
+
+The REQUEST/RESPONSE path is the hot path: one decode, one SHA-256 of the token, a few dict
+lookups and one encode. Per-message logging is at DEBUG, filtered out by default.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import itertools
+import uuid
+from collections.abc import Callable
+from typing import Any, Final, TypeVar
+
+import structlog
+from pydantic import ValidationError
+
+from lobby.core.registry import AgentRecord, Registry
+from lobby.core.session import Action, Close, Send, Session
+from protocol.codec import decode, encode
+from protocol.errors import DecodeError
+from protocol.models import (
+    AGENT_ID_RE,
+    LOBBY_ID,
+    CloseCode,
+    DiscoverServicesPayload,
+    ErrorCode,
+    Message,
+    MessageType,
+    RegisterPayload,
+    RegisterStatus,
+    ResponseStatus,
+    UpdateCapabilitiesPayload,
+)
+
+log = structlog.get_logger("lobby")
+_P = TypeVar("_P", RegisterPayload, DiscoverServicesPayload, UpdateCapabilitiesPayload)
+
+DEFAULT_MAILBOX_LIMIT: Final = 10_000
+ConversationKey = tuple[str, str, str]
+"""(requester, responder, conversation_id) of an open REQUEST."""
+
+_LOBBY_ONLY: Final = frozenset(
+    {MessageType.REGISTER_ACK, MessageType.SERVICES_AVAILABLE, MessageType.ERROR}
+)
+
+
+def hash_token(token: str) -> bytes:
+    return hashlib.sha256(token.encode()).digest()
+
+
+class Refusal(Exception):
+    """Raised inside a handler to answer the sender with an ERROR and change nothing."""
+
+    def __init__(self, code: ErrorCode, reason: str) -> None:
+        super().__init__(reason)
+        self.code = code
+        self.reason = reason
+
+
+class Router:
+    """The lobby's decisions and state. Call `open` when a connection is accepted, `handle` for
+    every frame it sends (`str` for text frames, `bytes` for binary ones) and `close` when it is
+    gone; carry out the returned actions in order."""
+
+    def __init__(self, *, mailbox_limit: int = DEFAULT_MAILBOX_LIMIT) -> None:
+        self.registry = Registry()
+        self.conversations: dict[ConversationKey, int] = {}
+        """Open REQUESTs: how many final RESPONSEs each key still expects."""
+        self.mailbox_limit = mailbox_limit
+        # Lobby-assigned message ids: unique per process start, cheap to make.
+        self._id_prefix = uuid.uuid4().hex[:12]
+        self._id_counter = itertools.count(1)
+        self._lobby_handlers: dict[
+            MessageType, Callable[[Session, AgentRecord, Message], list[Action]]
+        ] = {
+            MessageType.DISCOVER_SERVICES: self._discover_services,
+            MessageType.UPDATE_CAPABILITIES: self._update_capabilities,
+            MessageType.UNREGISTER: self._unregister,
+        }
+
+    # -- connection lifecycle -------------------------------------------------------------
+
+    def open(self, remote: str = "", link: object = None) -> Session:
+        return Session(remote, link)
+
+    def close(self, session: Session) -> list[Action]:
+        """The connection of `session` is gone: its agent (if any) goes offline."""
+        agent = session.agent
+        session.agent = None
+        if agent is not None and agent.session is session:
+            agent.session = None
+            log.info("AGENT_DISCONNECTED", agent_id=agent.agent_id)
+        return []
+
+    # -- frames ---------------------------------------------------------------------------
+
+    def handle(self, session: Session, frame: str | bytes) -> list[Action]:
+        if type(frame) is not str:
+            return self._error(
+                session,
+                None,
+                ErrorCode.MALFORMED,
+                "binary frames are not accepted: send each message as JSON in a text frame",
+            )
+        try:
+            msg = decode(frame)
+        except DecodeError as exc:
+            return self._error(
+                session,
+                None,
+                ErrorCode.MALFORMED,
+                exc.reason,
+                message_type=exc.message_type,
+                conversation_id=exc.conversation_id,
+            )
+        agent = session.agent
+        if agent is None:
+            return self._unregistered(session, msg)
+        token = msg.auth_token
+        if (
+            msg.sender_id != agent.agent_id
+            or token is None
+            or not hmac.compare_digest(hash_token(token), agent.token_hash)
+        ):
+            return self._auth_failed(session, agent, msg)
+        try:
+            mtype = msg.message_type
+            if mtype is MessageType.REQUEST:
+                return self._request(session, agent, msg)
+            if mtype is MessageType.RESPONSE:
+                return self._response(session, agent, msg)
+            if mtype is MessageType.REGISTER:
+                raise Refusal(
+                    ErrorCode.ALREADY_REGISTERED,
+                    f"this connection is already registered as {agent.agent_id!r}",
+                )
+            if mtype in _LOBBY_ONLY:
+                raise Refusal(
+                    ErrorCode.MALFORMED,
+                    f"{mtype} is sent by the lobby only"
+                    + (
+                        "; answer a REQUEST with a RESPONSE whose status is 'error'"
+                        if mtype is MessageType.ERROR
+                        else ""
+                    ),
+                )
+            _require_lobby_receiver(msg)
+            return self._lobby_handlers[mtype](session, agent, msg)
+        except Refusal as refusal:
+            return self._error(session, msg, refusal.code, refusal.reason)
+
+    # -- REGISTER -------------------------------------------------------------------------
+
+    def _unregistered(self, session: Session, msg: Message) -> list[Action]:
+        if msg.message_type is not MessageType.REGISTER:
+            return self._error(
+                session,
+                msg,
+                ErrorCode.NOT_REGISTERED,
+                "this connection is not registered: its first message must be REGISTER",
+            )
+        try:
+            return self._register(session, msg)
+        except Refusal as refusal:
+            return self._error(session, msg, refusal.code, refusal.reason)
+
+    def _register(self, session: Session, msg: Message) -> list[Action]:
+        agent_id = msg.sender_id
+        if not AGENT_ID_RE.match(agent_id) or agent_id == LOBBY_ID:
+            raise Refusal(
+                ErrorCode.MALFORMED,
+                f"invalid agent id {agent_id!r}: sender_id must be 1-128 characters of "
+                f"[A-Za-z0-9._:@-] and not {LOBBY_ID!r}",
+            )
+        _require_lobby_receiver(msg)
+        payload = _validate(RegisterPayload, msg)
+        record = self.registry.get(agent_id)
+        token = msg.auth_token
+        if record is not None:
+            if token is None or not hmac.compare_digest(hash_token(token), record.token_hash):
+                raise Refusal(
+                    ErrorCode.AGENT_ID_TAKEN,
+                    f"agent id {agent_id!r} is already registered: resume with its auth_token "
+                    "or register under another id",
+                )
+            return self._resume(session, record, token, payload)
+        token = str(uuid.uuid4())
+        record = AgentRecord(agent_id, hash_token(token))
+        self.registry.add(record)
+        self.registry.set_capabilities(record, payload.capabilities or [])
+        record.session = session
+        session.agent = record
+        log.info(
+            "AGENT_REGISTERED",
+            agent_id=agent_id,
+            capabilities=sorted(record.capabilities),
+            remote=session.remote,
+        )
+        log.info("AGENT_REGISTRATION_FINALIZED", agent_id=agent_id)
+        return [self._register_ack(session, agent_id, RegisterStatus.REGISTERED, token)]
+
+    def _resume(
+        self, session: Session, record: AgentRecord, token: str, payload: RegisterPayload
+    ) -> list[Action]:
+        actions: list[Action] = []
+        old = record.session
+        if old is not None:
+            old.agent = None
+            actions.append(Close(old, CloseCode.REPLACED, "replaced by a newer connection"))
+        if payload.capabilities is not None:
+            self.registry.set_capabilities(record, payload.capabilities)
+        record.session = session
+        session.agent = record
+        log.info(
+            "AGENT_RESUMED",
+            agent_id=record.agent_id,
+            replaced_connection=old is not None,
+            held_messages=len(record.mailbox),
+        )
+        actions.append(self._register_ack(session, record.agent_id, RegisterStatus.RESUMED, token))
+        while record.mailbox:
+            actions.append(Send(session, record.mailbox.popleft()))
+        return actions
+
+    def _register_ack(
+        self, session: Session, agent_id: str, status: RegisterStatus, token: str
+    ) -> Send:
+        payload = {"status": status, "lobby_id": LOBBY_ID, "auth_token": token}
+        return Send(session, self._from_lobby(agent_id, MessageType.REGISTER_ACK, payload))
+
+    # -- messages to the lobby ------------------------------------------------------------
+
+    def _discover_services(
+        self, session: Session, agent: AgentRecord, msg: Message
+    ) -> list[Action]:
+        query = _validate(DiscoverServicesPayload, msg)
+        keywords = query.keywords if query.keywords is not None else query.query_keywords
+        found = self.registry.discover(
+            requester_id=agent.agent_id, capability_name=query.capability_name, keywords=keywords
+        )
+        payload = {
+            "services_found": [
+                {
+                    "agent_id": record.agent_id,
+                    "relevant_capabilities": [entry.wire for entry in entries],
+                    "online": record.session is not None,
+                }
+                for record, entries in found
+            ],
+            "discovered_for_capability": query.capability_name,
+        }
+        frame = self._from_lobby(
+            agent.agent_id, MessageType.SERVICES_AVAILABLE, payload, msg.conversation_id
+        )
+        return [Send(session, frame)]
+
+    def _update_capabilities(
+        self, session: Session, agent: AgentRecord, msg: Message
+    ) -> list[Action]:
+        update = _validate(UpdateCapabilitiesPayload, msg)
+        self.registry.set_capabilities(agent, update.capabilities)
+        log.info(
+            "AGENT_CAPABILITIES_UPDATED",
+            agent_id=agent.agent_id,
+            capabilities=sorted(agent.capabilities),
+        )
+        return []
+
+    def _unregister(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
+        self.registry.remove(agent.agent_id)
+        agent.session = None
+        session.agent = None
+        log.info("AGENT_UNREGISTERED", agent_id=agent.agent_id, dropped=len(agent.mailbox))
+        return [Close(session, CloseCode.UNREGISTERED, "unregistered")]
+
+    # -- REQUEST / RESPONSE ---------------------------------------------------------------
+
+    def _request(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
+        conversation_id = msg.conversation_id
+        if conversation_id is None:
+            raise Refusal(ErrorCode.MALFORMED, "a REQUEST needs a conversation_id")
+        name = msg.payload.get("capability_name")
+        if type(name) is not str:
+            raise Refusal(ErrorCode.MALFORMED, "a REQUEST payload needs a string 'capability_name'")
+        target = self.registry.agents.get(msg.receiver_id)
+        if target is None:
+            raise Refusal(ErrorCode.UNKNOWN_RECEIVER, _unknown_receiver(msg.receiver_id))
+        entry = target.capabilities.get(name)
+        if entry is None:
+            return self._deny(
+                session,
+                msg,
+                ErrorCode.CAPABILITY_NOT_FOUND,
+                f"Capability '{name}' not found on agent '{target.agent_id}'.",
+            )
+        if entry.allowed is not None and agent.agent_id not in entry.allowed:
+            log.info(
+                "REQUEST_DENIED_AUTHORIZATION",
+                requester=agent.agent_id,
+                responder=target.agent_id,
+                capability=name,
+                conversation_id=conversation_id,
+            )
+            return self._deny(
+                session,
+                msg,
+                ErrorCode.UNAUTHORIZED,
+                f"Unauthorized: Agent '{agent.agent_id}' is not authorized to call capability "
+                f"'{name}' on agent '{target.agent_id}'.",
+            )
+        actions = self._deliver(target, msg)
+        key = (agent.agent_id, target.agent_id, conversation_id)
+        self.conversations[key] = self.conversations.get(key, 0) + 1
+        log.debug(
+            "REQUEST_AUTHORIZED",
+            requester=agent.agent_id,
+            responder=target.agent_id,
+            capability=name,
+            conversation_id=conversation_id,
+        )
+        return actions
+
+    def _response(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
+        status = msg.payload.get("status")
+        if type(status) is not str:
+            raise Refusal(ErrorCode.MALFORMED, "a RESPONSE payload needs a string 'status'")
+        key = (msg.receiver_id, agent.agent_id, msg.conversation_id or "")
+        open_requests = self.conversations.get(key)
+        if open_requests is None:
+            raise Refusal(
+                ErrorCode.UNKNOWN_CONVERSATION,
+                f"no open REQUEST from {msg.receiver_id!r} to {agent.agent_id!r} in conversation "
+                f"{msg.conversation_id!r}",
+            )
+        target = self.registry.agents.get(msg.receiver_id)
+        if target is None:
+            del self.conversations[key]
+            raise Refusal(ErrorCode.UNKNOWN_RECEIVER, _unknown_receiver(msg.receiver_id))
+        actions = self._deliver(target, msg)
+        if status != ResponseStatus.IN_PROGRESS:
+            if open_requests > 1:
+                self.conversations[key] = open_requests - 1
+            else:
+                del self.conversations[key]
+        return actions
+
+    def _deny(
+        self, session: Session, msg: Message, code: ErrorCode, reason: str
+    ) -> list[Action]:
+        """The seed's answer to a refused REQUEST: an error RESPONSE in the same conversation."""
+        payload = {"status": ResponseStatus.ERROR, "code": code, "error": reason}
+        frame = self._from_lobby(msg.sender_id, MessageType.RESPONSE, payload, msg.conversation_id)
+        return [Send(session, frame)]
+
+    # -- delivery -------------------------------------------------------------------------
+
+    def _deliver(self, target: AgentRecord, msg: Message) -> list[Action]:
+        """Forward `msg` to `target` now, or hold it until `target` resumes.
+
+        The sender's token never leaves: it is dropped before the frame is made. Refuses with
+        `mailbox_full` (and changes nothing) when an offline target holds too much already.
+        """
+        session = target.session
+        if session is None and len(target.mailbox) >= self.mailbox_limit:
+            raise Refusal(
+                ErrorCode.MAILBOX_FULL,
+                f"agent {target.agent_id!r} is offline and already holds "
+                f"{self.mailbox_limit} messages",
+            )
+        target.next_seq += 1
+        msg.seq = target.next_seq
+        msg.auth_token = None
+        msg.redelivered = None
+        if msg.message_id is None:
+            msg.message_id = self._new_message_id()
+        frame = encode(msg)
+        if session is None:
+            target.mailbox.append(frame)
+            return []
+        return [Send(session, frame)]
+
+    def _new_message_id(self) -> str:
+        return f"{self._id_prefix}-{next(self._id_counter)}"
+
+    def _from_lobby(
+        self,
+        receiver_id: str,
+        message_type: MessageType,
+        payload: dict[str, Any],
+        conversation_id: str | None = None,
+    ) -> bytes:
+        return encode(
+            Message(
+                LOBBY_ID,
+                receiver_id,
+                message_type,
+                payload,
+                conversation_id,
+                message_id=self._new_message_id(),
+            )
+        )
+
+    # -- refusals -------------------------------------------------------------------------
+
+    def _auth_failed(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
+        if msg.sender_id != agent.agent_id:
+            reason = (
+                f"sender_id {msg.sender_id!r} is not the agent registered on this connection "
+                f"({agent.agent_id!r})"
+            )
+        elif msg.auth_token is None:
+            reason = "missing auth_token: every message after REGISTER must carry it"
+        else:
+            reason = f"invalid auth_token for agent {agent.agent_id!r}"
+        log.warning("AUTHENTICATION_FAILED", agent_id=agent.agent_id, reason=reason)
+        return self._error(session, msg, ErrorCode.AUTH_FAILED, reason)
+
+    def _error(
+        self,
+        session: Session,
+        msg: Message | None,
+        code: ErrorCode,
+        reason: str,
+        *,
+        message_type: str | None = None,
+        conversation_id: str | None = None,
+    ) -> list[Action]:
+        if msg is not None:
+            message_type = msg.message_type
+            conversation_id = msg.conversation_id
+        payload = {
+            "error": reason,
+            "code": code,
+            "original_message_type": message_type,
+            "original_conversation_id": conversation_id,
+        }
+        receiver = session.agent.agent_id if session.agent is not None else ""
+        if not receiver and msg is not None:
+            receiver = msg.sender_id
+        log.debug("MESSAGE_REFUSED", code=code, reason=reason, session=session.id)
+        frame = self._from_lobby(receiver, MessageType.ERROR, payload, conversation_id)
+        return [Send(session, frame)]
+
+
+def _require_lobby_receiver(msg: Message) -> None:
+    if msg.receiver_id != LOBBY_ID:
+        raise Refusal(
+            ErrorCode.MALFORMED, f"{msg.message_type} must be addressed to {LOBBY_ID!r}"
+        )
+
+
+def _unknown_receiver(receiver_id: str) -> str:
+    if receiver_id == LOBBY_ID:
+        return f"{LOBBY_ID!r} serves no capabilities: address REQUESTs to an agent"
+    return f"no agent {receiver_id!r} is registered"
+
+
+def _validate(model: type[_P], msg: Message) -> _P:
+    try:
+        return model.model_validate(msg.payload)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or 'payload'}: {err['msg']}"
+            for err in exc.errors()[:3]
+        )
+        raise Refusal(
+            ErrorCode.MALFORMED, f"invalid {msg.message_type} payload: {problems}"
+        ) from None

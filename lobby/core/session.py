@@ -1,0 +1,53 @@
+"""Sessions (one per connection) and the actions the router asks the I/O layer to carry out."""
+
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from lobby.core.registry import AgentRecord
+
+_session_ids = itertools.count(1)
+
+
+class Session:
+    """The router's view of one connection.
+
+    `agent` is set once REGISTER succeeds and cleared when the connection is replaced, closed or
+    unregistered. `link` belongs to the I/O layer (its connection object); the core never
+    touches it.
+    """
+
+    __slots__ = ("agent", "id", "link", "remote")
+
+    def __init__(self, remote: str = "", link: object = None) -> None:
+        self.id = next(_session_ids)
+        self.remote = remote
+        self.link = link
+        self.agent: AgentRecord | None = None
+
+    def __repr__(self) -> str:
+        agent_id = self.agent.agent_id if self.agent else None
+        return f"Session(id={self.id}, agent={agent_id!r}, remote={self.remote!r})"
+
+
+@dataclass(slots=True)
+class Send:
+    """Write `frame` (one JSON text frame) to `session`'s connection."""
+
+    session: Session
+    frame: bytes
+
+
+@dataclass(slots=True)
+class Close:
+    """Close `session`'s connection with a WebSocket close code and reason."""
+
+    session: Session
+    code: int
+    reason: str
+
+
+Action = Send | Close

@@ -1,0 +1,40 @@
+"""Structured logging: JSON lines (default) or console, level-filtered before any work is done.
+
+Events are named as the protocol's flow names them (AGENT_REGISTERED, REQUEST_AUTHORIZED, ...),
+with agent and conversation ids as fields. Tokens are never passed to a logger.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+
+import orjson
+import structlog
+
+from lobby.config import LogFormat
+
+
+def configure(*, log_format: LogFormat = "json", level: str = "info") -> None:
+    numeric = logging.getLevelNamesMapping()[level.upper()]
+    processors: list[structlog.typing.Processor] = [
+        structlog.contextvars.merge_contextvars,
+        structlog.processors.add_log_level,
+        structlog.processors.TimeStamper(fmt="iso", utc=True),
+        structlog.processors.format_exc_info,
+    ]
+    logger_factory: structlog.typing.WrapperClass | object
+    if log_format == "console":
+        processors.append(structlog.dev.ConsoleRenderer())
+        logger_factory = structlog.PrintLoggerFactory(sys.stdout)
+    else:
+        processors.append(structlog.processors.JSONRenderer(serializer=orjson.dumps))
+        logger_factory = structlog.BytesLoggerFactory(sys.stdout.buffer)
+    structlog.configure(
+        processors=processors,
+        wrapper_class=structlog.make_filtering_bound_logger(numeric),
+        logger_factory=logger_factory,  # type: ignore[arg-type]
+        cache_logger_on_first_use=True,
+    )
+    # websockets logs through the standard library; keep its chatter at warnings.
+    logging.basicConfig(level=max(numeric, logging.WARNING), stream=sys.stderr)

@@ -1,0 +1,57 @@
+"""The Agent Lobby wire protocol: message types, payload models, codec and JSON Schemas.
+
+Pure: no asyncio, no sockets. Shared by the lobby, the SDK and any third-party implementation.
+"""
+
+from protocol.codec import decode, encode, to_dict
+from protocol.errors import DecodeError, ProtocolError
+from protocol.models import (
+    AGENT_ID_PATTERN,
+    LOBBY_ID,
+    PAYLOAD_MODELS,
+    Capability,
+    CloseCode,
+    DiscoverServicesPayload,
+    ErrorCode,
+    ErrorPayload,
+    Message,
+    MessageType,
+    RegisterAckPayload,
+    RegisterPayload,
+    RegisterStatus,
+    RequestPayload,
+    ResponsePayload,
+    ResponseStatus,
+    ServiceRecord,
+    ServicesAvailablePayload,
+    UnregisterPayload,
+    UpdateCapabilitiesPayload,
+)
+
+__all__ = [
+    "AGENT_ID_PATTERN",
+    "LOBBY_ID",
+    "PAYLOAD_MODELS",
+    "Capability",
+    "CloseCode",
+    "DecodeError",
+    "DiscoverServicesPayload",
+    "ErrorCode",
+    "ErrorPayload",
+    "Message",
+    "MessageType",
+    "ProtocolError",
+    "RegisterAckPayload",
+    "RegisterPayload",
+    "RegisterStatus",
+    "RequestPayload",
+    "ResponsePayload",
+    "ResponseStatus",
+    "ServiceRecord",
+    "ServicesAvailablePayload",
+    "UnregisterPayload",
+    "UpdateCapabilitiesPayload",
+    "decode",
+    "encode",
+    "to_dict",
+]

@@ -1,0 +1,156 @@
+"""The only place frames become `Message`s and back: `decode` and `encode`, with orjson.
+
+`decode` is on the lobby's hot path, so the common case is one `orjson.loads`, a handful of type
+checks and one dataclass; only a frame that fails them takes the slow path that explains exactly
+what is wrong (the sentence an agent gets back in its ERROR).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+import orjson
+
+from protocol.errors import DecodeError
+from protocol.models import Message, MessageType
+
+_TYPES: Final[dict[str, MessageType]] = {t.value: t for t in MessageType}
+_REQUIRED: Final = (("sender_id", str), ("receiver_id", str), ("payload", dict))
+_OPTIONAL_STR: Final = ("conversation_id", "auth_token", "message_id", "in_reply_to")
+_JSON_NAMES: Final = {str: "a string", dict: "an object", int: "an integer", bool: "a boolean"}
+
+_loads = orjson.loads
+_dumps = orjson.dumps
+
+
+def decode(data: str | bytes) -> Message:
+    """Parse one frame into a `Message`, or raise `DecodeError` naming the problem.
+
+    Unknown top-level fields are ignored.
+    """
+    try:
+        obj = _loads(data)
+    except orjson.JSONDecodeError as exc:
+        raise DecodeError(f"invalid JSON: {exc}") from None
+    if type(obj) is not dict:
+        raise DecodeError(f"a message must be a JSON object, not {_json_kind(obj)}")
+    get = obj.get
+    try:
+        message_type = _TYPES[obj["message_type"]]
+        sender_id = obj["sender_id"]
+        receiver_id = obj["receiver_id"]
+        payload = obj["payload"]
+    except (KeyError, TypeError):
+        raise _explain(obj) from None
+    conversation_id = get("conversation_id")
+    auth_token = get("auth_token")
+    message_id = get("message_id")
+    in_reply_to = get("in_reply_to")
+    seq = get("seq")
+    redelivered = get("redelivered")
+    if (
+        type(sender_id) is not str
+        or type(receiver_id) is not str
+        or type(payload) is not dict
+        or (conversation_id is not None and type(conversation_id) is not str)
+        or (auth_token is not None and type(auth_token) is not str)
+        or (message_id is not None and type(message_id) is not str)
+        or (in_reply_to is not None and type(in_reply_to) is not str)
+        or (seq is not None and type(seq) is not int)
+        or (redelivered is not None and type(redelivered) is not bool)
+    ):
+        raise _explain(obj)
+    return Message(
+        sender_id,
+        receiver_id,
+        message_type,
+        payload,
+        conversation_id,
+        auth_token,
+        message_id,
+        in_reply_to,
+        seq,
+        redelivered,
+    )
+
+
+def to_dict(message: Message) -> dict[str, Any]:
+    """The JSON object of `message`, leaving out the fields that are not set."""
+    out: dict[str, Any] = {
+        "sender_id": message.sender_id,
+        "receiver_id": message.receiver_id,
+        "message_type": message.message_type,
+        "payload": message.payload,
+    }
+    if message.conversation_id is not None:
+        out["conversation_id"] = message.conversation_id
+    if message.auth_token is not None:
+        out["auth_token"] = message.auth_token
+    if message.message_id is not None:
+        out["message_id"] = message.message_id
+    if message.in_reply_to is not None:
+        out["in_reply_to"] = message.in_reply_to
+    if message.seq is not None:
+        out["seq"] = message.seq
+    if message.redelivered is not None:
+        out["redelivered"] = message.redelivered
+    return out
+
+
+def encode(message: Message) -> bytes:
+    """Serialize `message` to the UTF-8 JSON bytes of one text frame."""
+    return _dumps(to_dict(message))
+
+
+def _explain(obj: dict[str, Any]) -> DecodeError:
+    """The precise error for an object that failed `decode`'s fast checks."""
+    raw_type = obj.get("message_type")
+    conversation_id = obj.get("conversation_id")
+    context: dict[str, Any] = {
+        "message_type": raw_type if type(raw_type) is str else None,
+        "conversation_id": conversation_id if type(conversation_id) is str else None,
+    }
+    if "message_type" not in obj:
+        return DecodeError("missing field 'message_type'", **context)
+    if type(raw_type) is not str:
+        return DecodeError(
+            f"field 'message_type' must be a string, not {_json_kind(raw_type)}", **context
+        )
+    if raw_type not in _TYPES:
+        return DecodeError(f"unknown message_type {raw_type!r}", **context)
+    for name, kind in _REQUIRED:
+        if name not in obj:
+            return DecodeError(f"missing field {name!r}", **context)
+        if type(obj[name]) is not kind:
+            return DecodeError(
+                f"field {name!r} must be {_JSON_NAMES[kind]}, not {_json_kind(obj[name])}",
+                **context,
+            )
+    for name in _OPTIONAL_STR:
+        value = obj.get(name)
+        if value is not None and type(value) is not str:
+            return DecodeError(
+                f"field {name!r} must be a string or null, not {_json_kind(value)}", **context
+            )
+    for name, kind in (("seq", int), ("redelivered", bool)):
+        value = obj.get(name)
+        if value is not None and type(value) is not kind:
+            return DecodeError(
+                f"field {name!r} must be {_JSON_NAMES[kind]} or null, not {_json_kind(value)}",
+                **context,
+            )
+    return DecodeError("the message does not fit the envelope", **context)  # pragma: no cover
+
+
+def _json_kind(value: object) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "a boolean"
+    if isinstance(value, int | float):
+        return "a number"
+    if isinstance(value, str):
+        return "a string"
+    if isinstance(value, list):
+        return "an array"
+    return "an object"

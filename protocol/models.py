@@ -1,0 +1,219 @@
+"""Wire types of the Agent Lobby Protocol.
+
+The envelope (`Message`) is a slots dataclass, not a `BaseModel`: it is built once per message on
+the lobby's hot path, where a pydantic validation pass costs several microseconds. `codec.decode`
+checks its fields by hand; pydantic still derives its JSON Schema (`schema.py`) and validates it
+wherever speed does not matter. Payloads are pydantic models, validated where they are consumed.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Annotated, Any, Final
+
+from pydantic import BaseModel, ConfigDict, Field
+
+LOBBY_ID: Final = "global_lobby"
+"""The lobby's own id: the `receiver_id` of every message addressed to the lobby."""
+
+AGENT_ID_PATTERN: Final = r"^[A-Za-z0-9._:@-]{1,128}$"
+AGENT_ID_RE: Final = re.compile(AGENT_ID_PATTERN)
+
+AgentId = Annotated[str, Field(pattern=AGENT_ID_PATTERN)]
+
+
+class MessageType(StrEnum):
+    REGISTER = "REGISTER"
+    REGISTER_ACK = "REGISTER_ACK"
+    DISCOVER_SERVICES = "DISCOVER_SERVICES"
+    SERVICES_AVAILABLE = "SERVICES_AVAILABLE"
+    REQUEST = "REQUEST"
+    RESPONSE = "RESPONSE"
+    ERROR = "ERROR"
+    UPDATE_CAPABILITIES = "UPDATE_CAPABILITIES"
+    UNREGISTER = "UNREGISTER"
+
+
+class ErrorCode(StrEnum):
+    """The `code` of an ERROR payload (and of lobby-made error RESPONSEs).
+
+    Codes are only ever added, never renamed: agents match on them.
+    """
+
+    MALFORMED = "malformed"
+    NOT_REGISTERED = "not_registered"
+    ALREADY_REGISTERED = "already_registered"
+    AGENT_ID_TAKEN = "agent_id_taken"
+    AUTH_FAILED = "auth_failed"
+    UNKNOWN_RECEIVER = "unknown_receiver"
+    CAPABILITY_NOT_FOUND = "capability_not_found"
+    UNAUTHORIZED = "unauthorized"
+    UNKNOWN_CONVERSATION = "unknown_conversation"
+    INVALID_INPUT = "invalid_input"
+    INVALID_DIALOGUE = "invalid_dialogue"
+    INVALID_PAYMENT = "invalid_payment"
+    MAILBOX_FULL = "mailbox_full"
+    RATE_LIMITED = "rate_limited"
+    INTERNAL = "internal"
+
+
+class CloseCode:
+    """WebSocket close codes the lobby uses (PROTOCOL.md, "Close codes")."""
+
+    GOING_AWAY: Final = 1001
+    MESSAGE_TOO_BIG: Final = 1009
+    REPLACED: Final = 4001
+    TOO_SLOW: Final = 4002
+    UNREGISTERED: Final = 4003
+
+
+class RegisterStatus(StrEnum):
+    REGISTERED = "success_registered_finalized"
+    RESUMED = "success_resumed"
+
+
+class ResponseStatus(StrEnum):
+    """The usual RESPONSE statuses. Agents may use others; any status but
+    `in_progress` ends the conversation."""
+
+    SUCCESS = "success"
+    ERROR = "error"
+    IN_PROGRESS = "in_progress"
+
+
+@dataclass(slots=True)
+class Message:
+    """The envelope every frame carries (seed 003 section 3, extended).
+
+    `auth_token` is only ever set on messages an agent sends; the lobby strips it before
+    forwarding. `seq` and `redelivered` are only set by the lobby, on delivery.
+    """
+
+    sender_id: Annotated[str, Field(description="The sending agent's id, or 'global_lobby'.")]
+    receiver_id: Annotated[
+        str, Field(description="The receiving agent's id, or 'global_lobby' for the lobby.")
+    ]
+    message_type: MessageType
+    payload: Annotated[dict[str, Any], Field(description="Varies by message_type; may be {}.")]
+    conversation_id: Annotated[
+        str | None, Field(description="Correlates the messages of one exchange.")
+    ] = None
+    auth_token: Annotated[
+        str | None,
+        Field(description="The token from REGISTER_ACK; required on every message but REGISTER."),
+    ] = None
+    message_id: Annotated[
+        str | None, Field(description="Set by the sender or, when absent, by the lobby.")
+    ] = None
+    in_reply_to: Annotated[
+        str | None, Field(description="The message_id this message answers (FIPA target).")
+    ] = None
+    seq: Annotated[
+        int | None, Field(description="Per-receiver delivery number, set by the lobby.")
+    ] = None
+    redelivered: Annotated[
+        bool | None, Field(description="Set by the lobby on a message delivered again.")
+    ] = None
+
+
+class _Payload(BaseModel):
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+
+class Capability(BaseModel):
+    """A service an agent offers (seed 003 section 7)."""
+
+    model_config = ConfigDict(extra="ignore", frozen=True)
+
+    name: Annotated[str, Field(min_length=1, max_length=256)]
+    description: str = ""
+    input_schema: dict[str, Any] = Field(default_factory=dict)
+    output_schema: dict[str, Any] = Field(default_factory=dict)
+    keywords: list[str] = Field(default_factory=list)
+    authorized_requester_ids: list[str] | None = None
+    """Agents allowed to call this capability; `null` or `[]` means public."""
+
+
+class RegisterPayload(_Payload):
+    """REGISTER. Absent `capabilities` on a resume keeps the agent's current ones."""
+
+    capabilities: list[Capability] | None = None
+
+
+class RegisterAckPayload(_Payload):
+    status: RegisterStatus
+    lobby_id: str = LOBBY_ID
+    auth_token: str
+
+
+class DiscoverServicesPayload(_Payload):
+    """DISCOVER_SERVICES: by exact capability name, by keywords (any match), or both (all must
+    match). With neither, every capability of every other agent is listed."""
+
+    capability_name: str | None = None
+    keywords: list[str] | None = Field(
+        default=None, description="Capabilities sharing at least one keyword (case-insensitive)."
+    )
+    query_keywords: list[str] | None = Field(
+        default=None, description="Seed 003 spelling of `keywords`; both are accepted."
+    )
+
+
+class ServiceRecord(_Payload):
+    agent_id: str
+    relevant_capabilities: list[Capability]
+    online: bool
+
+
+class ServicesAvailablePayload(_Payload):
+    services_found: list[ServiceRecord]
+    discovered_for_capability: str | None = None
+
+
+class RequestPayload(BaseModel):
+    """REQUEST: the capability to call plus its input, as fields beside `capability_name`."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    capability_name: str
+
+
+class ResponsePayload(BaseModel):
+    """RESPONSE: a status plus the capability's output (or `code` and `error` on failure)."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
+
+    status: str
+    code: str | None = None
+    error: str | None = None
+
+
+class ErrorPayload(_Payload):
+    error: str
+    code: ErrorCode
+    original_message_type: str | None = None
+    original_conversation_id: str | None = None
+
+
+class UpdateCapabilitiesPayload(_Payload):
+    capabilities: list[Capability]
+
+
+class UnregisterPayload(_Payload):
+    pass
+
+
+PAYLOAD_MODELS: Final[dict[MessageType, type[BaseModel]]] = {
+    MessageType.REGISTER: RegisterPayload,
+    MessageType.REGISTER_ACK: RegisterAckPayload,
+    MessageType.DISCOVER_SERVICES: DiscoverServicesPayload,
+    MessageType.SERVICES_AVAILABLE: ServicesAvailablePayload,
+    MessageType.REQUEST: RequestPayload,
+    MessageType.RESPONSE: ResponsePayload,
+    MessageType.ERROR: ErrorPayload,
+    MessageType.UPDATE_CAPABILITIES: UpdateCapabilitiesPayload,
+    MessageType.UNREGISTER: UnregisterPayload,
+}
+"""The payload model of each message type; `schema.py` and the tests walk this table."""

@@ -1,0 +1,101 @@
+"""Shared fixtures: a real lobby on 127.0.0.1 (free port), in this process or in a child one."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import AsyncIterator, Iterator
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import orjson
+import pytest
+
+from lobby.config import Settings
+from lobby.server import LobbyServer
+
+SETTINGS = Settings(host="127.0.0.1", port=0, ping_interval=20, log_level="warning")
+
+
+@pytest.fixture
+async def lobby() -> AsyncIterator[LobbyServer]:
+    """A lobby in the test's own event loop, listening on a free port."""
+    server = LobbyServer(SETTINGS)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+@pytest.fixture
+def lobby_settings() -> Settings:
+    return SETTINGS
+
+
+def make_lobby(**overrides: object) -> LobbyServer:
+    """A lobby with some settings changed; the caller starts and stops it."""
+    return LobbyServer(replace(SETTINGS, **overrides))  # type: ignore[arg-type]
+
+
+@dataclass
+class LobbyProcess:
+    """`lobby serve` in a child process, as an operator runs it."""
+
+    process: subprocess.Popen[bytes]
+    port: int
+
+    @property
+    def url(self) -> str:
+        return f"ws://127.0.0.1:{self.port}/"
+
+    def signal(self, signum: int) -> None:
+        self.process.send_signal(signum)
+
+    def wait(self, timeout: float) -> int:
+        return self.process.wait(timeout)
+
+
+def start_lobby_process(data_dir: Path, *extra: str, port: int = 0) -> LobbyProcess:
+    """Start `python -m lobby serve` and wait until it logs the port it bound."""
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "lobby",
+            "serve",
+            "--port",
+            str(port),
+            "--data-dir",
+            str(data_dir),
+            *extra,
+        ],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        env={**os.environ, "LOBBY_HOST": "127.0.0.1"},
+    )
+    assert process.stdout is not None
+    for line in process.stdout:
+        try:
+            event = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if event.get("event") == "LOBBY_LISTENING":
+            return LobbyProcess(process, int(event["port"]))
+    process.kill()
+    raise RuntimeError(f"lobby exited with {process.wait()} before listening")
+
+
+@pytest.fixture
+def lobby_process(tmp_path: Path) -> Iterator[LobbyProcess]:
+    proc = start_lobby_process(tmp_path / "data")
+    try:
+        yield proc
+    finally:
+        if proc.process.poll() is None:
+            proc.signal(signal.SIGKILL)
+        proc.process.wait(5)
+        if proc.process.stdout is not None:
+            proc.process.stdout.close()
