@@ -6,6 +6,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -42,10 +43,11 @@ def make_lobby(**overrides: object) -> LobbyServer:
 
 @dataclass
 class LobbyProcess:
-    """`lobby serve` in a child process, as an operator runs it."""
+    """`lobby serve` in a child process, as an operator runs it. Its log goes to `log_path`."""
 
     process: subprocess.Popen[bytes]
     port: int
+    log_path: Path
 
     @property
     def url(self) -> str:
@@ -57,35 +59,43 @@ class LobbyProcess:
     def wait(self, timeout: float) -> int:
         return self.process.wait(timeout)
 
+    def events(self) -> list[dict[str, object]]:
+        """The JSON log lines written so far."""
+        out = []
+        for line in self.log_path.read_bytes().splitlines():
+            try:
+                out.append(orjson.loads(line))
+            except orjson.JSONDecodeError:
+                continue
+        return out
 
-def start_lobby_process(data_dir: Path, *extra: str, port: int = 0) -> LobbyProcess:
+
+def start_lobby_process(
+    data_dir: Path, *extra: str, port: int = 0, timeout: float = 15.0
+) -> LobbyProcess:
     """Start `python -m lobby serve` and wait until it logs the port it bound."""
-    process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "lobby",
-            "serve",
-            "--port",
-            str(port),
-            "--data-dir",
-            str(data_dir),
-            *extra,
-        ],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.STDOUT,
-        env={**os.environ, "LOBBY_HOST": "127.0.0.1"},
-    )
-    assert process.stdout is not None
-    for line in process.stdout:
-        try:
-            event = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            continue
-        if event.get("event") == "LOBBY_LISTENING":
-            return LobbyProcess(process, int(event["port"]))
+    data_dir.mkdir(parents=True, exist_ok=True)
+    log_path = data_dir / f"lobby-{time.monotonic_ns()}.log"
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "lobby", "serve", "--port", str(port)]
+            + ["--data-dir", str(data_dir), *extra],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env={**os.environ, "LOBBY_HOST": "127.0.0.1"},
+        )
+    proc = LobbyProcess(process, 0, log_path)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        for event in proc.events():
+            if event.get("event") == "LOBBY_LISTENING":
+                proc.port = int(event["port"])  # type: ignore[call-overload]
+                return proc
+        if process.poll() is not None:
+            break
+        time.sleep(0.02)
     process.kill()
-    raise RuntimeError(f"lobby exited with {process.wait()} before listening")
+    raise RuntimeError(f"lobby did not start: {log_path.read_text()[-2000:]}")
 
 
 @pytest.fixture
@@ -97,5 +107,3 @@ def lobby_process(tmp_path: Path) -> Iterator[LobbyProcess]:
         if proc.process.poll() is None:
             proc.signal(signal.SIGKILL)
         proc.process.wait(5)
-        if proc.process.stdout is not None:
-            proc.process.stdout.close()
