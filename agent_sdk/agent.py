@@ -1,0 +1,614 @@
+"""`Agent`: the base class an agent subclasses.
+
+Declare capabilities with `@capability`, override the hooks you need (`on_message`,
+`on_connected`, ...), then `await agent.run()`, `async with agent:` or `agent.run_forever()`.
+
+Inside, one read loop per connection decodes frames and dispatches them without blocking:
+RESPONSEs and lobby replies complete waiting calls at once; REQUESTs and callbacks run as
+tracked tasks, at most `max_concurrency` at a time with at most `backlog` more waiting. Past
+that, a REQUEST is answered with status `error`, code `rate_limited`, and other messages are
+dropped and counted in `stats.overflow_dropped`. A callback that raises is logged; one that
+hangs holds only its own slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import os
+import signal
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import structlog
+from pydantic import BaseModel, ValidationError
+
+from agent_sdk.calls import Call, SeenMessages
+from agent_sdk.capability import CapabilitySpec, RequestContext, collect_capabilities
+from agent_sdk.connection import Link, registered_links
+from agent_sdk.errors import (
+    AgentSDKError,
+    CapabilityError,
+    LobbyError,
+    NotConnectedError,
+    RequestTimeoutError,
+)
+from protocol.codec import decode, encode
+from protocol.errors import DecodeError
+from protocol.models import (
+    LOBBY_ID,
+    Capability,
+    ErrorCode,
+    Message,
+    MessageType,
+    ResponseStatus,
+    ServiceRecord,
+    ServicesAvailablePayload,
+)
+
+log = structlog.get_logger("agent_sdk")
+
+DEFAULT_LOBBY_URL = "ws://127.0.0.1:8765/"
+M = TypeVar("M", bound=BaseModel)
+
+
+class Status(enum.StrEnum):
+    IDLE = "idle"
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    RECONNECTING = "reconnecting"
+    STOPPED = "stopped"
+
+
+@dataclass(slots=True)
+class AgentStats:
+    connects: int = 0
+    reconnects: int = 0
+    resumes: int = 0
+    messages_received: int = 0
+    messages_sent: int = 0
+    duplicates_dropped: int = 0
+    handler_errors: int = 0
+    overflow_dropped: int = 0
+
+
+class Agent:
+    """Subclass, set `agent_id` (or pass it), declare capabilities, run.
+
+    Options are keyword-only: `lobby_url` (default: `$LOBBY_URL`, else ws://127.0.0.1:8765/),
+    `max_concurrency` handlers at once, `backlog` more waiting, `request_timeout` default for
+    calls, `reconnect` (False: `run()` returns when the connection drops), `reconnect_max_delay`
+    cap of the backoff, `dedupe_window` message ids remembered to drop redeliveries.
+    """
+
+    agent_id: str = ""
+
+    def __init__(
+        self,
+        agent_id: str | None = None,
+        *,
+        lobby_url: str | None = None,
+        max_concurrency: int = 64,
+        backlog: int = 1024,
+        request_timeout: float = 30.0,
+        reconnect: bool = True,
+        reconnect_max_delay: float = 10.0,
+        connect_timeout: float = 30.0,
+        dedupe_window: int = 10_000,
+    ) -> None:
+        self.agent_id = agent_id or type(self).agent_id
+        if not self.agent_id:
+            raise ValueError("an agent needs an agent_id (class attribute or argument)")
+        self.lobby_url = lobby_url or os.environ.get("LOBBY_URL") or DEFAULT_LOBBY_URL
+        self.request_timeout = request_timeout
+        self.reconnect = reconnect
+        self.reconnect_max_delay = reconnect_max_delay
+        self.connect_timeout = connect_timeout
+        self.status = Status.IDLE
+        self.stats = AgentStats()
+        self.capabilities: dict[str, CapabilitySpec] = collect_capabilities(type(self))
+        self._max_tasks = max_concurrency + backlog
+        self._slots = asyncio.Semaphore(max_concurrency)
+        self._seen = SeenMessages(dedupe_window)
+        self._token: str | None = None
+        self._link: Link | None = None
+        self._connected = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._runner: asyncio.Task[None] | None = None
+        self._calls: dict[str, Call] = {}
+        self._lobby_replies: dict[str, asyncio.Future[Message]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- hooks (override) -----------------------------------------------------------------
+
+    async def on_start(self) -> None:
+        """Once, before the first connection."""
+
+    async def on_stop(self) -> None:
+        """Once, after the last connection closed."""
+
+    async def on_connected(self) -> None:
+        """After each successful REGISTER (the first one and every reconnect)."""
+
+    async def on_disconnected(self) -> None:
+        """After each lost connection."""
+
+    async def on_message(self, message: Message) -> None:
+        """Every message no other callback took (unknown RESPONSEs, ERRORs, other types)."""
+
+    # -- running --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Connect, register and serve until `stop()` (or, without `reconnect`, a drop).
+
+        Raises `RegistrationError` if the lobby refuses this agent.
+        """
+        current = asyncio.current_task()
+        if self._runner is not None and self._runner is not current:
+            raise RuntimeError(f"agent {self.agent_id!r} is already running")
+        self._runner = current
+        self._stopping.clear()
+        await self._hook(self.on_start)
+        serve = asyncio.create_task(self._serve())
+        stop = asyncio.create_task(self._stopping.wait())
+        try:
+            await asyncio.wait({serve, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            serve.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await serve
+            await self._shutdown()
+            await self._hook(self.on_stop)
+            self._runner = None
+        if not serve.cancelled():
+            serve.result()  # re-raise what ended it (e.g. RegistrationError)
+
+    async def stop(self) -> None:
+        """Stop serving: close the connection, cancel handlers, fail waiting calls."""
+        self._stopping.set()
+        runner = self._runner
+        if runner is not None and runner is not asyncio.current_task():
+            with contextlib.suppress(asyncio.CancelledError, AgentSDKError):
+                await asyncio.shield(runner)
+
+    async def __aenter__(self) -> Self:
+        runner = asyncio.create_task(self.run())
+        self._runner = runner
+        connected = asyncio.create_task(self._connected.wait())
+        done, _ = await asyncio.wait(
+            {runner, connected},
+            timeout=self.connect_timeout,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        connected.cancel()
+        if runner in done:
+            runner.result()  # raises what stopped it (e.g. RegistrationError)
+        if not self._connected.is_set():
+            await self.stop()
+            raise NotConnectedError(f"could not connect to {self.lobby_url} in time")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    def run_forever(self) -> None:
+        """Run until SIGINT or SIGTERM: the entry point of an agent script."""
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(signum, self._stopping.set)
+            await self.run()
+
+        asyncio.run(main())
+
+    async def wait_connected(self, timeout: float | None = None) -> None:
+        """Return once registered at the lobby; `NotConnectedError` after `timeout`."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._connected.wait()
+        except TimeoutError:
+            raise NotConnectedError(f"not connected to {self.lobby_url}") from None
+
+    # -- calls ----------------------------------------------------------------------------
+
+    async def request(
+        self,
+        agent_id: str,
+        capability: str,
+        payload: dict[str, Any] | BaseModel | None = None,
+        *,
+        timeout: float | None = None,
+        output_type: type[M] | None = None,
+    ) -> Any:
+        """Call `capability` on `agent_id`; return the success payload (without `status`), or
+        an `output_type` instance. Raises a `RequestError` subclass on failure."""
+        conversation_id, call = await self._start_call(agent_id, capability, payload, False)
+        try:
+            async with asyncio.timeout(timeout or self.request_timeout):
+                result = await call.result
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"no RESPONSE from {agent_id!r} for {capability!r} in time"
+            ) from None
+        finally:
+            self._calls.pop(conversation_id, None)
+        return _result(result, output_type)
+
+    async def request_stream(
+        self,
+        agent_id: str,
+        capability: str,
+        payload: dict[str, Any] | BaseModel | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Yield each `in_progress` update, then the final success payload."""
+        conversation_id, call = await self._start_call(agent_id, capability, payload, True)
+        assert call.updates is not None
+        try:
+            async with asyncio.timeout(timeout or self.request_timeout):
+                while True:
+                    update = asyncio.ensure_future(call.updates.get())
+                    await asyncio.wait({update, call.result}, return_when=asyncio.FIRST_COMPLETED)
+                    if update.done():
+                        yield update.result()
+                        continue
+                    update.cancel()
+                    while not call.updates.empty():
+                        yield call.updates.get_nowait()
+                    yield _result(call.result.result(), None)
+                    return
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"no final RESPONSE from {agent_id!r} for {capability!r} in time"
+            ) from None
+        finally:
+            self._calls.pop(conversation_id, None)
+
+    async def discover(
+        self,
+        capability_name: str | None = None,
+        *,
+        keywords: list[str] | None = None,
+        timeout: float | None = None,
+    ) -> list[ServiceRecord]:
+        """Agents (other than this one) offering a capability, by name and/or keywords."""
+        payload: dict[str, Any] = {}
+        if capability_name is not None:
+            payload["capability_name"] = capability_name
+        if keywords is not None:
+            payload["keywords"] = keywords
+        reply = await self.ask_lobby(MessageType.DISCOVER_SERVICES, payload, timeout=timeout)
+        return ServicesAvailablePayload.model_validate(reply.payload).services_found
+
+    async def ask_lobby(
+        self,
+        message_type: MessageType,
+        payload: dict[str, Any],
+        *,
+        timeout: float | None = None,
+    ) -> Message:
+        """Send a message to the lobby and return its reply; `LobbyError` if it is an ERROR."""
+        conversation_id = str(uuid.uuid4())
+        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._lobby_replies[conversation_id] = future
+        try:
+            async with asyncio.timeout(timeout or self.request_timeout):
+                await self.send(LOBBY_ID, message_type, payload, conversation_id=conversation_id)
+                reply = await future
+        except TimeoutError:
+            raise RequestTimeoutError(f"no reply from the lobby to {message_type}") from None
+        finally:
+            self._lobby_replies.pop(conversation_id, None)
+        if reply.message_type is MessageType.ERROR:
+            raise LobbyError(str(reply.payload.get("code")), str(reply.payload.get("error")))
+        return reply
+
+    async def update_capabilities(self) -> None:
+        """Send the current `capabilities` to the lobby (after changing them at run time)."""
+        await self.send(LOBBY_ID, MessageType.UPDATE_CAPABILITIES, self._capabilities_payload())
+
+    async def send(
+        self,
+        receiver_id: str,
+        message_type: MessageType,
+        payload: dict[str, Any],
+        *,
+        conversation_id: str | None = None,
+        in_reply_to: str | None = None,
+        message_id: str | None = None,
+    ) -> None:
+        """Send one raw message (this agent's id and token are filled in). Waits for the
+        connection while reconnecting, up to `request_timeout`."""
+        message = Message(
+            self.agent_id,
+            receiver_id,
+            message_type,
+            payload,
+            conversation_id,
+            message_id=message_id,
+            in_reply_to=in_reply_to,
+        )
+        await self._send(message)
+
+    # -- internals: connection ------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        self.status = Status.CONNECTING
+        async for link, registration in registered_links(
+            self.lobby_url,
+            agent_id=self.agent_id,
+            register_payload=self._capabilities_payload,
+            token=lambda: self._token,
+            max_delay=self.reconnect_max_delay,
+            open_timeout=min(self.connect_timeout, 10.0),
+        ):
+            self._token = registration.token
+            self._link = link
+            self.status = Status.CONNECTED
+            self.stats.connects += 1
+            self.stats.resumes += registration.resumed
+            log.info("AGENT_CONNECTED", agent_id=self.agent_id, resumed=registration.resumed)
+            self._connected.set()
+            await self._hook(self.on_connected)
+            try:
+                async for frame in link.frames():
+                    self._dispatch(frame)
+            finally:
+                self._connected.clear()
+                self._link = None
+            log.info("AGENT_DISCONNECTED", agent_id=self.agent_id, close_code=link.close_code)
+            await self._hook(self.on_disconnected)
+            if not self.reconnect:
+                return
+            self.status = Status.RECONNECTING
+            self.stats.reconnects += 1
+
+    async def _shutdown(self) -> None:
+        link = self._link
+        if link is not None:
+            await link.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        stopped = NotConnectedError(f"agent {self.agent_id!r} stopped")
+        for call in self._calls.values():
+            call.fail(stopped)
+        for future in self._lobby_replies.values():
+            if not future.done():
+                future.cancel()
+        self._connected.clear()
+        self.status = Status.STOPPED
+
+    async def _send(self, message: Message) -> None:
+        deadline = asyncio.get_running_loop().time() + self.request_timeout
+        while True:
+            link = self._link
+            if link is None:
+                if self._stopping.is_set():
+                    raise NotConnectedError(f"agent {self.agent_id!r} is stopping")
+                try:
+                    async with asyncio.timeout_at(deadline):
+                        await self._connected.wait()
+                except TimeoutError:
+                    raise NotConnectedError(f"not connected to {self.lobby_url}") from None
+                continue
+            message.auth_token = self._token
+            try:
+                await link.send(encode(message))
+            except Exception:
+                # The connection dropped under us: wait for the next one and send again.
+                if link is self._link:
+                    self._link = None
+                    self._connected.clear()
+                continue
+            self.stats.messages_sent += 1
+            return
+
+    def _capabilities_payload(self) -> dict[str, Any]:
+        return {"capabilities": [c.model_dump(mode="json") for c in self.capability_models()]}
+
+    def capability_models(self) -> list[Capability]:
+        """The capabilities as announced to the lobby."""
+        return [spec.to_capability() for spec in self.capabilities.values()]
+
+    # -- internals: dispatch --------------------------------------------------------------
+
+    def _dispatch(self, frame: str | bytes) -> None:
+        try:
+            message = decode(frame)
+        except DecodeError as exc:
+            log.warning("UNREADABLE_FRAME", agent_id=self.agent_id, error=exc.reason)
+            return
+        self.stats.messages_received += 1
+        if message.message_id is not None and self._seen.check_and_add(
+            message.sender_id, message.message_id
+        ):
+            self.stats.duplicates_dropped += 1
+            return
+        mtype = message.message_type
+        conversation_id = message.conversation_id or ""
+        if mtype is MessageType.RESPONSE:
+            call = self._calls.get(conversation_id)
+            if call is not None and message.sender_id in (call.receiver_id, LOBBY_ID):
+                call.on_response(message.payload)
+                return
+        elif mtype is MessageType.REQUEST:
+            self._spawn(self._serve_request(message), message)
+            return
+        elif message.sender_id == LOBBY_ID and self._lobby_reply(message):
+            return
+        self._spawn(self.on_message(message), message)
+
+    def _lobby_reply(self, message: Message) -> bool:
+        """Complete the call or lobby question this lobby message answers, if any."""
+        conversation_id = message.conversation_id or ""
+        future = self._lobby_replies.get(conversation_id)
+        if future is not None and not future.done():
+            future.set_result(message)
+            return True
+        if message.message_type is MessageType.ERROR:
+            original = message.payload.get("original_conversation_id") or ""
+            call = self._calls.get(original)
+            if call is not None:
+                call.on_error(str(message.payload.get("code")), str(message.payload.get("error")))
+                return True
+            log.warning(
+                "LOBBY_ERROR",
+                agent_id=self.agent_id,
+                code=message.payload.get("code"),
+                error=message.payload.get("error"),
+            )
+        return False
+
+    def _spawn(self, work: Coroutine[Any, Any, None], message: Message) -> None:
+        if len(self._tasks) >= self._max_tasks:
+            work.close()
+            self.stats.overflow_dropped += 1
+            log.warning("AGENT_OVERLOADED", agent_id=self.agent_id, type=message.message_type)
+            if message.message_type is MessageType.REQUEST:
+                reply = self._error_response(
+                    message, ErrorCode.RATE_LIMITED, f"agent {self.agent_id!r} is overloaded"
+                )
+                self._spawn_unbounded(self._send_quietly(reply))
+            return
+        self._spawn_unbounded(self._in_slot(work))
+
+    def _spawn_unbounded(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _in_slot(self, work: Coroutine[Any, Any, None]) -> None:
+        async with self._slots:
+            try:
+                await work
+            except asyncio.CancelledError:
+                raise
+            except Exception:
+                self.stats.handler_errors += 1
+                log.exception("CALLBACK_FAILED", agent_id=self.agent_id)
+
+    async def _serve_request(self, message: Message) -> None:
+        payload = message.payload
+        name = str(payload.get("capability_name"))
+        spec = self.capabilities.get(name)
+        if spec is None:
+            reply = self._error_response(
+                message,
+                ErrorCode.CAPABILITY_NOT_FOUND,
+                f"Capability '{name}' not found on agent '{self.agent_id}'.",
+            )
+            await self._send_quietly(reply)
+            return
+        data = {k: v for k, v in payload.items() if k != "capability_name"}
+        try:
+            argument = spec.parse_input(data)
+        except ValidationError as exc:
+            reply = self._error_response(message, ErrorCode.INVALID_INPUT, _summary(exc))
+            await self._send_quietly(reply)
+            return
+        ctx = RequestContext(
+            message.sender_id,
+            message.conversation_id or "",
+            name,
+            message,
+            self._send,
+            self.agent_id,
+        )
+        try:
+            async with asyncio.timeout(spec.timeout):
+                result = await spec.handler(self, argument, ctx)
+            output = {**spec.dump_output(result), "status": ResponseStatus.SUCCESS}
+        except CapabilityError as exc:
+            output = {"status": ResponseStatus.ERROR, "code": exc.code, "error": exc.message}
+        except TimeoutError:
+            output = {
+                "status": ResponseStatus.ERROR,
+                "code": "timeout",
+                "error": f"capability '{name}' did not finish in {spec.timeout} s",
+            }
+        except Exception:
+            self.stats.handler_errors += 1
+            log.exception("CAPABILITY_FAILED", agent_id=self.agent_id, capability=name)
+            output = {
+                "status": ResponseStatus.ERROR,
+                "code": ErrorCode.INTERNAL,
+                "error": f"capability '{name}' failed with an internal error",
+            }
+        await self._send_quietly(self._response(message, output))
+
+    def _response(self, request: Message, payload: dict[str, Any]) -> Message:
+        return Message(
+            self.agent_id,
+            request.sender_id,
+            MessageType.RESPONSE,
+            payload,
+            request.conversation_id,
+            in_reply_to=request.message_id,
+        )
+
+    def _error_response(self, request: Message, code: str, error: str) -> Message:
+        return self._response(
+            request, {"status": ResponseStatus.ERROR, "code": code, "error": error}
+        )
+
+    async def _send_quietly(self, message: Message) -> None:
+        try:
+            await self._send(message)
+        except AgentSDKError as exc:
+            log.warning("RESPONSE_NOT_SENT", agent_id=self.agent_id, error=str(exc))
+
+    async def _start_call(
+        self,
+        agent_id: str,
+        capability: str,
+        payload: dict[str, Any] | BaseModel | None,
+        stream: bool,
+    ) -> tuple[str, Call]:
+        data = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
+        conversation_id = str(uuid.uuid4())
+        call = Call(agent_id, capability, stream=stream)
+        self._calls[conversation_id] = call
+        try:
+            await self.send(
+                agent_id,
+                MessageType.REQUEST,
+                {**(data or {}), "capability_name": capability},
+                conversation_id=conversation_id,
+            )
+        except BaseException:
+            self._calls.pop(conversation_id, None)
+            raise
+        return conversation_id, call
+
+    async def _hook(self, hook: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await hook()
+        except Exception:
+            log.exception("HOOK_FAILED", agent_id=self.agent_id, hook=hook.__name__)
+
+
+def _result(payload: dict[str, Any], output_type: type[M] | None) -> Any:
+    data = {k: v for k, v in payload.items() if k != "status"}
+    return output_type.model_validate(data) if output_type is not None else data
+
+
+def _summary(exc: ValidationError) -> str:
+    problems = "; ".join(
+        f"{'.'.join(str(p) for p in err['loc']) or 'payload'}: {err['msg']}"
+        for err in exc.errors()[:5]
+    )
+    return f"invalid input: {problems}"

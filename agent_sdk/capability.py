@@ -1,0 +1,166 @@
+"""`@capability`: declare a capability as an async method whose types are its schemas.
+
+    class PriceHunter(Agent):
+        @capability("find_cheapest_item_price_v2", authorized=["search_agent"])
+        async def find_cheapest(self, request: PriceQuery, ctx: RequestContext) -> PriceResult:
+            ...
+
+The input annotation (a pydantic model) validates the REQUEST payload before the handler runs
+and becomes the capability's `input_schema`; the return annotation becomes its
+`output_schema`. Annotate with `dict[str, Any]` to take or give the raw payload.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, get_type_hints
+
+from pydantic import BaseModel
+
+from protocol.models import Capability, Message, MessageType, ResponseStatus
+
+Handler = Callable[..., Awaitable[Any]]
+H = TypeVar("H", bound=Handler)
+
+_ATTRIBUTE = "__agent_capability__"
+
+
+@dataclass(frozen=True, slots=True)
+class CapabilitySpec:
+    """A declared capability: its wire description plus how to call its handler."""
+
+    name: str
+    description: str
+    keywords: tuple[str, ...]
+    authorized: tuple[str, ...] | None
+    timeout: float | None
+    handler: Handler
+    input_type: type[BaseModel] | None
+    output_type: type[BaseModel] | None
+
+    def to_capability(self) -> Capability:
+        return Capability(
+            name=self.name,
+            description=self.description,
+            input_schema=self.input_type.model_json_schema() if self.input_type else {},
+            output_schema=self.output_type.model_json_schema() if self.output_type else {},
+            keywords=list(self.keywords),
+            authorized_requester_ids=list(self.authorized) if self.authorized else None,
+        )
+
+    def parse_input(self, data: dict[str, Any]) -> Any:
+        """The handler's argument; raises `pydantic.ValidationError` on a bad payload."""
+        return self.input_type.model_validate(data) if self.input_type else data
+
+    @staticmethod
+    def dump_output(result: Any) -> dict[str, Any]:
+        if isinstance(result, BaseModel):
+            return result.model_dump(mode="json")
+        if result is None:
+            return {}
+        if isinstance(result, dict):
+            return result
+        raise TypeError(
+            f"a capability must return a pydantic model, a dict or None, not {type(result)!r}"
+        )
+
+
+def capability(
+    name: str,
+    *,
+    description: str | None = None,
+    keywords: Sequence[str] = (),
+    authorized: Sequence[str] | None = None,
+    timeout: float | None = None,
+) -> Callable[[H], H]:
+    """Declare the decorated `async def handler(self, request, ctx)` as capability `name`.
+
+    `authorized` lists the agent ids allowed to call it (the lobby enforces it); `None` means
+    public. `description` defaults to the docstring's first line. `timeout` bounds one call of
+    the handler; past it the caller gets status `error`, code `timeout`.
+    """
+
+    def declare(handler: H) -> H:
+        if not inspect.iscoroutinefunction(handler):
+            raise TypeError(f"capability {name!r}: the handler must be an async def")
+        doc = (inspect.getdoc(handler) or "").strip().splitlines()
+        spec = CapabilitySpec(
+            name=name,
+            description=description if description is not None else (doc[0] if doc else ""),
+            keywords=tuple(keywords),
+            authorized=tuple(authorized) if authorized else None,
+            timeout=timeout,
+            handler=handler,
+            input_type=None,
+            output_type=None,
+        )
+        setattr(handler, _ATTRIBUTE, spec)
+        return handler
+
+    return declare
+
+
+def collect_capabilities(cls: type) -> dict[str, CapabilitySpec]:
+    """The capabilities declared on `cls` and its bases (a subclass's override wins)."""
+    found: dict[str, CapabilitySpec] = {}
+    for klass in reversed(cls.__mro__):
+        for attribute in vars(klass).values():
+            spec: CapabilitySpec | None = getattr(attribute, _ATTRIBUTE, None)
+            if spec is not None:
+                found[spec.name] = _with_types(spec)
+    return found
+
+
+def _with_types(spec: CapabilitySpec) -> CapabilitySpec:
+    """Resolve the handler's annotations (deferred until the class exists)."""
+    hints = get_type_hints(spec.handler)
+    params = [p for p in inspect.signature(spec.handler).parameters if p != "self"]
+    if not params:
+        raise TypeError(f"capability {spec.name!r}: the handler must take the request")
+    input_type = _model_or_none(hints.get(params[0]))
+    output_type = _model_or_none(hints.get("return"))
+    return CapabilitySpec(
+        name=spec.name,
+        description=spec.description,
+        keywords=spec.keywords,
+        authorized=spec.authorized,
+        timeout=spec.timeout,
+        handler=spec.handler,
+        input_type=input_type,
+        output_type=output_type,
+    )
+
+
+def _model_or_none(annotation: Any) -> type[BaseModel] | None:
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    return None
+
+
+@dataclass(slots=True)
+class RequestContext:
+    """What a capability handler knows about the call it serves, and how to report progress."""
+
+    requester_id: str
+    conversation_id: str
+    capability: str
+    message: Message
+    _send: Callable[[Message], Awaitable[None]] = field(repr=False)
+    _agent_id: str = field(repr=False)
+
+    async def progress(self, update: dict[str, Any] | BaseModel) -> None:
+        """Send an `in_progress` RESPONSE; the caller's `request_stream()` yields it."""
+        data = CapabilitySpec.dump_output(update)
+        payload = {**data, "status": ResponseStatus.IN_PROGRESS}
+        await self._send(
+            Message(
+                self._agent_id,
+                self.requester_id,
+                MessageType.RESPONSE,
+                payload,
+                self.conversation_id,
+                in_reply_to=self.message.message_id,
+            )
+        )

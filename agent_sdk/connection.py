@@ -1,0 +1,138 @@
+"""The SDK's link to the lobby, and the only SDK module that imports websockets.
+
+`registered_links()` is the reconnect loop: it connects (retrying with capped, jittered
+exponential backoff on network errors, via websockets' own `connect` iterator), registers or
+resumes with the agent's token, and yields one registered `Link` per successful connection. When
+the caller is done with a link (the connection dropped), iterating again reconnects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable, Generator
+from dataclasses import dataclass
+from functools import partial
+from typing import Any
+
+import structlog
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.client import backoff, process_exception
+from websockets.exceptions import ConnectionClosed
+
+from agent_sdk.errors import RegistrationError
+from protocol.codec import decode, encode
+from protocol.errors import DecodeError
+from protocol.models import LOBBY_ID, Message, MessageType, RegisterStatus
+
+log = structlog.get_logger("agent_sdk")
+
+MAX_FRAME_BYTES = 16 * 1024 * 1024
+"""Frames from the lobby can be large (a discovery over many capabilities)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Registration:
+    token: str
+    resumed: bool
+    """True when the lobby still knew this agent and re-attached it (same token)."""
+
+
+class Link:
+    """One open, registered connection. Iterate it for incoming frames (text)."""
+
+    def __init__(self, ws: ClientConnection) -> None:
+        self._ws = ws
+
+    async def send(self, frame: bytes) -> None:
+        """Send one frame; raises `ConnectionClosed` if the connection is gone."""
+        await self._ws.send(frame, text=True)
+
+    async def frames(self) -> AsyncIterator[str | bytes]:
+        """Incoming frames until the connection closes (normally or not)."""
+        try:
+            async for frame in self._ws:
+                yield frame
+        except ConnectionClosed:
+            return
+
+    async def close(self) -> None:
+        await self._ws.close()
+
+    @property
+    def close_code(self) -> int | None:
+        return self._ws.close_code
+
+
+def reconnect_delays(max_delay: float) -> Callable[[], Generator[float]]:
+    """Backoff for reconnecting to a lobby: a jittered first try within 0.5 s, then 0.5 s
+    growing by the golden ratio up to `max_delay`."""
+    return partial(backoff, initial_delay=0.5, min_delay=0.5, max_delay=max_delay)
+
+
+def _retryable(exc: Exception) -> Exception | None:
+    """None to retry a failed connection attempt, else the exception to raise."""
+    if isinstance(exc, ConnectionClosed):
+        return None
+    return process_exception(exc)
+
+
+async def registered_links(
+    url: str,
+    *,
+    agent_id: str,
+    register_payload: Callable[[], dict[str, Any]],
+    token: Callable[[], str | None],
+    max_delay: float = 10.0,
+    open_timeout: float = 10.0,
+) -> AsyncIterator[tuple[Link, Registration]]:
+    """Connect, register (or resume with `token()`), yield; reconnect when iterated again.
+
+    Raises `RegistrationError` when the lobby refuses the agent (not retried).
+    """
+    delays = reconnect_delays(max_delay)
+    register_delays = delays()
+    async for ws in connect(
+        url,
+        compression=None,
+        max_size=MAX_FRAME_BYTES,
+        open_timeout=open_timeout,
+        reconnect_delays=delays,
+        process_exception=_retryable,
+    ):
+        try:
+            registration = await _register(
+                ws, agent_id, register_payload(), token(), open_timeout
+            )
+        except (ConnectionClosed, TimeoutError, OSError) as exc:
+            # Connected but dropped during REGISTER (e.g. the lobby is shutting down): back off
+            # here too, since the connect iterator only backs off when connecting fails.
+            log.info("REGISTER_INTERRUPTED", agent_id=agent_id, error=repr(exc))
+            await asyncio.sleep(next(register_delays))
+            continue
+        register_delays = delays()
+        yield Link(ws), registration
+
+
+async def _register(
+    ws: ClientConnection,
+    agent_id: str,
+    payload: dict[str, Any],
+    token: str | None,
+    timeout: float,
+) -> Registration:
+    register = Message(agent_id, LOBBY_ID, MessageType.REGISTER, payload, auth_token=token)
+    await ws.send(encode(register), text=True)
+    async with asyncio.timeout(timeout):
+        frame = await ws.recv()
+    try:
+        reply = decode(frame)
+    except DecodeError as exc:
+        raise RegistrationError("malformed", f"unreadable reply to REGISTER: {exc}") from None
+    if reply.message_type is MessageType.REGISTER_ACK:
+        status = reply.payload.get("status")
+        new_token = reply.payload.get("auth_token")
+        if not isinstance(new_token, str):
+            raise RegistrationError("malformed", "REGISTER_ACK carried no auth_token")
+        return Registration(new_token, resumed=status == RegisterStatus.RESUMED)
+    code = str(reply.payload.get("code", "error"))
+    raise RegistrationError(code, str(reply.payload.get("error", "REGISTER was refused")))
