@@ -29,7 +29,7 @@ from pydantic import BaseModel, ValidationError
 
 from agent_sdk.calls import Call, SeenMessages
 from agent_sdk.capability import CapabilitySpec, RequestContext, collect_capabilities
-from agent_sdk.connection import Link, registered_links
+from agent_sdk.connection import Link, Registration, registered_links
 from agent_sdk.errors import (
     AgentSDKError,
     CapabilityError,
@@ -346,14 +346,19 @@ class Agent:
 
     async def _serve(self) -> None:
         self.status = Status.CONNECTING
-        async for link, registration in registered_links(
+        links = registered_links(
             self.lobby_url,
             agent_id=self.agent_id,
             register_payload=self._capabilities_payload,
             token=lambda: self._token,
             max_delay=self.reconnect_max_delay,
             open_timeout=min(self.connect_timeout, 10.0),
-        ):
+        )
+        async with contextlib.aclosing(links):
+            await self._serve_links(links)
+
+    async def _serve_links(self, links: AsyncIterator[tuple[Link, Registration]]) -> None:
+        async for link, registration in links:
             self._token = registration.token
             self._link = link
             self.status = Status.CONNECTED

@@ -21,7 +21,7 @@ PROGRESS_QUEUE_SIZE = 256
 class Call:
     """One REQUEST waiting for its final RESPONSE."""
 
-    __slots__ = ("capability", "dropped_updates", "result", "receiver_id", "updates")
+    __slots__ = ("capability", "dropped_updates", "receiver_id", "result", "updates")
 
     def __init__(self, receiver_id: str, capability: str, *, stream: bool) -> None:
         self.receiver_id = receiver_id

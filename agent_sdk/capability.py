@@ -97,7 +97,7 @@ def capability(
             output_type=None,
         )
         setattr(handler, _ATTRIBUTE, spec)
-        return handler
+        return handler  # type: ignore[return-value]  # H narrowed by the check above
 
     return declare
 

@@ -9,10 +9,11 @@ the caller is done with a link (the connection dropped), iterating again reconne
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Generator
+import contextlib
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import Any, cast
 
 import structlog
 from websockets.asyncio.client import ClientConnection, connect
@@ -84,33 +85,41 @@ async def registered_links(
     token: Callable[[], str | None],
     max_delay: float = 10.0,
     open_timeout: float = 10.0,
-) -> AsyncIterator[tuple[Link, Registration]]:
+) -> AsyncGenerator[tuple[Link, Registration]]:
     """Connect, register (or resume with `token()`), yield; reconnect when iterated again.
 
     Raises `RegistrationError` when the lobby refuses the agent (not retried).
     """
     delays = reconnect_delays(max_delay)
     register_delays = delays()
-    async for ws in connect(
-        url,
-        compression=None,
-        max_size=MAX_FRAME_BYTES,
-        open_timeout=open_timeout,
-        reconnect_delays=delays,
-        process_exception=_retryable,
-    ):
-        try:
-            registration = await _register(
-                ws, agent_id, register_payload(), token(), open_timeout
+    attempts = cast(
+        AsyncGenerator[ClientConnection],  # websockets types it as an AsyncIterator
+        aiter(
+            connect(
+                url,
+                compression=None,
+                max_size=MAX_FRAME_BYTES,
+                open_timeout=open_timeout,
+                reconnect_delays=delays,
+                process_exception=_retryable,
             )
-        except (ConnectionClosed, TimeoutError, OSError) as exc:
-            # Connected but dropped during REGISTER (e.g. the lobby is shutting down): back off
-            # here too, since the connect iterator only backs off when connecting fails.
-            log.info("REGISTER_INTERRUPTED", agent_id=agent_id, error=repr(exc))
-            await asyncio.sleep(next(register_delays))
-            continue
-        register_delays = delays()
-        yield Link(ws), registration
+        ),
+    )
+    # aclosing: when our caller stops iterating, the open connection is closed cleanly.
+    async with contextlib.aclosing(attempts):
+        async for ws in attempts:
+            try:
+                registration = await _register(
+                    ws, agent_id, register_payload(), token(), open_timeout
+                )
+            except (ConnectionClosed, TimeoutError, OSError) as exc:
+                # Connected but dropped during REGISTER (e.g. the lobby is shutting down): back
+                # off here too, since the connect iterator only backs off when connecting fails.
+                log.info("REGISTER_INTERRUPTED", agent_id=agent_id, error=repr(exc))
+                await asyncio.sleep(next(register_delays))
+                continue
+            register_delays = delays()
+            yield Link(ws), registration
 
 
 async def _register(

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import logging
 import sys
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 import structlog
@@ -23,7 +25,7 @@ def configure(*, log_format: LogFormat = "json", level: str = "info") -> None:
         structlog.processors.TimeStamper(fmt="iso", utc=True),
         structlog.processors.format_exc_info,
     ]
-    logger_factory: structlog.typing.WrapperClass | object
+    logger_factory: Callable[..., Any]
     if log_format == "console":
         processors.append(structlog.dev.ConsoleRenderer())
         logger_factory = structlog.PrintLoggerFactory(sys.stdout)
@@ -33,7 +35,7 @@ def configure(*, log_format: LogFormat = "json", level: str = "info") -> None:
     structlog.configure(
         processors=processors,
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
-        logger_factory=logger_factory,  # type: ignore[arg-type]
+        logger_factory=logger_factory,
         cache_logger_on_first_use=True,
     )
     # websockets logs through the standard library; keep its chatter at warnings.

@@ -121,7 +121,7 @@ class LobbyServer:
     def _execute(self, actions: Iterable[Action]) -> None:
         for action in actions:
             ws: ServerConnection = action.session.link  # type: ignore[assignment]
-            if type(action) is Send:
+            if isinstance(action, Send):
                 self._send(ws, action.frame)
             else:
                 self._close(ws, action.code, action.reason)

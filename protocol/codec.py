@@ -17,7 +17,12 @@ from protocol.models import Message, MessageType
 _TYPES: Final[dict[str, MessageType]] = {t.value: t for t in MessageType}
 _REQUIRED: Final = (("sender_id", str), ("receiver_id", str), ("payload", dict))
 _OPTIONAL_STR: Final = ("conversation_id", "auth_token", "message_id", "in_reply_to")
-_JSON_NAMES: Final = {str: "a string", dict: "an object", int: "an integer", bool: "a boolean"}
+_JSON_NAMES: Final[dict[type, str]] = {
+    str: "a string",
+    dict: "an object",
+    int: "an integer",
+    bool: "a boolean",
+}
 
 _loads = orjson.loads
 _dumps = orjson.dumps
@@ -118,6 +123,7 @@ def _explain(obj: dict[str, Any]) -> DecodeError:
         )
     if raw_type not in _TYPES:
         return DecodeError(f"unknown message_type {raw_type!r}", **context)
+    kind: type
     for name, kind in _REQUIRED:
         if name not in obj:
             return DecodeError(f"missing field {name!r}", **context)
@@ -132,7 +138,8 @@ def _explain(obj: dict[str, Any]) -> DecodeError:
             return DecodeError(
                 f"field {name!r} must be a string or null, not {_json_kind(value)}", **context
             )
-    for name, kind in (("seq", int), ("redelivered", bool)):
+    lobby_set: tuple[tuple[str, type], ...] = (("seq", int), ("redelivered", bool))
+    for name, kind in lobby_set:
         value = obj.get(name)
         if value is not None and type(value) is not kind:
             return DecodeError(

@@ -78,8 +78,11 @@ def start_lobby_process(
     log_path = data_dir / f"lobby-{time.monotonic_ns()}.log"
     with log_path.open("wb") as log_file:
         process = subprocess.Popen(
-            [sys.executable, "-m", "lobby", "serve", "--port", str(port)]
-            + ["--data-dir", str(data_dir), *extra],
+            [
+                *(sys.executable, "-m", "lobby", "serve"),
+                *("--port", str(port), "--data-dir", str(data_dir)),
+                *extra,
+            ],
             stdout=log_file,
             stderr=subprocess.STDOUT,
             env={**os.environ, "LOBBY_HOST": "127.0.0.1"},

@@ -1,0 +1,303 @@
+"""agent_sdk.Agent against a real lobby on 127.0.0.1: capabilities, calls, errors, callbacks."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+import pytest
+from pydantic import BaseModel
+from websockets.asyncio.client import connect
+
+from agent_sdk import (
+    Agent,
+    CapabilityError,
+    CapabilityNotFoundError,
+    InvalidInputError,
+    Message,
+    MessageType,
+    RegistrationError,
+    RemoteError,
+    RequestContext,
+    RequestTimeoutError,
+    Status,
+    UnauthorizedError,
+    UnknownReceiverError,
+    capability,
+)
+from lobby.server import LobbyServer
+
+
+class PriceQuery(BaseModel):
+    item: str
+    max_price: float | None = None
+
+
+class PriceResult(BaseModel):
+    item: str
+    price: float
+    source: str
+
+
+class PriceHunter(Agent):
+    agent_id = "price_hunter"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.calls = 0
+
+    @capability(
+        "find_cheapest_item_price_v2",
+        keywords=["price", "shopping"],
+        authorized=["search_agent"],
+    )
+    async def find_cheapest(self, request: PriceQuery, ctx: RequestContext) -> PriceResult:
+        """Finds the cheapest price for an item."""
+        self.calls += 1
+        await ctx.progress({"searched": 1})
+        await ctx.progress({"searched": 2})
+        return PriceResult(item=request.item, price=108.8, source=ctx.requester_id)
+
+    @capability("fail_with_code")
+    async def fail_with_code(self, request: dict[str, Any], ctx: RequestContext) -> None:
+        raise CapabilityError("out of stock", code="out_of_stock")
+
+    @capability("crash")
+    async def crash(self, request: dict[str, Any], ctx: RequestContext) -> None:
+        raise RuntimeError("secret internal detail")
+
+    @capability("sleep")
+    async def sleep(self, request: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        await asyncio.sleep(float(request.get("seconds", 10)))
+        return {"slept": True}
+
+
+async def test_capability_is_announced_with_schemas_from_its_types(lobby: LobbyServer) -> None:
+    async with PriceHunter(lobby_url=lobby.url), Agent("search_agent", lobby_url=lobby.url) as me:
+        services = await me.discover("find_cheapest_item_price_v2")
+        assert [s.agent_id for s in services] == ["price_hunter"]
+        (cap,) = services[0].relevant_capabilities
+        assert cap.description == "Finds the cheapest price for an item."
+        assert cap.input_schema == PriceQuery.model_json_schema()
+        assert cap.output_schema == PriceResult.model_json_schema()
+        assert cap.authorized_requester_ids == ["search_agent"]
+        assert services[0].online is True
+        by_keyword = await me.discover(keywords=["SHOPPING"])
+        assert [s.agent_id for s in by_keyword] == ["price_hunter"]
+
+
+async def test_request_returns_the_result_as_payload_or_model(lobby: LobbyServer) -> None:
+    async with PriceHunter(lobby_url=lobby.url), Agent("search_agent", lobby_url=lobby.url) as me:
+        raw = await me.request("price_hunter", "find_cheapest_item_price_v2", {"item": "Bose"})
+        assert raw == {"item": "Bose", "price": 108.8, "source": "search_agent"}
+        typed = await me.request(
+            "price_hunter",
+            "find_cheapest_item_price_v2",
+            PriceQuery(item="Bose"),
+            output_type=PriceResult,
+        )
+        assert typed == PriceResult(item="Bose", price=108.8, source="search_agent")
+
+
+async def test_request_stream_yields_progress_then_the_result(lobby: LobbyServer) -> None:
+    async with PriceHunter(lobby_url=lobby.url), Agent("search_agent", lobby_url=lobby.url) as me:
+        updates = [
+            u
+            async for u in me.request_stream(
+                "price_hunter", "find_cheapest_item_price_v2", {"item": "x"}
+            )
+        ]
+    assert updates == [
+        {"searched": 1, "status": "in_progress"},
+        {"searched": 2, "status": "in_progress"},
+        {"item": "x", "price": 108.8, "source": "search_agent"},
+    ]
+
+
+async def test_invalid_input_is_refused_before_the_handler_runs(lobby: LobbyServer) -> None:
+    async with (
+        PriceHunter(lobby_url=lobby.url) as hunter,
+        Agent("search_agent", lobby_url=lobby.url) as me,
+    ):
+        with pytest.raises(InvalidInputError) as caught:
+            await me.request("price_hunter", "find_cheapest_item_price_v2", {"name": "x"})
+        assert caught.value.code == "invalid_input"
+        assert "item" in caught.value.message
+        assert hunter.calls == 0
+
+
+async def test_each_failure_raises_its_typed_error(lobby: LobbyServer) -> None:
+    async with (
+        PriceHunter(lobby_url=lobby.url),
+        Agent("search_agent", lobby_url=lobby.url) as me,
+        Agent("rogue_007", lobby_url=lobby.url) as rogue,
+    ):
+        with pytest.raises(UnauthorizedError) as unauthorized:
+            await rogue.request("price_hunter", "find_cheapest_item_price_v2", {"item": "x"})
+        assert unauthorized.value.message == (
+            "Unauthorized: Agent 'rogue_007' is not authorized to call capability "
+            "'find_cheapest_item_price_v2' on agent 'price_hunter'."
+        )
+        with pytest.raises(CapabilityNotFoundError):
+            await me.request("price_hunter", "no_such_capability", {})
+        with pytest.raises(UnknownReceiverError):
+            await me.request("nobody_here", "anything", {})
+        with pytest.raises(RemoteError) as chosen:
+            await me.request("price_hunter", "fail_with_code", {})
+        assert (chosen.value.code, chosen.value.message) == ("out_of_stock", "out of stock")
+        with pytest.raises(RemoteError) as internal:
+            await me.request("price_hunter", "crash", {})
+        assert internal.value.code == "internal"
+        assert "secret" not in internal.value.message
+        with pytest.raises(RequestTimeoutError):
+            await me.request("price_hunter", "sleep", {"seconds": 5}, timeout=0.2)
+        assert isinstance(RequestTimeoutError("x"), TimeoutError)
+
+
+async def test_a_hanging_handler_does_not_block_other_calls(lobby: LobbyServer) -> None:
+    async with (
+        PriceHunter(lobby_url=lobby.url, max_concurrency=2),
+        Agent("search_agent", lobby_url=lobby.url) as me,
+    ):
+        hanging = asyncio.create_task(me.request("price_hunter", "sleep", {"seconds": 30}))
+        await asyncio.sleep(0.05)
+        result = await me.request("price_hunter", "find_cheapest_item_price_v2", {"item": "y"})
+        assert result["item"] == "y"
+        assert not hanging.done()
+    # Stopping the caller fails its still-waiting call instead of leaving it hanging.
+    assert hanging.done()
+    assert isinstance(hanging.exception(), Exception)
+
+
+async def test_overflow_is_refused_not_queued_without_bound(lobby: LobbyServer) -> None:
+    async with (
+        PriceHunter(lobby_url=lobby.url, max_concurrency=1, backlog=0) as hunter,
+        Agent("search_agent", lobby_url=lobby.url) as me,
+    ):
+        first = asyncio.create_task(me.request("price_hunter", "sleep", {"seconds": 30}))
+        await asyncio.sleep(0.05)
+        with pytest.raises(RemoteError) as refused:
+            await me.request("price_hunter", "sleep", {"seconds": 0})
+        assert refused.value.code == "rate_limited"
+        assert hunter.stats.overflow_dropped == 1
+        first.cancel()
+
+
+class Recorder(Agent):
+    """Records every callback, for the lifecycle and catch-all tests."""
+
+    def __init__(self, agent_id: str, **kwargs: Any) -> None:
+        super().__init__(agent_id, **kwargs)
+        self.events: list[str] = []
+        self.messages: list[Message] = []
+
+    async def on_start(self) -> None:
+        self.events.append("start")
+
+    async def on_connected(self) -> None:
+        self.events.append("connected")
+
+    async def on_disconnected(self) -> None:
+        self.events.append("disconnected")
+
+    async def on_stop(self) -> None:
+        self.events.append("stop")
+
+    async def on_message(self, message: Message) -> None:
+        self.messages.append(message)
+
+
+async def test_hooks_run_in_order_and_status_is_observable(lobby: LobbyServer) -> None:
+    agent = Recorder("recorder", lobby_url=lobby.url)
+    seen = [agent.status]
+    async with agent:
+        seen.append(agent.status)
+        assert agent.stats.connects == 1
+    seen.append(agent.status)
+    assert seen == [Status.IDLE, Status.CONNECTED, Status.STOPPED]
+    assert agent.events == ["start", "connected", "stop"]
+
+
+async def test_redelivered_message_reaches_the_callback_once(lobby: LobbyServer) -> None:
+    """A raw client sends the same message_id twice; the SDK runs the handler once."""
+    async with Echo("echo", lobby_url=lobby.url) as echo, connect(lobby.url) as ws:
+        register = {
+            "sender_id": "raw",
+            "receiver_id": "global_lobby",
+            "message_type": "REGISTER",
+            "payload": {},
+        }
+        await ws.send(orjson.dumps(register).decode())
+        token = orjson.loads(await ws.recv())["payload"]["auth_token"]
+        request = {
+            "sender_id": "raw",
+            "receiver_id": "echo",
+            "message_type": "REQUEST",
+            "payload": {"capability_name": "echo", "n": 1},
+            "conversation_id": "c-1",
+            "message_id": "m-1",
+            "auth_token": token,
+        }
+        for _ in range(2):
+            await ws.send(orjson.dumps(request).decode())
+        reply = orjson.loads(await asyncio.wait_for(ws.recv(), 5))
+        assert reply["payload"] == {"n": 1, "status": "success"}
+        assert reply["in_reply_to"] == "m-1"
+        with pytest.raises(TimeoutError):
+            await asyncio.wait_for(ws.recv(), 0.3)
+        assert echo.echoed == 1
+        assert echo.stats.duplicates_dropped == 1
+
+
+class Echo(Agent):
+    def __init__(self, agent_id: str, **kwargs: Any) -> None:
+        super().__init__(agent_id, **kwargs)
+        self.echoed = 0
+
+    @capability("echo", description="Returns its input.")
+    async def echo(self, request: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        self.echoed += 1
+        return request
+
+
+async def test_unsolicited_messages_reach_on_message(lobby: LobbyServer) -> None:
+    async with (
+        Recorder("listener", lobby_url=lobby.url) as listener,
+        Agent("talker", lobby_url=lobby.url) as talker,
+    ):
+        await talker.send("listener", MessageType.RESPONSE, {"status": "success"})
+        # The lobby refuses a RESPONSE with no open conversation; the talker is told so.
+        await asyncio.sleep(0.2)
+        assert listener.messages == []
+        await listener.send("global_lobby", MessageType.ERROR, {"error": "x", "code": "x"})
+        for _ in range(50):
+            if listener.messages:
+                break
+            await asyncio.sleep(0.02)
+        (error,) = listener.messages
+        assert error.message_type is MessageType.ERROR
+        assert error.payload["code"] == "malformed"
+
+
+async def test_a_taken_agent_id_is_a_registration_error(lobby: LobbyServer) -> None:
+    async with Echo("twin", lobby_url=lobby.url):
+        with pytest.raises(RegistrationError) as caught:
+            async with Echo("twin", lobby_url=lobby.url):
+                pass
+        assert caught.value.code == "agent_id_taken"
+
+
+async def test_two_hundred_agents_in_one_process_call_concurrently(lobby: LobbyServer) -> None:
+    server = Echo("echo_server", lobby_url=lobby.url)
+    clients = [Agent(f"client_{i}", lobby_url=lobby.url) for i in range(200)]
+    async with server:
+        await asyncio.gather(*(c.__aenter__() for c in clients))
+        try:
+            results = await asyncio.gather(
+                *(c.request("echo_server", "echo", {"i": i}) for i, c in enumerate(clients))
+            )
+        finally:
+            await asyncio.gather(*(c.stop() for c in clients))
+    assert results == [{"i": i} for i in range(200)]
+    assert server.echoed == 200

@@ -1,0 +1,125 @@
+"""Reconnect and resume: dropped connections and a killed lobby, with real processes."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from websockets.asyncio.server import ServerConnection
+
+import agent_sdk
+from agent_sdk import Agent, RequestContext, RequestTimeoutError, Status, capability
+from lobby.server import LobbyServer
+from tests.conftest import start_lobby_process
+
+
+class SlowWorker(Agent):
+    agent_id = "slow_worker"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(reconnect_max_delay=0.5, **kwargs)
+        self.started = 0
+        self.release = asyncio.Event()
+
+    @capability("work", description="Waits until released, then answers.")
+    async def work(self, request: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        self.started += 1
+        await self.release.wait()
+        return {"done": request["job"]}
+
+
+async def until(predicate: Any, limit: float = 10.0) -> None:
+    async with asyncio.timeout(limit):
+        while not predicate():
+            await asyncio.sleep(0.02)
+
+
+async def test_pending_request_survives_the_callers_reconnect(lobby: LobbyServer) -> None:
+    """The caller's connection drops mid-call; it resumes with its token, the RESPONSE held by
+    the lobby meanwhile is delivered, and the waiting request() completes."""
+    async with (
+        SlowWorker(lobby_url=lobby.url) as worker,
+        Agent("caller", lobby_url=lobby.url, reconnect_max_delay=0.5) as caller,
+    ):
+        call = asyncio.create_task(caller.request("slow_worker", "work", {"job": 7}, timeout=10))
+        await until(lambda: worker.started == 1)
+        record = lobby.router.registry.get("caller")
+        assert record is not None
+        assert record.session is not None
+        link: ServerConnection = record.session.link  # type: ignore[assignment]
+        await link.close()
+        worker.release.set()
+        assert await call == {"done": 7}
+        assert caller.stats.reconnects == 1
+        assert caller.stats.resumes == 1
+        assert caller.status is Status.CONNECTED
+        assert worker.started == 1
+
+
+async def test_killed_lobby_restarts_and_agents_come_back_by_themselves(tmp_path: Path) -> None:
+    first = start_lobby_process(tmp_path / "a")
+    port = first.port
+    second = None
+    try:
+        async with (
+            SlowWorker(lobby_url=first.url) as worker,
+            Agent("caller", lobby_url=first.url, reconnect_max_delay=0.5) as caller,
+        ):
+            call = asyncio.create_task(caller.request("slow_worker", "work", {"job": 1}, timeout=4))
+            await until(lambda: worker.started == 1)
+            first.signal(signal.SIGKILL)
+            first.wait(5)
+            second = start_lobby_process(tmp_path / "b", port=port)
+            await until(lambda: caller.stats.reconnects == 1 and worker.stats.reconnects == 1)
+            await caller.wait_connected(5)
+            await worker.wait_connected(5)
+            worker.release.set()
+            # The restarted lobby holds no state of the old one in memory, so the RESPONSE
+            # finds no open conversation: the call ends with a clean timeout, never twice.
+            with pytest.raises(RequestTimeoutError):
+                await call
+            assert worker.started == 1
+            assert await caller.request("slow_worker", "work", {"job": 2}) == {"done": 2}
+            assert worker.started == 2
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.process.poll() is None:
+                proc.signal(signal.SIGTERM)
+                proc.wait(5)
+
+
+def test_public_api_is_exactly_the_documented_names() -> None:
+    assert set(agent_sdk.__all__) == {
+        "Agent",
+        "AgentSDKError",
+        "AgentStats",
+        "Capability",
+        "CapabilityError",
+        "CapabilityNotFoundError",
+        "CapabilitySpec",
+        "InvalidInputError",
+        "LobbyError",
+        "Message",
+        "MessageType",
+        "NotConnectedError",
+        "RegistrationError",
+        "RemoteError",
+        "RequestContext",
+        "RequestError",
+        "RequestRefusedError",
+        "RequestTimeoutError",
+        "ServiceRecord",
+        "Status",
+        "UnauthorizedError",
+        "UnknownReceiverError",
+        "capability",
+    }
+    for name in agent_sdk.__all__:
+        assert hasattr(agent_sdk, name), name
+    for name in agent_sdk.__all__:
+        value = getattr(agent_sdk, name)
+        if isinstance(value, type) and issubclass(value, Exception):
+            assert issubclass(value, agent_sdk.AgentSDKError), name
