@@ -1,7 +1,7 @@
 """Exceptions of the `protocol` package.
 
-    ProtocolError
-     └── DecodeError    a frame is not a valid message (ERROR code `malformed`)
+ProtocolError
+ └── DecodeError    a frame is not a valid message (ERROR code `malformed`)
 """
 
 from __future__ import annotations

@@ -29,9 +29,7 @@ def envelope_schema() -> dict[str, Any]:
 def message_schema(message_type: MessageType) -> dict[str, Any]:
     """The schema of one whole frame of `message_type`."""
     envelope = envelope_schema()
-    payload = TypeAdapter(PAYLOAD_MODELS[message_type]).json_schema(
-        ref_template="#/$defs/{model}"
-    )
+    payload = TypeAdapter(PAYLOAD_MODELS[message_type]).json_schema(ref_template="#/$defs/{model}")
     defs: dict[str, Any] = {**envelope.pop("$defs", {}), **payload.pop("$defs", {})}
     properties = dict(envelope["properties"])
     properties["message_type"] = {"const": message_type.value, "type": "string"}

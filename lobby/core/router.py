@@ -352,9 +352,7 @@ class Router:
                 del self.conversations[key]
         return actions
 
-    def _deny(
-        self, session: Session, msg: Message, code: ErrorCode, reason: str
-    ) -> list[Action]:
+    def _deny(self, session: Session, msg: Message, code: ErrorCode, reason: str) -> list[Action]:
         """The seed's answer to a refused REQUEST: an error RESPONSE in the same conversation."""
         payload = {"status": ResponseStatus.ERROR, "code": code, "error": reason}
         frame = self._from_lobby(msg.sender_id, MessageType.RESPONSE, payload, msg.conversation_id)
@@ -452,9 +450,7 @@ class Router:
 
 def _require_lobby_receiver(msg: Message) -> None:
     if msg.receiver_id != LOBBY_ID:
-        raise Refusal(
-            ErrorCode.MALFORMED, f"{msg.message_type} must be addressed to {LOBBY_ID!r}"
-        )
+        raise Refusal(ErrorCode.MALFORMED, f"{msg.message_type} must be addressed to {LOBBY_ID!r}")
 
 
 def _unknown_receiver(receiver_id: str) -> str:
