@@ -1,0 +1,45 @@
+"""The examples run to the end against a real lobby."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from agent_sdk import Agent
+from examples.echo.echo_agent import EchoAgent
+from examples.price_hunter import run as price_hunter
+from lobby.server import LobbyServer
+from tests.conftest import LobbyProcess
+
+
+async def test_price_hunter_scenario(lobby: LobbyServer) -> None:
+    outcome = await price_hunter.main(lobby.url)
+    assert outcome.progress == ["found on amazon.com, hunting prices"]
+    assert outcome.result.item_found_on_site.regular_price == 128.0
+    cheapest = outcome.result.cheapest_price_globally
+    assert (cheapest.cheapest_price, cheapest.source) == (108.8, "DiscountDealz.com")
+    assert outcome.result.message == "Search complete."
+    assert outcome.rogue_refusal == (
+        "Unauthorized: Agent 'rogue_007' is not authorized to call capability "
+        "'find_cheapest_item_price_v2' on agent 'price_hunter_A2_v2'."
+    )
+
+
+def test_price_hunter_script_runs_against_a_lobby_process(lobby_process: LobbyProcess) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "examples.price_hunter.run", "--lobby-url", lobby_process.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert "Search complete." in done.stdout
+    assert "rogue_007 <- lobby: Unauthorized" in done.stdout
+
+
+async def test_echo_agent(lobby: LobbyServer) -> None:
+    async with EchoAgent(lobby_url=lobby.url), Agent("caller", lobby_url=lobby.url) as caller:
+        assert await caller.request("echo", "echo", {"text": "hello"}) == {
+            "text": "hello",
+            "length": 5,
+        }
