@@ -26,7 +26,12 @@ from protocol.schema import all_schemas
 _HELP = {
     "host": "address to listen on",
     "port": "port to listen on (0: any free port)",
-    "data_dir": "directory for the lobby's data",
+    "data_dir": "directory for the lobby's data (the sqlite store)",
+    "store": "sqlite (durable) or memory",
+    "fsync": "sync every commit to disk",
+    "dedupe_horizon": "seconds a sender's message_id is remembered for dedupe",
+    "dedupe_max": "most message ids remembered for dedupe",
+    "compact_interval": "seconds between store checkpoints",
     "max_message_bytes": "largest accepted frame; larger ones close the connection with 1009",
     "max_outbound_bytes": "bytes queued for one slow receiver before it is closed with 4002",
     "mailbox_limit": "messages held for one offline agent before senders get mailbox_full",
@@ -43,6 +48,10 @@ def _env_default(name: str, default: Any, convert: Callable[[str], Any]) -> Any:
     return default if raw is None else convert(raw)
 
 
+def _flag(raw: str) -> bool:
+    return raw.strip().lower() in {"1", "true", "yes", "on"}
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="lobby", description="The Agent Lobby daemon.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -51,11 +60,17 @@ def build_parser() -> argparse.ArgumentParser:
     defaults = Settings()
     for f in fields(Settings):
         default = getattr(defaults, f.name)
-        convert: Callable[[str], Any] = type(default)
+        convert: Callable[[str], Any] = _flag if isinstance(default, bool) else type(default)
         option = "--" + f.name.replace("_", "-")
-        kwargs: dict[str, Any] = {"type": convert, "help": _HELP[f.name] + " (%(default)s)"}
+        kwargs: dict[str, Any] = {"help": _HELP[f.name] + " (%(default)s)"}
+        if isinstance(default, bool):
+            kwargs["action"] = argparse.BooleanOptionalAction
+        else:
+            kwargs["type"] = convert
         if f.name == "log_format":
             kwargs["choices"] = ["json", "console"]
+        if f.name == "store":
+            kwargs["choices"] = ["sqlite", "memory"]
         serve.add_argument(option, default=_env_default(f.name, default, convert), **kwargs)
 
     schema = commands.add_parser("schema", help="print the JSON Schema of every message")

@@ -6,9 +6,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON, DEFAULT_DEDUPE_MAX
 from lobby.core.router import DEFAULT_MAILBOX_LIMIT
 
 LogFormat = Literal["json", "console"]
+StoreKind = Literal["sqlite", "memory"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -17,12 +19,23 @@ class Settings:
     port: int = 8765
     """0 picks a free port; the one bound is logged as LOBBY_LISTENING."""
     data_dir: Path = Path(".lobby")
+    """Where the sqlite store keeps its file."""
+    store: StoreKind = "sqlite"
+    """sqlite (durable, the default) or memory (nothing survives the process)."""
+    fsync: bool = False
+    """Sync every commit to disk (survives power loss, costs throughput)."""
     max_message_bytes: int = 256 * 1024
     """A larger frame closes its connection with 1009."""
     max_outbound_bytes: int = 4 * 1024 * 1024
     """Bytes waiting to be written to one connection; past this it is closed with 4002."""
     mailbox_limit: int = DEFAULT_MAILBOX_LIMIT
     """Messages held for one offline agent; past this senders get `mailbox_full`."""
+    dedupe_horizon: float = DEFAULT_DEDUPE_HORIZON
+    """Seconds a sender's message_id is remembered, so a resend is delivered once."""
+    dedupe_max: int = DEFAULT_DEDUPE_MAX
+    """At most this many message ids are remembered (the oldest are forgotten first)."""
+    compact_interval: float = 10.0
+    """Seconds between store checkpoints that forget acknowledged messages."""
     ping_interval: float = 20.0
     ping_timeout: float = 20.0
     shutdown_timeout: float = 2.0

@@ -14,6 +14,7 @@ shutdown.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import Iterable
 from http import HTTPStatus
@@ -25,9 +26,11 @@ from websockets.exceptions import ConnectionClosed
 from websockets.http11 import Request, Response
 from websockets.protocol import State
 
+from lobby.committer import Committer
 from lobby.config import Settings
 from lobby.core.router import Router
 from lobby.core.session import Action, Send, Session
+from lobby.store import Store, open_store
 from protocol.codec import encode
 from protocol.models import LOBBY_ID, CloseCode, ErrorCode, Message, MessageType
 
@@ -39,9 +42,18 @@ _OPEN = State.OPEN
 class LobbyServer:
     """One lobby process: `await start()`, then `await stop()` (or `serve_until(event)`)."""
 
-    def __init__(self, settings: Settings, router: Router | None = None) -> None:
+    def __init__(
+        self, settings: Settings, router: Router | None = None, store: Store | None = None
+    ) -> None:
         self.settings = settings
-        self.router = router or Router(mailbox_limit=settings.mailbox_limit)
+        self.router = router or Router(
+            mailbox_limit=settings.mailbox_limit,
+            dedupe_horizon=settings.dedupe_horizon,
+            dedupe_max=settings.dedupe_max,
+        )
+        self.store: Store = store or open_store(settings)
+        self.committer = Committer(self.store, self.router.delivery, self._confirm)
+        self._compactor: asyncio.Task[None] | None = None
         self._server: Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections = 0
@@ -59,6 +71,7 @@ class LobbyServer:
 
     async def start(self) -> None:
         s = self.settings
+        self.router.restore(self.store.load())
         self._server = await serve(
             self._handle_connection,
             s.host,
@@ -71,6 +84,7 @@ class LobbyServer:
             server_header=None,
         )
         self._started = time.monotonic()
+        self._compactor = asyncio.create_task(self._compact_periodically())
         log.info("LOBBY_LISTENING", lobby_id=LOBBY_ID, host=s.host, port=self.port, url=self.url)
 
     async def stop(self) -> None:
@@ -87,6 +101,12 @@ class LobbyServer:
             log.warning("LOBBY_SHUTDOWN_TIMEOUT", pending_closes=len(self._tasks))
             for task in self._tasks:
                 task.cancel()
+        if self._compactor is not None:
+            self._compactor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._compactor
+        await self.committer.close()
+        self._server = None
         log.info("LOBBY_STOPPED")
 
     async def serve_until(self, stop: asyncio.Event) -> None:
@@ -100,6 +120,7 @@ class LobbyServer:
 
     async def _handle_connection(self, ws: ServerConnection) -> None:
         router = self.router
+        committer = self.committer
         session = router.open(remote=_remote(ws), link=ws)
         self._connections += 1
         try:
@@ -112,6 +133,7 @@ class LobbyServer:
                     actions = [Send(session, _internal_error())]
                 if actions:
                     self._execute(actions)
+                committer.kick()
         except ConnectionClosed:
             pass
         finally:
@@ -146,6 +168,30 @@ class LobbyServer:
         task = asyncio.get_running_loop().create_task(ws.close(code, reason))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    def _confirm(self, accepted: dict[Session, str]) -> None:
+        """Tell each acknowledging sender the last of its messages now committed."""
+        for session, message_id in accepted.items():
+            agent = session.agent
+            if agent is None:
+                continue
+            frame = encode(
+                Message(
+                    LOBBY_ID,
+                    agent.agent_id,
+                    MessageType.ACCEPTED,
+                    {"message_id": message_id},
+                )
+            )
+            self._send(session.link, frame)  # type: ignore[arg-type]
+
+    async def _compact_periodically(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.compact_interval)
+            try:
+                await self.committer.compact(self.router.compaction())
+            except Exception:
+                log.exception("STORE_COMPACTION_FAILED")
 
     # -- HTTP -----------------------------------------------------------------------------
 

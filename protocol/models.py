@@ -34,6 +34,8 @@ class MessageType(StrEnum):
     ERROR = "ERROR"
     UPDATE_CAPABILITIES = "UPDATE_CAPABILITIES"
     UNREGISTER = "UNREGISTER"
+    ACK = "ACK"
+    ACCEPTED = "ACCEPTED"
 
 
 class ErrorCode(StrEnum):
@@ -140,6 +142,11 @@ class RegisterPayload(_Payload):
     """REGISTER. Absent `capabilities` on a resume keeps the agent's current ones."""
 
     capabilities: list[Capability] | None = None
+    acks: bool = Field(
+        default=False,
+        description="This agent acknowledges what it receives with ACK and wants ACCEPTED "
+        "confirmations of what it sends (see PROTOCOL.md, Delivery).",
+    )
 
 
 class RegisterAckPayload(_Payload):
@@ -205,6 +212,19 @@ class UnregisterPayload(_Payload):
     pass
 
 
+class AckPayload(_Payload):
+    """ACK (agent to lobby): every message delivered to me with `seq <= up_to` is processed."""
+
+    up_to: Annotated[int, Field(ge=0)]
+
+
+class AcceptedPayload(_Payload):
+    """ACCEPTED (lobby to agent): the lobby has durably accepted the message with this
+    `message_id` and every message the agent sent before it on this connection."""
+
+    message_id: str
+
+
 PAYLOAD_MODELS: Final[dict[MessageType, type[BaseModel]]] = {
     MessageType.REGISTER: RegisterPayload,
     MessageType.REGISTER_ACK: RegisterAckPayload,
@@ -215,5 +235,7 @@ PAYLOAD_MODELS: Final[dict[MessageType, type[BaseModel]]] = {
     MessageType.ERROR: ErrorPayload,
     MessageType.UPDATE_CAPABILITIES: UpdateCapabilitiesPayload,
     MessageType.UNREGISTER: UnregisterPayload,
+    MessageType.ACK: AckPayload,
+    MessageType.ACCEPTED: AcceptedPayload,
 }
 """The payload model of each message type; `schema.py` and the tests walk this table."""

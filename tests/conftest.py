@@ -21,9 +21,10 @@ SETTINGS = Settings(host="127.0.0.1", port=0, ping_interval=20, log_level="warni
 
 
 @pytest.fixture
-async def lobby() -> AsyncIterator[LobbyServer]:
-    """A lobby in the test's own event loop, listening on a free port."""
-    server = LobbyServer(SETTINGS)
+async def lobby(tmp_path: Path) -> AsyncIterator[LobbyServer]:
+    """A lobby in the test's own event loop, on a free port, with its sqlite store in a
+    fresh directory (the default store, as `lobby serve` runs it)."""
+    server = LobbyServer(replace(SETTINGS, data_dir=tmp_path / "lobby-data"))
     await server.start()
     try:
         yield server
@@ -36,9 +37,10 @@ def lobby_settings() -> Settings:
     return SETTINGS
 
 
-def make_lobby(**overrides: object) -> LobbyServer:
-    """A lobby with some settings changed; the caller starts and stops it."""
-    return LobbyServer(replace(SETTINGS, **overrides))  # type: ignore[arg-type]
+def make_lobby(data_dir: Path, **overrides: object) -> LobbyServer:
+    """A lobby with its store in `data_dir` and some settings changed; the caller starts and
+    stops it."""
+    return LobbyServer(replace(SETTINGS, data_dir=data_dir, **overrides))  # type: ignore[arg-type]
 
 
 @dataclass

@@ -40,11 +40,17 @@ class AgentRecord:
     token_hash: bytes
     """SHA-256 of the auth token; the token itself is never kept."""
     capabilities: dict[str, CapabilityEntry] = field(default_factory=dict)
+    acks: bool = False
+    """The agent acknowledges deliveries (ACK) and wants ACCEPTED confirmations."""
     session: Session | None = None
-    mailbox: deque[bytes] = field(default_factory=deque)
-    """Frames held while the agent is offline, oldest first."""
+    mailbox: deque[tuple[int, bytes]] = field(default_factory=deque)
+    """(seq, frame) held for the agent, oldest first: not yet acknowledged (acking agents) or
+    not yet written to a connection (others)."""
     next_seq: int = 0
-    """The `seq` stamped on the last message delivered to this agent."""
+    """The `seq` of the last message accepted for this agent."""
+    delivered_seq: int = 0
+    """The `seq` of the last message written to one of its connections."""
+    acked_seq: int = 0
 
 
 class Registry:

@@ -14,21 +14,30 @@ from __future__ import annotations
 
 import hashlib
 import hmac
-import itertools
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any, Final, TypeVar
 
+import orjson
 import structlog
 from pydantic import ValidationError
 
+from lobby.core.delivery import (
+    DEFAULT_DEDUPE_HORIZON,
+    DEFAULT_DEDUPE_MAX,
+    Delivery,
+    MailboxFull,
+)
 from lobby.core.registry import AgentRecord, Registry
 from lobby.core.session import Action, Close, Send, Session
+from lobby.store.base import AgentRemoved, AgentSaved, Compaction, Effect, Snapshot
 from protocol.codec import decode, encode
 from protocol.errors import DecodeError
 from protocol.models import (
     AGENT_ID_RE,
     LOBBY_ID,
+    Capability,
     CloseCode,
     DiscoverServicesPayload,
     ErrorCode,
@@ -48,7 +57,12 @@ ConversationKey = tuple[str, str, str]
 """(requester, responder, conversation_id) of an open REQUEST."""
 
 _LOBBY_ONLY: Final = frozenset(
-    {MessageType.REGISTER_ACK, MessageType.SERVICES_AVAILABLE, MessageType.ERROR}
+    {
+        MessageType.REGISTER_ACK,
+        MessageType.SERVICES_AVAILABLE,
+        MessageType.ERROR,
+        MessageType.ACCEPTED,
+    }
 )
 
 
@@ -70,21 +84,62 @@ class Router:
     every frame it sends (`str` for text frames, `bytes` for binary ones) and `close` when it is
     gone; carry out the returned actions in order."""
 
-    def __init__(self, *, mailbox_limit: int = DEFAULT_MAILBOX_LIMIT) -> None:
+    def __init__(
+        self,
+        *,
+        mailbox_limit: int = DEFAULT_MAILBOX_LIMIT,
+        dedupe_horizon: float = DEFAULT_DEDUPE_HORIZON,
+        dedupe_max: int = DEFAULT_DEDUPE_MAX,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
         self.registry = Registry()
         self.conversations: dict[ConversationKey, int] = {}
         """Open REQUESTs: how many final RESPONSEs each key still expects."""
-        self.mailbox_limit = mailbox_limit
         # Lobby-assigned message ids: unique per process start, cheap to make.
-        self._id_prefix = uuid.uuid4().hex[:12]
-        self._id_counter = itertools.count(1)
+        self.delivery = Delivery(
+            id_prefix=uuid.uuid4().hex[:12],
+            mailbox_limit=mailbox_limit,
+            dedupe_horizon=dedupe_horizon,
+            dedupe_max=dedupe_max,
+        )
+        self.clock = clock
         self._lobby_handlers: dict[
             MessageType, Callable[[Session, AgentRecord, Message], list[Action]]
         ] = {
+            MessageType.ACK: self._ack,
             MessageType.DISCOVER_SERVICES: self._discover_services,
             MessageType.UPDATE_CAPABILITIES: self._update_capabilities,
             MessageType.UNREGISTER: self._unregister,
         }
+
+    # -- persistence ----------------------------------------------------------------------
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """Rebuild the state from a store's snapshot; call once, before any connection."""
+        for saved in snapshot.agents:
+            record = AgentRecord(saved.agent_id, saved.token_hash, acks=saved.acks)
+            self.registry.add(record)
+            capabilities = [Capability.model_validate(c) for c in orjson.loads(saved.capabilities)]
+            self.registry.set_capabilities(record, capabilities)
+        self.conversations = self.delivery.restore(snapshot, self.registry.agents)
+        log.info(
+            "LOBBY_RESTORED",
+            agents=len(snapshot.agents),
+            held_messages=sum(len(a.mailbox) for a in self.registry.agents.values()),
+            open_conversations=len(self.conversations),
+        )
+
+    def compaction(self) -> Compaction:
+        """A checkpoint for `Store.compact`; also trims the in-memory dedupe window."""
+        now = self.clock()
+        delivery = self.delivery
+        delivery.forget_old(now)
+        return Compaction(
+            conversations=dict(self.conversations),
+            upto_row=delivery.last_row,
+            acked={a.agent_id: a.acked_seq for a in self.registry.agents.values()},
+            forget_before=now - delivery.dedupe_horizon,
+        )
 
     # -- connection lifecycle -------------------------------------------------------------
 
@@ -193,11 +248,12 @@ class Router:
                 )
             return self._resume(session, record, token, payload)
         token = str(uuid.uuid4())
-        record = AgentRecord(agent_id, hash_token(token))
+        record = AgentRecord(agent_id, hash_token(token), acks=payload.acks)
         self.registry.add(record)
         self.registry.set_capabilities(record, payload.capabilities or [])
         record.session = session
         session.agent = record
+        self._save(record)
         log.info(
             "AGENT_REGISTERED",
             agent_id=agent_id,
@@ -217,8 +273,12 @@ class Router:
             actions.append(Close(old, CloseCode.REPLACED, "replaced by a newer connection"))
         if payload.capabilities is not None:
             self.registry.set_capabilities(record, payload.capabilities)
+        changed = payload.capabilities is not None or payload.acks != record.acks
+        record.acks = payload.acks
         record.session = session
         session.agent = record
+        if changed:
+            self._save(record)
         log.info(
             "AGENT_RESUMED",
             agent_id=record.agent_id,
@@ -226,9 +286,14 @@ class Router:
             held_messages=len(record.mailbox),
         )
         actions.append(self._register_ack(session, record.agent_id, RegisterStatus.RESUMED, token))
-        while record.mailbox:
-            actions.append(Send(session, record.mailbox.popleft()))
+        actions.extend(self.delivery.replay(record, session))
         return actions
+
+    def _save(self, record: AgentRecord) -> None:
+        capabilities = orjson.dumps([entry.wire for entry in record.capabilities.values()])
+        self.delivery.journal.append(
+            AgentSaved(record.agent_id, record.token_hash, capabilities, record.acks)
+        )
 
     def _register_ack(
         self, session: Session, agent_id: str, status: RegisterStatus, token: str
@@ -237,6 +302,15 @@ class Router:
         return Send(session, self._from_lobby(agent_id, MessageType.REGISTER_ACK, payload))
 
     # -- messages to the lobby ------------------------------------------------------------
+
+    def _ack(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
+        up_to = msg.payload.get("up_to")
+        if type(up_to) is not int or up_to < 0:
+            raise Refusal(
+                ErrorCode.MALFORMED, "an ACK payload needs a non-negative integer 'up_to'"
+            )
+        self.delivery.acknowledge(agent, up_to)
+        return []
 
     def _discover_services(
         self, session: Session, agent: AgentRecord, msg: Message
@@ -267,6 +341,7 @@ class Router:
     ) -> list[Action]:
         update = _validate(UpdateCapabilitiesPayload, msg)
         self.registry.set_capabilities(agent, update.capabilities)
+        self._save(agent)
         log.info(
             "AGENT_CAPABILITIES_UPDATED",
             agent_id=agent.agent_id,
@@ -278,6 +353,7 @@ class Router:
         self.registry.remove(agent.agent_id)
         agent.session = None
         session.agent = None
+        self.delivery.journal.append(AgentRemoved(agent.agent_id))
         log.info("AGENT_UNREGISTERED", agent_id=agent.agent_id, dropped=len(agent.mailbox))
         return [Close(session, CloseCode.UNREGISTERED, "unregistered")]
 
@@ -316,7 +392,10 @@ class Router:
                 f"Unauthorized: Agent '{agent.agent_id}' is not authorized to call capability "
                 f"'{name}' on agent '{target.agent_id}'.",
             )
-        actions = self._deliver(target, msg)
+        now = self.clock()
+        if self.delivery.is_duplicate(msg, session, now):
+            return []
+        actions = self._deliver(target, msg, session, Effect.OPENS, now)
         key = (agent.agent_id, target.agent_id, conversation_id)
         self.conversations[key] = self.conversations.get(key, 0) + 1
         log.debug(
@@ -344,8 +423,12 @@ class Router:
         if target is None:
             del self.conversations[key]
             raise Refusal(ErrorCode.UNKNOWN_RECEIVER, _unknown_receiver(msg.receiver_id))
-        actions = self._deliver(target, msg)
-        if status != ResponseStatus.IN_PROGRESS:
+        now = self.clock()
+        if self.delivery.is_duplicate(msg, session, now):
+            return []
+        final = status != ResponseStatus.IN_PROGRESS
+        actions = self._deliver(target, msg, session, Effect.CLOSES if final else Effect.NONE, now)
+        if final:
             if open_requests > 1:
                 self.conversations[key] = open_requests - 1
             else:
@@ -355,38 +438,20 @@ class Router:
     def _deny(self, session: Session, msg: Message, code: ErrorCode, reason: str) -> list[Action]:
         """The seed's answer to a refused REQUEST: an error RESPONSE in the same conversation."""
         payload = {"status": ResponseStatus.ERROR, "code": code, "error": reason}
-        frame = self._from_lobby(msg.sender_id, MessageType.RESPONSE, payload, msg.conversation_id)
+        frame = self._from_lobby(
+            msg.sender_id, MessageType.RESPONSE, payload, msg.conversation_id, msg.message_id
+        )
         return [Send(session, frame)]
 
     # -- delivery -------------------------------------------------------------------------
 
-    def _deliver(self, target: AgentRecord, msg: Message) -> list[Action]:
-        """Forward `msg` to `target` now, or hold it until `target` resumes.
-
-        The sender's token never leaves: it is dropped before the frame is made. Refuses with
-        `mailbox_full` (and changes nothing) when an offline target holds too much already.
-        """
-        session = target.session
-        if session is None and len(target.mailbox) >= self.mailbox_limit:
-            raise Refusal(
-                ErrorCode.MAILBOX_FULL,
-                f"agent {target.agent_id!r} is offline and already holds "
-                f"{self.mailbox_limit} messages",
-            )
-        target.next_seq += 1
-        msg.seq = target.next_seq
-        msg.auth_token = None
-        msg.redelivered = None
-        if msg.message_id is None:
-            msg.message_id = self._new_message_id()
-        frame = encode(msg)
-        if session is None:
-            target.mailbox.append(frame)
-            return []
-        return [Send(session, frame)]
-
-    def _new_message_id(self) -> str:
-        return f"{self._id_prefix}-{next(self._id_counter)}"
+    def _deliver(
+        self, target: AgentRecord, msg: Message, sender: Session | None, effect: int, now: float
+    ) -> list[Action]:
+        try:
+            return self.delivery.accept(target, msg, sender=sender, effect=effect, now=now)
+        except MailboxFull as full:
+            raise Refusal(ErrorCode.MAILBOX_FULL, str(full)) from None
 
     def _from_lobby(
         self,
@@ -394,6 +459,7 @@ class Router:
         message_type: MessageType,
         payload: dict[str, Any],
         conversation_id: str | None = None,
+        in_reply_to: str | None = None,
     ) -> bytes:
         return encode(
             Message(
@@ -402,7 +468,8 @@ class Router:
                 message_type,
                 payload,
                 conversation_id,
-                message_id=self._new_message_id(),
+                message_id=self.delivery.new_message_id(),
+                in_reply_to=in_reply_to,
             )
         )
 
@@ -431,9 +498,11 @@ class Router:
         message_type: str | None = None,
         conversation_id: str | None = None,
     ) -> list[Action]:
+        original_id = None
         if msg is not None:
             message_type = msg.message_type
             conversation_id = msg.conversation_id
+            original_id = msg.message_id
         payload = {
             "error": reason,
             "code": code,
@@ -444,7 +513,9 @@ class Router:
         if not receiver and msg is not None:
             receiver = msg.sender_id
         log.debug("MESSAGE_REFUSED", code=code, reason=reason, session=session.id)
-        frame = self._from_lobby(receiver, MessageType.ERROR, payload, conversation_id)
+        frame = self._from_lobby(
+            receiver, MessageType.ERROR, payload, conversation_id, in_reply_to=original_id
+        )
         return [Send(session, frame)]
 
 

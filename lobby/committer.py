@@ -1,0 +1,87 @@
+"""Group commit: moves the router's journal into the store from one writer thread.
+
+While one batch is being written, new records pile up in the journal; when the write returns,
+everything that piled up goes in the next batch. So under load a batch holds many messages and
+the disk is flushed once for all of them, and at low load a message is committed alone, at
+once. Only after a batch is committed are its senders told (ACCEPTED): "accepted" means durable.
+Delivery to receivers does not wait for the commit.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+
+import structlog
+
+from lobby.core.delivery import Delivery
+from lobby.core.session import Session
+from lobby.store.base import Compaction, Record, Store
+
+log = structlog.get_logger("lobby.store")
+
+Confirm = Callable[[dict[Session, str]], None]
+
+
+class Committer:
+    def __init__(self, store: Store, delivery: Delivery, confirm: Confirm) -> None:
+        self.store = store
+        self.delivery = delivery
+        self._confirm = confirm
+        self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lobby-store")
+        self._in_flight: asyncio.Future[None] | None = None
+        self.batches = 0
+        self.records = 0
+        self.failed = False
+
+    def kick(self) -> None:
+        """Commit what the journal holds, unless a batch is already being written (then it
+        goes into the next one). Call after each handled frame; cheap when nothing is due."""
+        if self._in_flight is None and (self.delivery.journal or self.delivery.accepted):
+            self._submit()
+
+    def _submit(self) -> None:
+        records, accepted = self.delivery.take_journal()
+        if not self.store.durable:
+            self._confirm(accepted)
+            return
+        future = asyncio.get_running_loop().run_in_executor(
+            self._executor, self.store.write, records
+        )
+        self._in_flight = future
+        future.add_done_callback(lambda done: self._written(done, records, accepted))
+
+    def _written(
+        self, done: asyncio.Future[None], records: list[Record], accepted: dict[Session, str]
+    ) -> None:
+        if self._in_flight is done:
+            self._in_flight = None
+        if done.cancelled() or done.exception() is not None:
+            # Nothing in this batch is confirmed; senders resend after reconnecting.
+            self.failed = True
+            log.error("STORE_WRITE_FAILED", records=len(records), error=repr(done.exception()))
+        else:
+            self.batches += 1
+            self.records += len(records)
+            self._confirm(accepted)
+        self.kick()
+
+    async def flush(self) -> None:
+        """Wait until everything journaled so far is committed."""
+        while self._in_flight is not None or self.delivery.journal or self.delivery.accepted:
+            if self._in_flight is None:
+                self._submit()
+            if self._in_flight is not None:
+                await asyncio.shield(self._in_flight)
+
+    async def compact(self, compaction: Compaction) -> None:
+        await self.flush()
+        await asyncio.get_running_loop().run_in_executor(
+            self._executor, self.store.compact, compaction
+        )
+
+    async def close(self) -> None:
+        await self.flush()
+        await asyncio.get_running_loop().run_in_executor(self._executor, self.store.close)
+        self._executor.shutdown(wait=True)

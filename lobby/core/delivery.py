@@ -1,0 +1,213 @@
+"""Delivery: per-receiver sequence numbers, mailboxes, acknowledgements, dedupe and the journal.
+
+Pure state, no I/O. Every message the lobby accepts for a receiver goes through `Delivery.
+accept()`: it gets the receiver's next `seq`, is appended to the journal (the store persists
+the journal in group commits) and is either written to the receiver's connection now or held in
+its mailbox. What a receiver holds:
+
+- an agent that acknowledges (REGISTER with `"acks": true`, as the SDK does) keeps every
+  message in its mailbox until it sends `ACK {"up_to": seq}`; on resume everything not yet
+  acknowledged is sent again, oldest first, marked `redelivered` when it had been sent before.
+- an agent that does not (a client written from seed 003 alone) counts a message as delivered
+  once it is written to its connection; only messages sent while it was offline are held.
+
+A sender that set its own `message_id` may resend it (after a reconnect, say): within the
+dedupe horizon the resend is recognised, confirmed, and neither stored nor delivered again.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Final
+
+from lobby.core.registry import AgentRecord
+from lobby.core.session import Action, Send, Session
+from lobby.store.base import Acked, Effect, MessageStored, Record, Snapshot
+from protocol.codec import encode
+from protocol.models import Message
+
+DEFAULT_DEDUPE_HORIZON: Final = 24 * 3600.0
+DEFAULT_DEDUPE_MAX: Final = 500_000
+_REDELIVERED: Final = b',"redelivered":true}'
+
+
+class MailboxFull(Exception):
+    def __init__(self, agent_id: str, limit: int) -> None:
+        super().__init__(f"agent {agent_id!r} already holds {limit} undelivered messages")
+
+
+class Delivery:
+    """Sequence numbers, mailboxes, the dedupe window and the journal of records to persist."""
+
+    def __init__(
+        self,
+        *,
+        id_prefix: str,
+        mailbox_limit: int,
+        dedupe_horizon: float = DEFAULT_DEDUPE_HORIZON,
+        dedupe_max: int = DEFAULT_DEDUPE_MAX,
+    ) -> None:
+        self.mailbox_limit = mailbox_limit
+        self.dedupe_horizon = dedupe_horizon
+        self.dedupe_max = dedupe_max
+        self.journal: list[Record] = []
+        """Records not yet handed to the store; the I/O layer takes them (`take_journal`)."""
+        self.accepted: dict[Session, str] = {}
+        """Per acknowledging sender, the last message_id accepted since the last commit."""
+        self.seen: dict[tuple[str, str], float] = {}
+        """(sender, sender's message_id) -> when, oldest first: the dedupe window."""
+        self.last_row = 0
+        self._id_prefix = id_prefix
+        self._ids = itertools.count(1)
+
+    def new_message_id(self) -> str:
+        return f"{self._id_prefix}-{next(self._ids)}"
+
+    def is_duplicate(self, msg: Message, session: Session, now: float) -> bool:
+        """True (and the resend confirmed) if the sender already sent this message_id."""
+        message_id = msg.message_id
+        if message_id is None:
+            return False
+        key = (msg.sender_id, message_id)
+        at = self.seen.get(key)
+        if at is None or now - at > self.dedupe_horizon:
+            return False
+        self.confirm(session, message_id)
+        return True
+
+    def confirm(self, session: Session, message_id: str) -> None:
+        agent = session.agent
+        if agent is not None and agent.acks:
+            self.accepted[session] = message_id
+
+    def accept(
+        self,
+        target: AgentRecord,
+        msg: Message,
+        *,
+        sender: Session | None,
+        effect: int,
+        now: float,
+    ) -> list[Action]:
+        """Stamp, journal and deliver (or hold) `msg` for `target`; `MailboxFull` refuses it
+        with nothing changed. The sender's token never leaves: it is dropped here."""
+        if len(target.mailbox) >= self.mailbox_limit:
+            raise MailboxFull(target.agent_id, self.mailbox_limit)
+        seq = target.next_seq = target.next_seq + 1
+        sender_set_id = msg.message_id
+        if sender_set_id is None:
+            msg.message_id = self.new_message_id()
+        msg.seq = seq
+        msg.auth_token = None
+        msg.redelivered = None
+        frame = encode(msg)
+        self.last_row += 1
+        self.journal.append(
+            MessageStored(
+                self.last_row,
+                target.agent_id,
+                seq,
+                msg.sender_id,
+                msg.message_id,  # type: ignore[arg-type]  # set just above
+                msg.conversation_id,
+                effect,
+                frame,
+                now,
+            )
+        )
+        if sender is not None:
+            if sender_set_id is not None:
+                self.seen[(msg.sender_id, sender_set_id)] = now
+            self.confirm(sender, msg.message_id)  # type: ignore[arg-type]
+        session = target.session
+        if target.acks or session is None:
+            target.mailbox.append((seq, frame))
+        if session is None:
+            return []
+        target.delivered_seq = seq
+        if not target.acks:
+            self.journal.append(Acked(target.agent_id, seq))
+        return [Send(session, frame)]
+
+    def acknowledge(self, agent: AgentRecord, up_to: int) -> None:
+        """`agent` processed every message up to `up_to`: forget them."""
+        up_to = min(up_to, agent.next_seq)
+        if up_to <= agent.acked_seq:
+            return
+        agent.acked_seq = up_to
+        mailbox = agent.mailbox
+        while mailbox and mailbox[0][0] <= up_to:
+            mailbox.popleft()
+        self.journal.append(Acked(agent.agent_id, up_to))
+
+    def replay(self, agent: AgentRecord, session: Session) -> list[Action]:
+        """On resume: everything held, oldest first; what was sent before is marked so."""
+        actions: list[Action] = []
+        for seq, frame in agent.mailbox:
+            if seq <= agent.delivered_seq:
+                frame = frame[:-1] + _REDELIVERED
+            actions.append(Send(session, frame))
+        if agent.mailbox:
+            last = agent.mailbox[-1][0]
+            agent.delivered_seq = last
+            if not agent.acks:
+                agent.mailbox.clear()
+                self.journal.append(Acked(agent.agent_id, last))
+                agent.acked_seq = last
+        return actions
+
+    def take_journal(self) -> tuple[list[Record], dict[Session, str]]:
+        """Hand the pending records and confirmations to the I/O layer (one group commit)."""
+        journal, accepted = self.journal, self.accepted
+        self.journal, self.accepted = [], {}
+        return journal, accepted
+
+    def forget_old(self, now: float) -> None:
+        """Drop dedupe entries past the horizon or beyond the size cap, oldest first."""
+        seen = self.seen
+        cutoff = now - self.dedupe_horizon
+        excess = len(seen) - self.dedupe_max
+        for key, at in list(itertools.islice(seen.items(), max(excess, 0) + 10_000)):
+            if excess <= 0 and at >= cutoff:
+                break
+            del seen[key]
+            excess -= 1
+
+    def restore(
+        self, snapshot: Snapshot, agents: dict[str, AgentRecord]
+    ) -> dict[tuple[str, str, str], int]:
+        """Rebuild mailboxes, sequence numbers and the dedupe window from `snapshot`; return
+        the open conversations (the checkpoint plus the messages stored after it)."""
+        for agent_id, up_to in snapshot.acked.items():
+            agent = agents.get(agent_id)
+            if agent is not None:
+                agent.acked_seq = agent.next_seq = agent.delivered_seq = up_to
+        conversations = dict(snapshot.conversations)
+        for row in snapshot.messages:
+            self.last_row = max(self.last_row, row.row_id)
+            self.seen[(row.sender, row.message_id)] = row.at
+            agent = agents.get(row.receiver)
+            if agent is None:
+                continue
+            agent.next_seq = max(agent.next_seq, row.seq)
+            if row.seq > agent.acked_seq:
+                agent.mailbox.append((row.seq, row.frame))
+                # It may have reached the agent before the restart: mark it redelivered.
+                agent.delivered_seq = max(agent.delivered_seq, row.seq)
+            if row.row_id > snapshot.conversations_upto and row.conversation_id is not None:
+                _replay_effect(conversations, row)
+        return conversations
+
+
+def _replay_effect(conversations: dict[tuple[str, str, str], int], row: MessageStored) -> None:
+    assert row.conversation_id is not None
+    if row.effect == Effect.OPENS:
+        key = (row.sender, row.receiver, row.conversation_id)
+        conversations[key] = conversations.get(key, 0) + 1
+    elif row.effect == Effect.CLOSES:
+        key = (row.receiver, row.sender, row.conversation_id)
+        count = conversations.get(key, 0)
+        if count > 1:
+            conversations[key] = count - 1
+        else:
+            conversations.pop(key, None)

@@ -1,0 +1,110 @@
+"""The `Store` interface: what the lobby persists, and what it is rebuilt from at start.
+
+The core never touches a store. It appends records to `Router.journal` as its state changes;
+the server hands each batch of records to `Store.write()` (a group commit, in a writer thread)
+and, once it returns, tells senders their messages are accepted. At start, `Store.load()`
+returns a `Snapshot` and `Router.restore()` rebuilds the state from it.
+
+Hot lookups (dedupe window, per-receiver order, acknowledged watermarks) live in the core's
+memory; the store only appends rows and answers `load()`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Protocol
+
+
+@dataclass(slots=True, frozen=True)
+class AgentSaved:
+    """An agent registered, resumed with new capabilities, or updated them."""
+
+    agent_id: str
+    token_hash: bytes
+    capabilities: bytes
+    """JSON array of Capability objects."""
+    acks: bool
+
+
+@dataclass(slots=True, frozen=True)
+class AgentRemoved:
+    agent_id: str
+
+
+class Effect:
+    """What a stored message does to conversations, replayed at load."""
+
+    NONE = 0
+    OPENS = 1
+    """A REQUEST: opens (sender, receiver, conversation_id)."""
+    CLOSES = 2
+    """A final RESPONSE: closes (receiver, sender, conversation_id)."""
+
+
+@dataclass(slots=True, frozen=True)
+class MessageStored:
+    """A message accepted for `receiver`, with its per-receiver `seq`. `frame` is exactly what
+    is delivered (no token)."""
+
+    row_id: int
+    receiver: str
+    seq: int
+    sender: str
+    message_id: str
+    conversation_id: str | None
+    effect: int
+    frame: bytes
+    at: float
+
+
+@dataclass(slots=True, frozen=True)
+class Acked:
+    """`receiver` acknowledged every message up to `up_to`."""
+
+    receiver: str
+    up_to: int
+
+
+Record = AgentSaved | AgentRemoved | MessageStored | Acked
+
+
+@dataclass(slots=True)
+class Snapshot:
+    """Everything `Router.restore()` needs, in the order it was written."""
+
+    agents: list[AgentSaved] = field(default_factory=list)
+    acked: dict[str, int] = field(default_factory=dict)
+    messages: list[MessageStored] = field(default_factory=list)
+    """Every stored message still on disk (unacknowledged, or within the dedupe horizon),
+    oldest first."""
+    conversations: dict[tuple[str, str, str], int] = field(default_factory=dict)
+    """Open conversations as of `conversations_upto`; later messages are replayed on top."""
+    conversations_upto: int = 0
+
+
+@dataclass(slots=True, frozen=True)
+class Compaction:
+    """A checkpoint the store may use to forget what is no longer needed."""
+
+    conversations: dict[tuple[str, str, str], int]
+    upto_row: int
+    acked: dict[str, int]
+    forget_before: float
+    """Acknowledged messages older than this (the dedupe horizon) may be deleted."""
+
+
+class Store(Protocol):
+    """Persistence behind the lobby. `write` and `compact` run in one writer thread, one call
+    at a time; `load` runs once, before serving."""
+
+    durable: bool
+
+    def load(self) -> Snapshot: ...
+
+    def write(self, records: list[Record]) -> None:
+        """Persist `records` atomically (one transaction); return once they are durable."""
+        ...
+
+    def compact(self, compaction: Compaction) -> None: ...
+
+    def close(self) -> None: ...

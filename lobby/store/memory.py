@@ -1,0 +1,21 @@
+"""The in-memory store: keeps nothing beyond the process (the core's memory is the state)."""
+
+from __future__ import annotations
+
+from lobby.store.base import Compaction, Record, Snapshot
+
+
+class MemoryStore:
+    durable = False
+
+    def load(self) -> Snapshot:
+        return Snapshot()
+
+    def write(self, records: list[Record]) -> None:
+        pass
+
+    def compact(self, compaction: Compaction) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
