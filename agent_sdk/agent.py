@@ -30,6 +30,7 @@ from pydantic import BaseModel, ValidationError
 from agent_sdk.calls import Call, SeenMessages
 from agent_sdk.capability import CapabilitySpec, RequestContext, collect_capabilities
 from agent_sdk.connection import Link, Registration, registered_links
+from agent_sdk.delivery import Inbound, Outbound
 from agent_sdk.errors import (
     AgentSDKError,
     CapabilityError,
@@ -53,6 +54,8 @@ from protocol.models import (
 log = structlog.get_logger("agent_sdk")
 
 DEFAULT_LOBBY_URL = "ws://127.0.0.1:8765/"
+ACK_DELAY = 0.005
+"""Seconds to gather finished messages into one ACK."""
 M = TypeVar("M", bound=BaseModel)
 
 
@@ -74,6 +77,7 @@ class AgentStats:
     duplicates_dropped: int = 0
     handler_errors: int = 0
     overflow_dropped: int = 0
+    resent: int = 0
 
 
 class Agent:
@@ -82,7 +86,8 @@ class Agent:
     Options are keyword-only: `lobby_url` (default: `$LOBBY_URL`, else ws://127.0.0.1:8765/),
     `max_concurrency` handlers at once, `backlog` more waiting, `request_timeout` default for
     calls, `reconnect` (False: `run()` returns when the connection drops), `reconnect_max_delay`
-    cap of the backoff, `dedupe_window` message ids remembered to drop redeliveries.
+    cap of the backoff, `dedupe_window` message ids remembered to drop redeliveries,
+    `max_unconfirmed` messages sent but not yet confirmed by the lobby (sending waits past it).
     """
 
     agent_id: str = ""
@@ -99,6 +104,7 @@ class Agent:
         reconnect_max_delay: float = 10.0,
         connect_timeout: float = 30.0,
         dedupe_window: int = 10_000,
+        max_unconfirmed: int = 1000,
     ) -> None:
         self.agent_id = agent_id or type(self).agent_id
         if not self.agent_id:
@@ -114,6 +120,11 @@ class Agent:
         self._max_tasks = max_concurrency + backlog
         self._slots = asyncio.Semaphore(max_concurrency)
         self._seen = SeenMessages(dedupe_window)
+        self._inbound = Inbound()
+        self._outbound = Outbound(max_unconfirmed)
+        self._room = asyncio.Event()
+        self._room.set()
+        self._ack_timer: asyncio.TimerHandle | None = None
         self._token: str | None = None
         self._link: Link | None = None
         self._connected = asyncio.Event()
@@ -360,6 +371,10 @@ class Agent:
     async def _serve_links(self, links: AsyncIterator[tuple[Link, Registration]]) -> None:
         async for link, registration in links:
             self._token = registration.token
+            if not registration.resumed:
+                self._inbound.reset()
+            if not await self._resend_unconfirmed(link):
+                continue
             self._link = link
             self.status = Status.CONNECTED
             self.stats.connects += 1
@@ -398,32 +413,85 @@ class Agent:
         self.status = Status.STOPPED
 
     async def _send(self, message: Message) -> None:
+        """Send `message` once connected (waiting up to `request_timeout`). A message for
+        another agent is kept until the lobby confirms it, and resent after a reconnect."""
+        if self._stopping.is_set() or self._runner is None:
+            raise NotConnectedError(f"agent {self.agent_id!r} is not running")
         deadline = asyncio.get_running_loop().time() + self.request_timeout
+        tracked = message.receiver_id != LOBBY_ID
+        if tracked:
+            if message.message_id is None:
+                message.message_id = uuid.uuid4().hex
+            while self._outbound.full:
+                self._room.clear()
+                await self._wait_until(self._room, deadline)
+            self._outbound.add(message)
         while True:
             link = self._link
             if link is None:
-                if self._stopping.is_set():
-                    raise NotConnectedError(f"agent {self.agent_id!r} is stopping")
-                try:
-                    async with asyncio.timeout_at(deadline):
-                        await self._connected.wait()
-                except TimeoutError:
-                    raise NotConnectedError(f"not connected to {self.lobby_url}") from None
+                if tracked:
+                    return  # sent on reconnect, with everything else unconfirmed
+                await self._wait_until(self._connected, deadline)
                 continue
             message.auth_token = self._token
             try:
                 await link.send(encode(message))
             except Exception:
-                # The connection dropped under us: wait for the next one and send again.
+                # The connection dropped under us. A tracked message is resent on reconnect;
+                # anything else waits for the next connection here.
                 if link is self._link:
                     self._link = None
                     self._connected.clear()
+                if tracked:
+                    return
                 continue
             self.stats.messages_sent += 1
             return
 
+    async def _wait_until(self, event: asyncio.Event, deadline: float) -> None:
+        try:
+            async with asyncio.timeout_at(deadline):
+                await event.wait()
+        except TimeoutError:
+            raise NotConnectedError(f"no room to send to {self.lobby_url} in time") from None
+        if self._stopping.is_set():
+            raise NotConnectedError(f"agent {self.agent_id!r} is stopping")
+
+    async def _resend_unconfirmed(self, link: Link) -> bool:
+        """After (re)registering: send again, in order, what the lobby never confirmed."""
+        for message in self._outbound.unconfirmed():
+            message.auth_token = self._token
+            try:
+                await link.send(encode(message))
+            except Exception:
+                return False
+            self.stats.resent += 1
+        return True
+
+    def _schedule_ack(self) -> None:
+        if self._ack_timer is None and self._inbound.ack_due() is not None:
+            self._ack_timer = asyncio.get_running_loop().call_later(ACK_DELAY, self._flush_ack)
+
+    def _flush_ack(self) -> None:
+        self._ack_timer = None
+        up_to = self._inbound.ack_due()
+        link = self._link
+        if up_to is None or link is None:
+            return  # on resume the lobby redelivers what was not acknowledged
+        self._inbound.acked = up_to
+        ack = Message(self.agent_id, LOBBY_ID, MessageType.ACK, {"up_to": up_to})
+        ack.auth_token = self._token
+        self._spawn_unbounded(self._send_ack(link, ack))
+
+    async def _send_ack(self, link: Link, ack: Message) -> None:
+        with contextlib.suppress(Exception):
+            await link.send(encode(ack))
+
     def _capabilities_payload(self) -> dict[str, Any]:
-        return {"capabilities": [c.model_dump(mode="json") for c in self.capability_models()]}
+        return {
+            "capabilities": [c.model_dump(mode="json") for c in self.capability_models()],
+            "acks": True,
+        }
 
     def capability_models(self) -> list[Capability]:
         """The capabilities as announced to the lobby."""
@@ -438,24 +506,45 @@ class Agent:
             log.warning("UNREADABLE_FRAME", agent_id=self.agent_id, error=exc.reason)
             return
         self.stats.messages_received += 1
+        seq = message.seq
         if message.message_id is not None and self._seen.check_and_add(
             message.sender_id, message.message_id
         ):
             self.stats.duplicates_dropped += 1
+            if seq is not None and not self._inbound.is_in_progress(seq):
+                self._settle(seq)
             return
+        if not self._route(message):
+            self._spawn(self.on_message(message), message)
+            return
+        if seq is not None and not self._inbound.is_in_progress(seq):
+            self._settle(seq)
+
+    def _settle(self, seq: int) -> None:
+        self._inbound.received(seq, done=True)
+        self._schedule_ack()
+
+    def _route(self, message: Message) -> bool:
+        """Hand `message` to whoever waits for it; False if only `on_message` can take it."""
         mtype = message.message_type
-        conversation_id = message.conversation_id or ""
+        if mtype is MessageType.REQUEST:
+            self._spawn(self._serve_request(message), message)
+            return True
+        if message.sender_id == LOBBY_ID:
+            if mtype is MessageType.ACCEPTED:
+                self._outbound.confirmed(str(message.payload.get("message_id")))
+                if not self._outbound.full:
+                    self._room.set()
+                return True
+            if message.in_reply_to is not None:
+                self._outbound.refused(message.in_reply_to)
         if mtype is MessageType.RESPONSE:
-            call = self._calls.get(conversation_id)
+            call = self._calls.get(message.conversation_id or "")
             if call is not None and message.sender_id in (call.receiver_id, LOBBY_ID):
                 call.on_response(message.payload)
-                return
-        elif mtype is MessageType.REQUEST:
-            self._spawn(self._serve_request(message), message)
-            return
-        elif message.sender_id == LOBBY_ID and self._lobby_reply(message):
-            return
-        self._spawn(self.on_message(message), message)
+                return True
+            return False
+        return message.sender_id == LOBBY_ID and self._lobby_reply(message)
 
     def _lobby_reply(self, message: Message) -> bool:
         """Complete the call or lobby question this lobby message answers, if any."""
@@ -479,8 +568,11 @@ class Agent:
         return False
 
     def _spawn(self, work: Coroutine[Any, Any, None], message: Message) -> None:
+        seq = message.seq
         if len(self._tasks) >= self._max_tasks:
             work.close()
+            if seq is not None:
+                self._settle(seq)
             self.stats.overflow_dropped += 1
             log.warning("AGENT_OVERLOADED", agent_id=self.agent_id, type=message.message_type)
             if message.message_type is MessageType.REQUEST:
@@ -489,22 +581,28 @@ class Agent:
                 )
                 self._spawn_unbounded(self._send_quietly(reply))
             return
-        self._spawn_unbounded(self._in_slot(work))
+        if seq is not None:
+            self._inbound.received(seq, done=False)
+        self._spawn_unbounded(self._in_slot(work, seq, self._inbound.epoch))
 
     def _spawn_unbounded(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _in_slot(self, work: Coroutine[Any, Any, None]) -> None:
-        async with self._slots:
-            try:
+    async def _in_slot(self, work: Coroutine[Any, Any, None], seq: int | None, epoch: int) -> None:
+        try:
+            async with self._slots:
                 await work
-            except asyncio.CancelledError:
-                raise
-            except Exception:
-                self.stats.handler_errors += 1
-                log.exception("CALLBACK_FAILED", agent_id=self.agent_id)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.stats.handler_errors += 1
+            log.exception("CALLBACK_FAILED", agent_id=self.agent_id)
+        if seq is not None:
+            # Done (even if it failed: a failure was answered or logged, not to be retried).
+            self._inbound.done(seq, epoch)
+            self._schedule_ack()
 
     async def _serve_request(self, message: Message) -> None:
         payload = message.payload

@@ -10,6 +10,7 @@ Delivery to receivers does not wait for the commit.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
@@ -68,12 +69,18 @@ class Committer:
         self.kick()
 
     async def flush(self) -> None:
-        """Wait until everything journaled so far is committed."""
-        while self._in_flight is not None or self.delivery.journal or self.delivery.accepted:
-            if self._in_flight is None:
-                self._submit()
-            if self._in_flight is not None:
-                await asyncio.shield(self._in_flight)
+        """Wait until everything journaled so far is committed (or its write failed)."""
+        while True:
+            in_flight = self._in_flight
+            if in_flight is not None:
+                with contextlib.suppress(Exception):  # logged by _written
+                    await asyncio.shield(in_flight)
+                # Awaiting a finished future does not yield: let its callback run first.
+                await asyncio.sleep(0)
+                continue
+            if not (self.delivery.journal or self.delivery.accepted):
+                return
+            self._submit()
 
     async def compact(self, compaction: Compaction) -> None:
         await self.flush()

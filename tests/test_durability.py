@@ -1,0 +1,199 @@
+"""Nothing lost: the sqlite store across SIGKILL and SIGTERM of a real lobby process."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+from websockets.asyncio.client import connect
+
+from agent_sdk import Agent, MessageType, RequestContext, capability
+from lobby.store.sqlite import FILE_NAME
+from tests.conftest import LobbyProcess, start_lobby_process
+
+
+async def until(predicate: Callable[[], bool], limit: float = 20.0) -> None:
+    async with asyncio.timeout(limit):
+        while not predicate():
+            await asyncio.sleep(0.02)
+
+
+class Collector(Agent):
+    """Records, in arrival order, the `n` of every `collect` REQUEST it serves."""
+
+    agent_id = "collector"
+
+    def __init__(self, url: str, **kwargs: Any) -> None:
+        super().__init__(lobby_url=url, reconnect_max_delay=0.3, max_concurrency=1, **kwargs)
+        self.seen: list[int] = []
+
+    @capability("collect", description="Records n.")
+    async def collect(self, request: dict[str, Any], ctx: RequestContext) -> None:
+        self.seen.append(int(request["n"]))
+
+
+async def send_numbers(sender: Agent, numbers: range, *, pause: float = 0.0) -> None:
+    for n in numbers:
+        await sender.send(
+            "collector",
+            MessageType.REQUEST,
+            {"capability_name": "collect", "n": n},
+            conversation_id=str(uuid.uuid4()),
+        )
+        if pause:
+            await asyncio.sleep(pause)
+
+
+def restart(proc: LobbyProcess, data_dir: Path, signum: int) -> LobbyProcess:
+    proc.signal(signum)
+    proc.wait(10)
+    return start_lobby_process(data_dir, port=proc.port)
+
+
+def stop(proc: LobbyProcess) -> None:
+    if proc.process.poll() is None:
+        proc.signal(signal.SIGTERM)
+        proc.wait(10)
+
+
+async def test_queued_messages_survive_kill_9_and_arrive_in_order_once(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    lobby = start_lobby_process(data)
+    try:
+        collector = Collector(lobby.url)
+        async with collector:
+            pass  # registered, then offline: the lobby holds what is sent to it
+        sender = Agent("sender", lobby_url=lobby.url)
+        async with sender:
+            await send_numbers(sender, range(1000))
+            await until(lambda: len(sender._outbound) == 0)  # every message ACCEPTED
+        lobby = restart(lobby, data, signal.SIGKILL)
+        async with collector:
+            await until(lambda: len(collector.seen) >= 1000)
+            await asyncio.sleep(0.3)
+        assert collector.seen == list(range(1000))
+        assert collector.stats.resumes == 1  # the restarted lobby still knew its token
+    finally:
+        stop(lobby)
+
+
+async def test_a_stream_sent_across_kill_9_loses_and_duplicates_nothing(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    lobby = start_lobby_process(data)
+    try:
+        collector = Collector(lobby.url)
+        sender = Agent("sender", lobby_url=lobby.url, reconnect_max_delay=0.3)
+        async with collector, sender:
+            stream = asyncio.create_task(send_numbers(sender, range(300), pause=0.005))
+            await until(lambda: len(collector.seen) >= 100)
+            lobby = restart(lobby, data, signal.SIGKILL)
+            await stream
+            await until(lambda: len(collector.seen) >= 300)
+            await until(lambda: len(sender._outbound) == 0)
+            await asyncio.sleep(0.3)
+        assert sorted(collector.seen) == list(range(300))
+        assert len(collector.seen) == 300
+        assert sender.stats.reconnects == 1
+    finally:
+        stop(lobby)
+
+
+async def test_an_acknowledged_message_is_never_redelivered(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    lobby = start_lobby_process(data)
+    try:
+        collector = Collector(lobby.url)
+        async with collector, Agent("sender", lobby_url=lobby.url) as sender:
+            await send_numbers(sender, range(20))
+            await until(lambda: len(collector.seen) == 20)
+            await asyncio.sleep(0.2)  # the batched ACK goes out
+        lobby = restart(lobby, data, signal.SIGTERM)
+        fresh = Collector(lobby.url)
+        fresh._token = collector._token  # the same agent, restarted with its saved token
+        async with fresh:
+            await asyncio.sleep(0.5)
+        assert fresh.stats.resumes == 1
+        assert fresh.seen == []
+    finally:
+        stop(lobby)
+
+
+async def register_raw(url: str, agent_id: str, **payload: Any) -> tuple[Any, str]:
+    ws = await connect(url)
+    frame = {
+        "sender_id": agent_id,
+        "receiver_id": "global_lobby",
+        "message_type": "REGISTER",
+        "payload": payload,
+    }
+    await ws.send(orjson.dumps(frame).decode())
+    reply = orjson.loads(await ws.recv())
+    return ws, reply["payload"]["auth_token"]
+
+
+async def test_registrations_tokens_and_conversations_survive_a_restart(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    lobby = start_lobby_process(data)
+    try:
+        cap = {"name": "slow", "description": "", "input_schema": {}, "output_schema": {}}
+        responder, responder_token = await register_raw(lobby.url, "responder", capabilities=[cap])
+        requester, requester_token = await register_raw(lobby.url, "requester")
+        request = {
+            "sender_id": "requester",
+            "receiver_id": "responder",
+            "message_type": "REQUEST",
+            "payload": {"capability_name": "slow"},
+            "conversation_id": "conv-1",
+            "auth_token": requester_token,
+        }
+        await requester.send(orjson.dumps(request).decode())
+        delivered = orjson.loads(await asyncio.wait_for(responder.recv(), 5))
+        assert delivered["conversation_id"] == "conv-1"
+        await responder.close()
+        await requester.close()
+
+        lobby = restart(lobby, data, signal.SIGTERM)
+
+        resumed = {
+            "sender_id": "responder",
+            "receiver_id": "global_lobby",
+            "message_type": "REGISTER",
+            "payload": {},
+            "auth_token": responder_token,
+        }
+        async with connect(lobby.url) as responder_ws, connect(lobby.url) as requester_ws:
+            await responder_ws.send(orjson.dumps(resumed).decode())
+            ack = orjson.loads(await responder_ws.recv())
+            assert ack["payload"] == {
+                "status": "success_resumed",
+                "lobby_id": "global_lobby",
+                "auth_token": responder_token,
+            }
+            resumed["sender_id"] = "requester"
+            resumed["auth_token"] = requester_token
+            await requester_ws.send(orjson.dumps(resumed).decode())
+            assert orjson.loads(await requester_ws.recv())["payload"]["status"] == "success_resumed"
+            response = {
+                "sender_id": "responder",
+                "receiver_id": "requester",
+                "message_type": "RESPONSE",
+                "payload": {"status": "success", "answer": 42},
+                "conversation_id": "conv-1",
+                "auth_token": responder_token,
+            }
+            await responder_ws.send(orjson.dumps(response).decode())
+            forwarded = orjson.loads(await asyncio.wait_for(requester_ws.recv(), 5))
+            assert forwarded["payload"] == {"status": "success", "answer": 42}
+            assert "auth_token" not in forwarded
+    finally:
+        stop(lobby)
+    stored = (data / FILE_NAME).read_bytes()
+    for wal in data.glob(f"{FILE_NAME}-*"):
+        stored += wal.read_bytes()
+    assert responder_token.encode() not in stored
+    assert requester_token.encode() not in stored
