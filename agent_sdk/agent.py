@@ -18,6 +18,7 @@ import contextlib
 import enum
 import os
 import signal
+import ssl
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from dataclasses import dataclass
@@ -87,7 +88,8 @@ class Agent:
     `max_concurrency` handlers at once, `backlog` more waiting, `request_timeout` default for
     calls, `reconnect` (False: `run()` returns when the connection drops), `reconnect_max_delay`
     cap of the backoff, `dedupe_window` message ids remembered to drop redeliveries,
-    `max_unconfirmed` messages sent but not yet confirmed by the lobby (sending waits past it).
+    `max_unconfirmed` messages sent but not yet confirmed by the lobby (sending waits past it),
+    `ssl_context` to trust a wss:// lobby's certificate (default: the system's).
     """
 
     agent_id: str = ""
@@ -105,6 +107,7 @@ class Agent:
         connect_timeout: float = 30.0,
         dedupe_window: int = 10_000,
         max_unconfirmed: int = 1000,
+        ssl_context: ssl.SSLContext | None = None,
     ) -> None:
         self.agent_id = agent_id or type(self).agent_id
         if not self.agent_id:
@@ -114,6 +117,7 @@ class Agent:
         self.reconnect = reconnect
         self.reconnect_max_delay = reconnect_max_delay
         self.connect_timeout = connect_timeout
+        self.ssl_context = ssl_context
         self.status = Status.IDLE
         self.stats = AgentStats()
         self.capabilities: dict[str, CapabilitySpec] = collect_capabilities(type(self))
@@ -364,6 +368,7 @@ class Agent:
             token=lambda: self._token,
             max_delay=self.reconnect_max_delay,
             open_timeout=min(self.connect_timeout, 10.0),
+            ssl_context=self.ssl_context,
         )
         async with contextlib.aclosing(links):
             await self._serve_links(links)

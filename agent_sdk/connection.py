@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator
 from dataclasses import dataclass
 from functools import partial
@@ -23,7 +24,7 @@ from websockets.exceptions import ConnectionClosed
 from agent_sdk.errors import RegistrationError
 from protocol.codec import decode, encode
 from protocol.errors import DecodeError
-from protocol.models import LOBBY_ID, Message, MessageType, RegisterStatus
+from protocol.models import LOBBY_ID, ErrorCode, Message, MessageType, RegisterStatus
 
 log = structlog.get_logger("agent_sdk")
 
@@ -36,6 +37,10 @@ class Registration:
     token: str
     resumed: bool
     """True when the lobby still knew this agent and re-attached it (same token)."""
+
+
+class _RetryLater(Exception):
+    """The lobby refused REGISTER for now (e.g. `rate_limited`): back off and try again."""
 
 
 class Link:
@@ -85,6 +90,7 @@ async def registered_links(
     token: Callable[[], str | None],
     max_delay: float = 10.0,
     open_timeout: float = 10.0,
+    ssl_context: ssl.SSLContext | None = None,
 ) -> AsyncGenerator[tuple[Link, Registration]]:
     """Connect, register (or resume with `token()`), yield; reconnect when iterated again.
 
@@ -102,6 +108,7 @@ async def registered_links(
                 open_timeout=open_timeout,
                 reconnect_delays=delays,
                 process_exception=_retryable,
+                ssl=ssl_context,
             )
         ),
     )
@@ -112,7 +119,7 @@ async def registered_links(
                 registration = await _register(
                     ws, agent_id, register_payload(), token(), open_timeout
                 )
-            except (ConnectionClosed, TimeoutError, OSError) as exc:
+            except (ConnectionClosed, TimeoutError, OSError, _RetryLater) as exc:
                 # Connected but dropped during REGISTER (e.g. the lobby is shutting down): back
                 # off here too, since the connect iterator only backs off when connecting fails.
                 log.info("REGISTER_INTERRUPTED", agent_id=agent_id, error=repr(exc))
@@ -144,4 +151,7 @@ async def _register(
             raise RegistrationError("malformed", "REGISTER_ACK carried no auth_token")
         return Registration(new_token, resumed=status == RegisterStatus.RESUMED)
     code = str(reply.payload.get("code", "error"))
-    raise RegistrationError(code, str(reply.payload.get("error", "REGISTER was refused")))
+    message = str(reply.payload.get("error", "REGISTER was refused"))
+    if code == ErrorCode.RATE_LIMITED:
+        raise _RetryLater(message)
+    raise RegistrationError(code, message)

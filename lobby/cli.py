@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import signal
 import sys
 from collections.abc import Callable, Coroutine, Sequence
@@ -35,11 +36,28 @@ _HELP = {
     "max_message_bytes": "largest accepted frame; larger ones close the connection with 1009",
     "max_outbound_bytes": "bytes queued for one slow receiver before it is closed with 4002",
     "mailbox_limit": "messages held for one offline agent before senders get mailbox_full",
+    "message_rate": "messages per second one agent may send (0: no limit)",
+    "message_burst": "messages one agent may send at once",
+    "max_capabilities": "capabilities one agent may declare",
+    "max_connections": "connections at once (more get HTTP 503)",
+    "handshake_timeout": "seconds a connection has to REGISTER (then closed with 1008)",
+    "registration_rate": "REGISTER attempts per second per source address (0: no limit)",
+    "registration_burst": "REGISTER attempts at once per source address",
+    "registration_key": "secret REGISTER payloads must carry as registration_key",
+    "tls_cert": "PEM certificate file: serve wss:// (with --tls-key)",
+    "tls_key": "PEM private key file for --tls-cert",
     "ping_interval": "seconds between keepalive pings",
     "ping_timeout": "seconds to wait for a pong before dropping the connection",
     "shutdown_timeout": "seconds to close every connection on SIGINT/SIGTERM",
     "log_format": "json (one object a line) or console",
     "log_level": "debug, info, warning or error",
+}
+
+
+_OPTIONAL: dict[str, Callable[[str], Any]] = {
+    "registration_key": str,
+    "tls_cert": Path,
+    "tls_key": Path,
 }
 
 
@@ -61,8 +79,11 @@ def build_parser() -> argparse.ArgumentParser:
     for f in fields(Settings):
         default = getattr(defaults, f.name)
         convert: Callable[[str], Any] = _flag if isinstance(default, bool) else type(default)
+        if default is None:
+            convert = _OPTIONAL[f.name]
         option = "--" + f.name.replace("_", "-")
-        kwargs: dict[str, Any] = {"help": _HELP[f.name] + " (%(default)s)"}
+        shown = " (%(default)s)" if f.name != "registration_key" else ""
+        kwargs: dict[str, Any] = {"help": _HELP[f.name] + shown}
         if isinstance(default, bool):
             kwargs["action"] = argparse.BooleanOptionalAction
         else:
@@ -105,11 +126,19 @@ def schema_file_bytes(schema: dict[str, Any]) -> bytes:
 
 
 async def _serve(settings: Settings) -> None:
+    _raise_open_files_limit()
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     await LobbyServer(settings).serve_until(stop)
+
+
+def _raise_open_files_limit() -> None:
+    """Each agent is a socket: allow as many as the hard limit permits."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
 
 
 def _run(main: Coroutine[Any, Any, None]) -> None:

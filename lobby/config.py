@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Literal
 
 from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON, DEFAULT_DEDUPE_MAX
+from lobby.core.limits import Limits
 from lobby.core.router import DEFAULT_MAILBOX_LIMIT
 
 LogFormat = Literal["json", "console"]
@@ -36,8 +37,34 @@ class Settings:
     """At most this many message ids are remembered (the oldest are forgotten first)."""
     compact_interval: float = 10.0
     """Seconds between store checkpoints that forget acknowledged messages."""
+    message_rate: float = 10_000.0
+    """Messages per second one agent may send (0: no limit); excess gets rate_limited."""
+    message_burst: float = 20_000.0
+    max_capabilities: int = 1_000
+    max_connections: int = 20_000
+    """Connections at once; more are refused with HTTP 503 during the handshake."""
+    handshake_timeout: float = 10.0
+    """Seconds a new connection has to REGISTER before it is closed with 1008."""
+    registration_rate: float = 20.0
+    """REGISTER attempts per second from one source address (0: no limit)."""
+    registration_burst: float = 100.0
+    registration_key: str | None = None
+    """When set, REGISTER payloads must carry it as `registration_key`."""
+    tls_cert: Path | None = None
+    """PEM certificate (chain): with `tls_key`, agents connect with wss://."""
+    tls_key: Path | None = None
     ping_interval: float = 20.0
     ping_timeout: float = 20.0
     shutdown_timeout: float = 2.0
     log_format: LogFormat = "json"
     log_level: str = "info"
+
+    def limits(self) -> Limits:
+        return Limits(
+            message_rate=self.message_rate,
+            message_burst=self.message_burst,
+            max_capabilities=self.max_capabilities,
+            registration_rate=self.registration_rate,
+            registration_burst=self.registration_burst,
+            registration_key=self.registration_key,
+        )

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ssl
 import time
 from collections.abc import Iterable
 from http import HTTPStatus
@@ -47,6 +48,7 @@ class LobbyServer:
     ) -> None:
         self.settings = settings
         self.router = router or Router(
+            limits=settings.limits(),
             mailbox_limit=settings.mailbox_limit,
             dedupe_horizon=settings.dedupe_horizon,
             dedupe_max=settings.dedupe_max,
@@ -67,7 +69,8 @@ class LobbyServer:
 
     @property
     def url(self) -> str:
-        return f"ws://{self.settings.host}:{self.port}/"
+        scheme = "wss" if self.settings.tls_cert else "ws"
+        return f"{scheme}://{self.settings.host}:{self.port}/"
 
     async def start(self) -> None:
         s = self.settings
@@ -82,6 +85,7 @@ class LobbyServer:
             ping_timeout=s.ping_timeout,
             process_request=self._process_request,
             server_header=None,
+            ssl=_tls_context(s),
         )
         self._started = time.monotonic()
         self._compactor = asyncio.create_task(self._compact_periodically())
@@ -121,8 +125,12 @@ class LobbyServer:
     async def _handle_connection(self, ws: ServerConnection) -> None:
         router = self.router
         committer = self.committer
-        session = router.open(remote=_remote(ws), link=ws)
+        address = ws.remote_address
+        session = router.open(remote=_remote(ws), link=ws, host=address[0] if address else "")
         self._connections += 1
+        deadline = asyncio.get_running_loop().call_later(
+            self.settings.handshake_timeout, self._registration_deadline, session
+        )
         try:
             async for frame in ws:
                 try:
@@ -137,18 +145,20 @@ class LobbyServer:
         except ConnectionClosed:
             pass
         finally:
+            deadline.cancel()
             self._connections -= 1
             self._execute(router.close(session))
 
     def _execute(self, actions: Iterable[Action]) -> None:
         for action in actions:
-            ws: ServerConnection = action.session.link  # type: ignore[assignment]
             if isinstance(action, Send):
-                self._send(ws, action.frame)
+                self._send(action.session, action.frame)
             else:
+                ws: ServerConnection = action.session.link  # type: ignore[assignment]
                 self._close(ws, action.code, action.reason)
 
-    def _send(self, ws: ServerConnection, frame: bytes) -> None:
+    def _send(self, session: Session, frame: bytes) -> None:
+        ws: ServerConnection = session.link  # type: ignore[assignment]
         protocol = ws.protocol
         if protocol.state is not _OPEN:
             return
@@ -159,8 +169,16 @@ class LobbyServer:
             log.debug("SEND_FAILED", exc_info=True)
             return
         if ws.transport.get_write_buffer_size() > self.settings.max_outbound_bytes:
+            # Detach at once so nothing more is written to it: an acknowledging agent finds
+            # its unacknowledged messages in its mailbox when it resumes.
             log.warning("CONNECTION_TOO_SLOW", remote=_remote(ws))
+            self._execute(self.router.close(session))
             self._close(ws, CloseCode.TOO_SLOW, "too slow: outbound queue overflowed")
+
+    def _registration_deadline(self, session: Session) -> None:
+        if session.agent is None:
+            ws: ServerConnection = session.link  # type: ignore[assignment]
+            self._close(ws, CloseCode.POLICY_VIOLATION, "no REGISTER in time")
 
     def _close(self, ws: ServerConnection, code: int, reason: str) -> None:
         if ws.protocol.state is not _OPEN:
@@ -183,7 +201,7 @@ class LobbyServer:
                     {"message_id": message_id},
                 )
             )
-            self._send(session.link, frame)  # type: ignore[arg-type]
+            self._send(session, frame)
 
     async def _compact_periodically(self) -> None:
         while True:
@@ -199,6 +217,12 @@ class LobbyServer:
         path = request.path.split("?", 1)[0]
         if path == "/healthz":
             return self._json(connection, HTTPStatus.OK, self.health())
+        if self._connections >= self.settings.max_connections:
+            return self._json(
+                connection,
+                HTTPStatus.SERVICE_UNAVAILABLE,
+                {"error": f"the lobby is full ({self.settings.max_connections} connections)"},
+            )
         if path != "/":
             return self._json(
                 connection,
@@ -224,6 +248,14 @@ class LobbyServer:
         del response.headers["Content-Type"]  # Headers is a multidict: replace, not add
         response.headers["Content-Type"] = "application/json"
         return response
+
+
+def _tls_context(settings: Settings) -> ssl.SSLContext | None:
+    if settings.tls_cert is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(settings.tls_cert, settings.tls_key)
+    return context
 
 
 def _remote(ws: ServerConnection) -> str:

@@ -59,12 +59,15 @@ class ErrorCode(StrEnum):
     MAILBOX_FULL = "mailbox_full"
     RATE_LIMITED = "rate_limited"
     INTERNAL = "internal"
+    LIMIT_EXCEEDED = "limit_exceeded"
 
 
 class CloseCode:
     """WebSocket close codes the lobby uses (PROTOCOL.md, "Close codes")."""
 
     GOING_AWAY: Final = 1001
+    POLICY_VIOLATION: Final = 1008
+    """No REGISTER within the handshake timeout."""
     MESSAGE_TOO_BIG: Final = 1009
     REPLACED: Final = 4001
     TOO_SLOW: Final = 4002
@@ -142,6 +145,9 @@ class RegisterPayload(_Payload):
     """REGISTER. Absent `capabilities` on a resume keeps the agent's current ones."""
 
     capabilities: list[Capability] | None = None
+    registration_key: str | None = Field(
+        default=None, description="Required when the lobby runs with --registration-key."
+    )
     acks: bool = Field(
         default=False,
         description="This agent acknowledges what it receives with ACK and wants ACCEPTED "

@@ -11,6 +11,7 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from lobby.core.limits import TokenBucket
 from protocol.models import Capability
 
 if TYPE_CHECKING:
@@ -51,6 +52,8 @@ class AgentRecord:
     delivered_seq: int = 0
     """The `seq` of the last message written to one of its connections."""
     acked_seq: int = 0
+    bucket: TokenBucket | None = None
+    """Its message rate limit, made on first use."""
 
 
 class Registry:

@@ -29,6 +29,7 @@ from lobby.core.delivery import (
     Delivery,
     MailboxFull,
 )
+from lobby.core.limits import Limits, TokenBucket
 from lobby.core.registry import AgentRecord, Registry
 from lobby.core.session import Action, Close, Send, Session
 from lobby.store.base import AgentRemoved, AgentSaved, Compaction, Effect, Snapshot
@@ -90,9 +91,13 @@ class Router:
         mailbox_limit: int = DEFAULT_MAILBOX_LIMIT,
         dedupe_horizon: float = DEFAULT_DEDUPE_HORIZON,
         dedupe_max: int = DEFAULT_DEDUPE_MAX,
+        limits: Limits | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.registry = Registry()
+        self.limits = limits or Limits()
+        self._registrations: dict[str, TokenBucket] = {}
+        """REGISTER attempts per source address."""
         self.conversations: dict[ConversationKey, int] = {}
         """Open REQUESTs: how many final RESPONSEs each key still expects."""
         # Lobby-assigned message ids: unique per process start, cheap to make.
@@ -134,6 +139,8 @@ class Router:
         now = self.clock()
         delivery = self.delivery
         delivery.forget_old(now)
+        for host in [h for h, b in self._registrations.items() if b.is_full(now)]:
+            del self._registrations[host]
         return Compaction(
             conversations=dict(self.conversations),
             upto_row=delivery.last_row,
@@ -143,8 +150,8 @@ class Router:
 
     # -- connection lifecycle -------------------------------------------------------------
 
-    def open(self, remote: str = "", link: object = None) -> Session:
-        return Session(remote, link)
+    def open(self, remote: str = "", link: object = None, host: str = "") -> Session:
+        return Session(remote, link, host)
 
     def close(self, session: Session) -> list[Action]:
         """The connection of `session` is gone: its agent (if any) goes offline."""
@@ -186,6 +193,15 @@ class Router:
             or not hmac.compare_digest(hash_token(token), agent.token_hash)
         ):
             return self._auth_failed(session, agent, msg)
+        bucket = agent.bucket
+        if bucket is not None and not bucket.take(self.clock()):
+            return self._error(
+                session,
+                msg,
+                ErrorCode.RATE_LIMITED,
+                f"agent {agent.agent_id!r} sends more than {self.limits.message_rate:g} "
+                "messages a second; this one was not routed",
+            )
         try:
             mtype = msg.message_type
             if mtype is MessageType.REQUEST:
@@ -236,7 +252,10 @@ class Router:
                 f"[A-Za-z0-9._:@-] and not {LOBBY_ID!r}",
             )
         _require_lobby_receiver(msg)
+        self._check_registration_rate(session)
         payload = _validate(RegisterPayload, msg)
+        self._check_registration_key(payload.registration_key)
+        self._check_capability_count(payload.capabilities)
         record = self.registry.get(agent_id)
         token = msg.auth_token
         if record is not None:
@@ -249,6 +268,7 @@ class Router:
             return self._resume(session, record, token, payload)
         token = str(uuid.uuid4())
         record = AgentRecord(agent_id, hash_token(token), acks=payload.acks)
+        record.bucket = self._message_bucket()
         self.registry.add(record)
         self.registry.set_capabilities(record, payload.capabilities or [])
         record.session = session
@@ -275,6 +295,7 @@ class Router:
             self.registry.set_capabilities(record, payload.capabilities)
         changed = payload.capabilities is not None or payload.acks != record.acks
         record.acks = payload.acks
+        record.bucket = record.bucket or self._message_bucket()
         record.session = session
         session.agent = record
         if changed:
@@ -294,6 +315,47 @@ class Router:
         self.delivery.journal.append(
             AgentSaved(record.agent_id, record.token_hash, capabilities, record.acks)
         )
+
+    def _check_registration_rate(self, session: Session) -> None:
+        limits = self.limits
+        if not limits.registration_rate:
+            return
+        now = self.clock()
+        bucket = self._registrations.get(session.host)
+        if bucket is None:
+            bucket = TokenBucket(limits.registration_rate, limits.registration_burst, now)
+            self._registrations[session.host] = bucket
+        if not bucket.take(now):
+            log.warning("REGISTRATION_RATE_LIMITED", host=session.host)
+            raise Refusal(
+                ErrorCode.RATE_LIMITED,
+                f"too many REGISTER attempts from {session.host or 'this address'}; "
+                "wait and try again",
+            )
+
+    def _check_registration_key(self, presented: str | None) -> None:
+        expected = self.limits.registration_key
+        if expected is None:
+            return
+        if presented is None or not hmac.compare_digest(presented.encode(), expected.encode()):
+            raise Refusal(
+                ErrorCode.AUTH_FAILED,
+                "this lobby requires a valid 'registration_key' in the REGISTER payload",
+            )
+
+    def _check_capability_count(self, capabilities: list[Capability] | None) -> None:
+        limit = self.limits.max_capabilities
+        if capabilities is not None and len(capabilities) > limit:
+            raise Refusal(
+                ErrorCode.LIMIT_EXCEEDED,
+                f"{len(capabilities)} capabilities declared; at most {limit} are allowed",
+            )
+
+    def _message_bucket(self) -> TokenBucket | None:
+        limits = self.limits
+        if not limits.message_rate:
+            return None
+        return TokenBucket(limits.message_rate, limits.message_burst, self.clock())
 
     def _register_ack(
         self, session: Session, agent_id: str, status: RegisterStatus, token: str
@@ -340,6 +402,7 @@ class Router:
         self, session: Session, agent: AgentRecord, msg: Message
     ) -> list[Action]:
         update = _validate(UpdateCapabilitiesPayload, msg)
+        self._check_capability_count(update.capabilities)
         self.registry.set_capabilities(agent, update.capabilities)
         self._save(agent)
         log.info(

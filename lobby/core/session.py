@@ -20,11 +20,13 @@ class Session:
     touches it.
     """
 
-    __slots__ = ("agent", "id", "link", "remote")
+    __slots__ = ("agent", "host", "id", "link", "remote")
 
-    def __init__(self, remote: str = "", link: object = None) -> None:
+    def __init__(self, remote: str = "", link: object = None, host: str = "") -> None:
         self.id = next(_session_ids)
         self.remote = remote
+        self.host = host
+        """The peer's address without the port: registration attempts are counted by it."""
         self.link = link
         self.agent: AgentRecord | None = None
 

@@ -1,0 +1,46 @@
+"""Limits against abuse, as plain state: token buckets and the configured bounds."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, kw_only=True, slots=True)
+class Limits:
+    """What one agent or one address may do. A rate of 0 turns that limit off."""
+
+    message_rate: float = 10_000.0
+    """Messages per second one agent may send (sustained); excess gets `rate_limited`."""
+    message_burst: float = 20_000.0
+    """Messages one agent may send at once before the rate applies."""
+    max_capabilities: int = 1_000
+    """Capabilities one agent may declare; more gets `limit_exceeded`."""
+    registration_rate: float = 20.0
+    """REGISTER attempts per second from one source address; excess gets `rate_limited`."""
+    registration_burst: float = 100.0
+    registration_key: str | None = None
+    """When set, REGISTER must carry this `registration_key` in its payload."""
+
+
+class TokenBucket:
+    """`rate` tokens a second, at most `burst` saved; `take()` spends one if there is one."""
+
+    __slots__ = ("burst", "last", "rate", "tokens")
+
+    def __init__(self, rate: float, burst: float, now: float) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.tokens = burst
+        self.last = now
+
+    def take(self, now: float) -> bool:
+        tokens = self.tokens + (now - self.last) * self.rate
+        self.last = now
+        if tokens >= 1.0:
+            self.tokens = min(tokens, self.burst) - 1.0
+            return True
+        self.tokens = tokens
+        return False
+
+    def is_full(self, now: float) -> bool:
+        return self.tokens + (now - self.last) * self.rate >= self.burst

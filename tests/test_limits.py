@@ -1,0 +1,191 @@
+"""Limits against abuse and backpressure, each answered as PROTOCOL.md documents."""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import trustme
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
+
+from agent_sdk import Agent
+from lobby.server import LobbyServer
+from tests.conftest import make_lobby
+
+
+@asynccontextmanager
+async def running(data_dir: Path, **overrides: Any) -> AsyncIterator[LobbyServer]:
+    server = make_lobby(data_dir, **overrides)
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+def frame(sender: str, message_type: str, payload: dict[str, Any], **extra: Any) -> str:
+    body = {
+        "sender_id": sender,
+        "receiver_id": extra.pop("receiver_id", "global_lobby"),
+        "message_type": message_type,
+        "payload": payload,
+        **extra,
+    }
+    return orjson.dumps(body).decode()
+
+
+async def reply(ws: ClientConnection) -> dict[str, Any]:
+    message: dict[str, Any] = orjson.loads(await asyncio.wait_for(ws.recv(), 5))
+    return message
+
+
+async def register(ws: ClientConnection, agent_id: str, **payload: Any) -> dict[str, Any]:
+    await ws.send(frame(agent_id, "REGISTER", payload))
+    return await reply(ws)
+
+
+def capability(name: str) -> dict[str, Any]:
+    return {"name": name, "description": "", "input_schema": {}, "output_schema": {}}
+
+
+async def test_message_rate_is_limited_per_agent(tmp_path: Path) -> None:
+    async with running(tmp_path, message_rate=1, message_burst=3) as lobby:
+        async with connect(lobby.url) as ws, connect(lobby.url) as other:
+            token = (await register(ws, "chatty"))["payload"]["auth_token"]
+            other_token = (await register(other, "quiet"))["payload"]["auth_token"]
+            for _ in range(5):
+                await ws.send(frame("chatty", "DISCOVER_SERVICES", {}, auth_token=token))
+            replies = [await reply(ws) for _ in range(5)]
+            kinds = [r["message_type"] for r in replies]
+            assert kinds[:3] == ["SERVICES_AVAILABLE"] * 3
+            assert kinds[3:] == ["ERROR", "ERROR"]
+            assert replies[3]["payload"]["code"] == "rate_limited"
+            # Another agent has its own allowance.
+            await other.send(frame("quiet", "DISCOVER_SERVICES", {}, auth_token=other_token))
+            assert (await reply(other))["message_type"] == "SERVICES_AVAILABLE"
+
+
+async def test_capabilities_per_agent_are_limited(tmp_path: Path) -> None:
+    async with running(tmp_path, max_capabilities=2) as lobby, connect(lobby.url) as ws:
+        caps = [capability(f"c{i}") for i in range(3)]
+        refused = await register(ws, "greedy", capabilities=caps)
+        assert refused["payload"]["code"] == "limit_exceeded"
+        token = (await register(ws, "greedy", capabilities=caps[:2]))["payload"]["auth_token"]
+        await ws.send(
+            frame("greedy", "UPDATE_CAPABILITIES", {"capabilities": caps}, auth_token=token)
+        )
+        assert (await reply(ws))["payload"]["code"] == "limit_exceeded"
+        assert sorted(lobby.router.registry.agents["greedy"].capabilities) == ["c0", "c1"]
+
+
+async def test_connections_are_limited(tmp_path: Path) -> None:
+    async with (
+        running(tmp_path, max_connections=2) as lobby,
+        connect(lobby.url),
+        connect(lobby.url),
+    ):
+        with pytest.raises(InvalidStatus) as refused:
+            await connect(lobby.url)
+        assert refused.value.response.status_code == 503
+
+
+async def test_a_connection_that_does_not_register_is_closed(tmp_path: Path) -> None:
+    async with running(tmp_path, handshake_timeout=0.2) as lobby, connect(lobby.url) as ws:
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), 5)
+        assert ws.close_code == 1008
+
+
+async def test_registration_attempts_per_address_are_limited(tmp_path: Path) -> None:
+    async with running(tmp_path, registration_rate=0.01, registration_burst=2) as lobby:
+        outcomes = []
+        for i in range(3):
+            async with connect(lobby.url) as ws:
+                outcomes.append((await register(ws, f"agent{i}"))["message_type"])
+        assert outcomes == ["REGISTER_ACK", "REGISTER_ACK", "ERROR"]
+        assert "agent2" not in lobby.router.registry.agents
+
+
+async def test_registration_key(tmp_path: Path) -> None:
+    async with (
+        running(tmp_path, registration_key="s3cret") as lobby,
+        connect(lobby.url) as ws,
+    ):
+        assert (await register(ws, "a"))["payload"]["code"] == "auth_failed"
+        wrong = await register(ws, "a", registration_key="nope")
+        assert wrong["payload"]["code"] == "auth_failed"
+        assert "nope" not in wrong["payload"]["error"]
+        ok = await register(ws, "a", registration_key="s3cret")
+        assert ok["payload"]["status"] == "success_registered_finalized"
+
+
+async def test_tls(tmp_path: Path) -> None:
+    authority = trustme.CA()
+    cert = authority.issue_cert("127.0.0.1")
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert.private_key_and_cert_chain_pem.write_to_path(cert_path)
+    cert.private_key_pem.write_to_path(key_path)
+    client_context = ssl.create_default_context()
+    authority.configure_trust(client_context)
+    async with running(tmp_path / "data", tls_cert=cert_path, tls_key=key_path) as lobby:
+        assert lobby.url.startswith("wss://")
+        async with Agent("secure", lobby_url=lobby.url, ssl_context=client_context) as agent:
+            assert await agent.discover() == []
+        with pytest.raises(InvalidHandshake):  # plain ws:// to a TLS port
+            async with connect(lobby.url.replace("wss://", "ws://"), open_timeout=2) as plain:
+                await plain.recv()
+
+
+async def test_a_stalled_receiver_is_dropped_and_loses_nothing(tmp_path: Path) -> None:
+    big = "x" * 60_000
+    async with (
+        running(tmp_path, max_outbound_bytes=200_000, max_message_bytes=1_000_000) as lobby,
+        connect(lobby.url, max_queue=1) as stalled,
+        connect(lobby.url) as sender,
+        connect(lobby.url) as bystander,
+    ):
+        caps = [capability("sink")]
+        stalled_token = (await register(stalled, "stalled", capabilities=caps, acks=True))[
+            "payload"
+        ]["auth_token"]
+        sender_token = (await register(sender, "sender"))["payload"]["auth_token"]
+        bystander_token = (await register(bystander, "bystander"))["payload"]["auth_token"]
+        sent = 0
+        while lobby.router.registry.agents["stalled"].session is not None and sent < 2000:
+            await sender.send(
+                frame(
+                    "sender",
+                    "REQUEST",
+                    {"capability_name": "sink", "n": sent, "blob": big},
+                    receiver_id="stalled",
+                    conversation_id=f"c{sent}",
+                    auth_token=sender_token,
+                )
+            )
+            sent += 1
+            if sent % 20 == 0:
+                await asyncio.sleep(0.01)
+        assert lobby.router.registry.agents["stalled"].session is None, "never dropped"
+        # Senders and other agents are unaffected.
+        await bystander.send(
+            frame("bystander", "DISCOVER_SERVICES", {}, auth_token=bystander_token)
+        )
+        assert (await reply(bystander))["message_type"] == "SERVICES_AVAILABLE"
+        # The stalled agent resumes and gets every message, in order.
+        async with connect(lobby.url, max_size=None) as again:
+            await again.send(frame("stalled", "REGISTER", {"acks": True}, auth_token=stalled_token))
+            assert (await reply(again))["payload"]["status"] == "success_resumed"
+            numbers = [(await reply(again))["payload"]["n"] for _ in range(sent)]
+        assert numbers == list(range(sent))
+        # Reading again, the stalled connection finds the lobby's close frame behind its data.
+        with pytest.raises(ConnectionClosed):
+            while True:
+                await asyncio.wait_for(stalled.recv(), 5)
+        assert stalled.close_code == 4002
