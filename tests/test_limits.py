@@ -56,20 +56,23 @@ def capability(name: str) -> dict[str, Any]:
 
 
 async def test_message_rate_is_limited_per_agent(tmp_path: Path) -> None:
-    async with running(tmp_path, message_rate=1, message_burst=3) as lobby:
-        async with connect(lobby.url) as ws, connect(lobby.url) as other:
-            token = (await register(ws, "chatty"))["payload"]["auth_token"]
-            other_token = (await register(other, "quiet"))["payload"]["auth_token"]
-            for _ in range(5):
-                await ws.send(frame("chatty", "DISCOVER_SERVICES", {}, auth_token=token))
-            replies = [await reply(ws) for _ in range(5)]
-            kinds = [r["message_type"] for r in replies]
-            assert kinds[:3] == ["SERVICES_AVAILABLE"] * 3
-            assert kinds[3:] == ["ERROR", "ERROR"]
-            assert replies[3]["payload"]["code"] == "rate_limited"
-            # Another agent has its own allowance.
-            await other.send(frame("quiet", "DISCOVER_SERVICES", {}, auth_token=other_token))
-            assert (await reply(other))["message_type"] == "SERVICES_AVAILABLE"
+    async with (
+        running(tmp_path, message_rate=1, message_burst=3) as lobby,
+        connect(lobby.url) as ws,
+        connect(lobby.url) as other,
+    ):
+        token = (await register(ws, "chatty"))["payload"]["auth_token"]
+        other_token = (await register(other, "quiet"))["payload"]["auth_token"]
+        for _ in range(5):
+            await ws.send(frame("chatty", "DISCOVER_SERVICES", {}, auth_token=token))
+        replies = [await reply(ws) for _ in range(5)]
+        kinds = [r["message_type"] for r in replies]
+        assert kinds[:3] == ["SERVICES_AVAILABLE"] * 3
+        assert kinds[3:] == ["ERROR", "ERROR"]
+        assert replies[3]["payload"]["code"] == "rate_limited"
+        # Another agent has its own allowance.
+        await other.send(frame("quiet", "DISCOVER_SERVICES", {}, auth_token=other_token))
+        assert (await reply(other))["message_type"] == "SERVICES_AVAILABLE"
 
 
 async def test_capabilities_per_agent_are_limited(tmp_path: Path) -> None:
@@ -186,6 +189,10 @@ async def test_a_stalled_receiver_is_dropped_and_loses_nothing(tmp_path: Path) -
         assert numbers == list(range(sent))
         # Reading again, the stalled connection finds the lobby's close frame behind its data.
         with pytest.raises(ConnectionClosed):
-            while True:
-                await asyncio.wait_for(stalled.recv(), 5)
+            await drain(stalled)
         assert stalled.close_code == 4002
+
+
+async def drain(ws: ClientConnection) -> None:
+    while True:
+        await asyncio.wait_for(ws.recv(), 5)
