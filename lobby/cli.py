@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import resource
 import signal
@@ -19,6 +20,7 @@ from typing import Any
 
 import orjson
 
+from lobby import admin
 from lobby.config import Settings
 from lobby.logs import configure
 from lobby.server import LobbyServer
@@ -96,6 +98,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     schema = commands.add_parser("schema", help="print the JSON Schema of every message")
     schema.add_argument("--write", type=Path, metavar="DIR", help="write one file a message")
+
+    data_dir = _env_default("data_dir", defaults.data_dir, Path)
+    for name, help_text in (
+        ("agents", "list registered agents, from the store"),
+        ("mailbox", "list the messages held for one agent, from the store"),
+    ):
+        admin = commands.add_parser(name, help=help_text)
+        if name == "mailbox":
+            admin.add_argument("agent_id")
+        admin.add_argument("--data-dir", type=Path, default=data_dir, help="(%(default)s)")
+        admin.add_argument("--json", action="store_true", help="print JSON")
     return parser
 
 
@@ -103,9 +116,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "schema":
         return _schema(args.write)
+    if args.command in ("agents", "mailbox"):
+        return _admin(args)
     settings = Settings(**{f.name: getattr(args, f.name) for f in fields(Settings)})
     configure(log_format=settings.log_format, level=settings.log_level)
     _run(_serve(settings))
+    return 0
+
+
+def _admin(args: argparse.Namespace) -> int:
+    try:
+        db = admin.open_readonly(args.data_dir)
+    except admin.StoreNotFound as exc:
+        sys.stderr.write(f"lobby: {exc}\n")
+        return 1
+    with contextlib.closing(db):
+        rows = admin.agents(db) if args.command == "agents" else admin.mailbox(db, args.agent_id)
+    sys.stdout.write(admin.render(rows, as_json=args.json) + "\n")
     return 0
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable
 from pathlib import Path
@@ -197,3 +199,45 @@ async def test_registrations_tokens_and_conversations_survive_a_restart(tmp_path
         stored += wal.read_bytes()
     assert responder_token.encode() not in stored
     assert requester_token.encode() not in stored
+
+
+async def test_admin_commands_read_the_store(tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    lobby = start_lobby_process(data)
+    try:
+        collector = Collector(lobby.url)
+        async with collector:
+            pass
+        async with Agent("sender", lobby_url=lobby.url) as sender:
+            await send_numbers(sender, range(3))
+            await until(lambda: len(sender._outbound) == 0)
+        agents = orjson.loads(admin_command("agents", "--data-dir", str(data), "--json"))
+        by_id = {a["agent_id"]: a for a in agents}
+        assert by_id["collector"] == {
+            "agent_id": "collector",
+            "capabilities": ["collect"],
+            "acks": True,
+            "held_messages": 3,
+        }
+        held = orjson.loads(
+            admin_command("mailbox", "collector", "--data-dir", str(data), "--json")
+        )
+        assert [m["seq"] for m in held] == [1, 2, 3]
+        assert {m["sender_id"] for m in held} == {"sender"}
+        assert {m["message_type"] for m in held} == {"REQUEST"}
+        table = admin_command("agents", "--data-dir", str(data))
+        assert "collector" in table
+        assert "held_messages" in table
+    finally:
+        stop(lobby)
+
+
+def admin_command(*args: str) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "lobby", *args],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=30,
+    )
+    return done.stdout
