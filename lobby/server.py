@@ -49,6 +49,7 @@ class LobbyServer:
         self.settings = settings
         self.router = router or Router(
             limits=settings.limits(),
+            trace=settings.log_level.lower() == "debug",
             mailbox_limit=settings.mailbox_limit,
             dedupe_horizon=settings.dedupe_horizon,
             dedupe_max=settings.dedupe_max,

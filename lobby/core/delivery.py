@@ -54,6 +54,8 @@ class Delivery:
         """Records not yet handed to the store; the I/O layer takes them (`take_journal`)."""
         self.accepted: dict[Session, str] = {}
         """Per acknowledging sender, the last message_id accepted since the last commit."""
+        self.delivered: dict[str, int] = {}
+        """Latest seq written to each non-acknowledging agent since the last commit."""
         self.seen: dict[tuple[str, str], float] = {}
         """(sender, sender's message_id) -> when, oldest first: the dedupe window."""
         self.last_row = 0
@@ -126,7 +128,9 @@ class Delivery:
             return []
         target.delivered_seq = seq
         if not target.acks:
-            self.journal.append(Acked(target.agent_id, seq))
+            # Written to its connection = delivered, for an agent that does not acknowledge.
+            # Coalesced: one Acked record per agent per commit, not one per message.
+            self.delivered[target.agent_id] = seq
         return [Send(session, frame)]
 
     def acknowledge(self, agent: AgentRecord, up_to: int) -> None:
@@ -159,6 +163,9 @@ class Delivery:
     def take_journal(self) -> tuple[list[Record], dict[Session, str]]:
         """Hand the pending records and confirmations to the I/O layer (one group commit)."""
         journal, accepted = self.journal, self.accepted
+        if self.delivered:
+            journal.extend(Acked(agent_id, seq) for agent_id, seq in self.delivered.items())
+            self.delivered = {}
         self.journal, self.accepted = [], {}
         return journal, accepted
 

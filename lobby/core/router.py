@@ -93,8 +93,12 @@ class Router:
         dedupe_max: int = DEFAULT_DEDUPE_MAX,
         limits: Limits | None = None,
         clock: Callable[[], float] = time.time,
+        trace: bool = False,
     ) -> None:
         self.registry = Registry()
+        self.trace = trace
+        """Log every routed message at DEBUG. Off, a message costs no logging call at all
+        (even a filtered-out structlog call costs about a microsecond)."""
         self.limits = limits or Limits()
         self._registrations: dict[str, TokenBucket] = {}
         """REGISTER attempts per source address."""
@@ -461,13 +465,14 @@ class Router:
         actions = self._deliver(target, msg, session, Effect.OPENS, now)
         key = (agent.agent_id, target.agent_id, conversation_id)
         self.conversations[key] = self.conversations.get(key, 0) + 1
-        log.debug(
-            "REQUEST_AUTHORIZED",
-            requester=agent.agent_id,
-            responder=target.agent_id,
-            capability=name,
-            conversation_id=conversation_id,
-        )
+        if self.trace:
+            log.debug(
+                "REQUEST_AUTHORIZED",
+                requester=agent.agent_id,
+                responder=target.agent_id,
+                capability=name,
+                conversation_id=conversation_id,
+            )
         return actions
 
     def _response(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
@@ -575,7 +580,8 @@ class Router:
         receiver = session.agent.agent_id if session.agent is not None else ""
         if not receiver and msg is not None:
             receiver = msg.sender_id
-        log.debug("MESSAGE_REFUSED", code=code, reason=reason, session=session.id)
+        if self.trace:
+            log.debug("MESSAGE_REFUSED", code=code, reason=reason, session=session.id)
         frame = self._from_lobby(
             receiver, MessageType.ERROR, payload, conversation_id, in_reply_to=original_id
         )

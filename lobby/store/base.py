@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class AgentSaved:
     """An agent registered, resumed with new capabilities, or updated them."""
 
@@ -26,7 +26,7 @@ class AgentSaved:
     acks: bool
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class AgentRemoved:
     agent_id: str
 
@@ -41,7 +41,7 @@ class Effect:
     """A final RESPONSE: closes (receiver, sender, conversation_id)."""
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class MessageStored:
     """A message accepted for `receiver`, with its per-receiver `seq`. `frame` is exactly what
     is delivered (no token)."""
@@ -57,7 +57,7 @@ class MessageStored:
     at: float
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class Acked:
     """`receiver` acknowledged every message up to `up_to`."""
 
@@ -82,7 +82,7 @@ class Snapshot:
     conversations_upto: int = 0
 
 
-@dataclass(slots=True, frozen=True)
+@dataclass(slots=True)
 class Compaction:
     """A checkpoint the store may use to forget what is no longer needed."""
 
