@@ -36,6 +36,21 @@ class MessageType(StrEnum):
     UNREGISTER = "UNREGISTER"
     ACK = "ACK"
     ACCEPTED = "ACCEPTED"
+    CFP = "CFP"
+    PROPOSE = "PROPOSE"
+    ACCEPT = "ACCEPT"
+    DECLINE = "DECLINE"
+    MATCH_ACCEPT = "MATCH_ACCEPT"
+    TRANSACTION_CONFIRMED = "TRANSACTION_CONFIRMED"
+    DIALOGUE_EXPIRED = "DIALOGUE_EXPIRED"
+    LIST_TRANSACTIONS = "LIST_TRANSACTIONS"
+    TRANSACTIONS = "TRANSACTIONS"
+    TEXT = "TEXT"
+    ORDER_PROPOSAL = "ORDER_PROPOSAL"
+    PAYMENT = "PAYMENT"
+    PAYMENT_CONFIRMED = "PAYMENT_CONFIRMED"
+    FETCH_MESSAGES = "FETCH_MESSAGES"
+    MESSAGES = "MESSAGES"
 
 
 class ErrorCode(StrEnum):
@@ -231,6 +246,104 @@ class AcceptedPayload(_Payload):
     message_id: str
 
 
+Number = int | float | str
+"""Money and prices: a JSON number (or a numeric string), read as an exact decimal."""
+
+
+class CfpPayload(_Payload):
+    query: dict[str, Any] = Field(
+        description="What is wanted: free-form (goods, quantities, an RFP...). "
+        "`role`: 'buyer' (default) or 'seller' says which side the CFP's sender is on."
+    )
+    reply_by: float | None = Field(default=None, description="Seconds to the first reply.")
+
+
+class ProposePayload(_Payload):
+    proposal: dict[str, Any] = Field(
+        description="Free-form offer; `price` (a number) and `goods` are what a transaction "
+        "records."
+    )
+
+
+class AcceptPayload(_Payload):
+    pass
+
+
+class DeclinePayload(_Payload):
+    reason: str | None = None
+
+
+class MatchAcceptPayload(_Payload):
+    pass
+
+
+class Transaction(_Payload):
+    transaction_id: str
+    kind: str = Field(description="'negotiation' (a matched dialogue) or 'payment'.")
+    buyer: str
+    seller: str
+    amount: str = Field(description="Exact decimal, as a string.")
+    goods: Any = None
+    reference: str = Field(description="The dialogue id, or the paid proposal's message_id.")
+    created_at: str
+
+
+class TransactionConfirmedPayload(_Payload):
+    transaction: Transaction
+
+
+class DialogueExpiredPayload(_Payload):
+    dialogue_id: str
+    reason: str
+
+
+class ListTransactionsPayload(_Payload):
+    pass
+
+
+class TransactionsPayload(_Payload):
+    transactions: list[Transaction]
+
+
+class TextPayload(_Payload):
+    content: str
+
+
+class OrderItemModel(_Payload):
+    id: str
+    name: str
+    price: Number
+    quantity: int
+
+
+class OrderProposalPayload(_Payload):
+    items: list[OrderItemModel]
+    total_price: Number
+    expires_at: str | None = Field(default=None, description="ISO-8601 date-time.")
+
+
+class PaymentPayload(_Payload):
+    amount: Number
+    proposal_message_id: str
+
+
+class PaymentConfirmedPayload(_Payload):
+    transaction: Transaction
+
+
+class FetchMessagesPayload(_Payload):
+    since: int | None = Field(
+        default=None,
+        description="The cursor of the last MESSAGES: everything up to it is acknowledged.",
+    )
+    limit: int = Field(default=100, ge=1, le=1000)
+
+
+class MessagesPayload(_Payload):
+    messages: list[dict[str, Any]]
+    cursor: int
+
+
 PAYLOAD_MODELS: Final[dict[MessageType, type[BaseModel]]] = {
     MessageType.REGISTER: RegisterPayload,
     MessageType.REGISTER_ACK: RegisterAckPayload,
@@ -243,5 +356,20 @@ PAYLOAD_MODELS: Final[dict[MessageType, type[BaseModel]]] = {
     MessageType.UNREGISTER: UnregisterPayload,
     MessageType.ACK: AckPayload,
     MessageType.ACCEPTED: AcceptedPayload,
+    MessageType.CFP: CfpPayload,
+    MessageType.PROPOSE: ProposePayload,
+    MessageType.ACCEPT: AcceptPayload,
+    MessageType.DECLINE: DeclinePayload,
+    MessageType.MATCH_ACCEPT: MatchAcceptPayload,
+    MessageType.TRANSACTION_CONFIRMED: TransactionConfirmedPayload,
+    MessageType.DIALOGUE_EXPIRED: DialogueExpiredPayload,
+    MessageType.LIST_TRANSACTIONS: ListTransactionsPayload,
+    MessageType.TRANSACTIONS: TransactionsPayload,
+    MessageType.TEXT: TextPayload,
+    MessageType.ORDER_PROPOSAL: OrderProposalPayload,
+    MessageType.PAYMENT: PaymentPayload,
+    MessageType.PAYMENT_CONFIRMED: PaymentConfirmedPayload,
+    MessageType.FETCH_MESSAGES: FetchMessagesPayload,
+    MessageType.MESSAGES: MessagesPayload,
 }
 """The payload model of each message type; `schema.py` and the tests walk this table."""

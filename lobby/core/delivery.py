@@ -90,10 +90,12 @@ class Delivery:
         sender: Session | None,
         effect: int,
         now: float,
+        force: bool = False,
     ) -> list[Action]:
         """Stamp, journal and deliver (or hold) `msg` for `target`; `MailboxFull` refuses it
-        with nothing changed. The sender's token never leaves: it is dropped here."""
-        if len(target.mailbox) >= self.mailbox_limit:
+        with nothing changed (unless `force`: the lobby's own notices are never refused). The
+        sender's token never leaves: it is dropped here."""
+        if len(target.mailbox) >= self.mailbox_limit and not force:
             raise MailboxFull(target.agent_id, self.mailbox_limit)
         seq = target.next_seq = target.next_seq + 1
         sender_set_id = msg.message_id

@@ -17,12 +17,13 @@ import hmac
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, Final, TypeVar
+from typing import Any, Final, NoReturn, TypeVar
 
 import orjson
 import structlog
 from pydantic import ValidationError
 
+from lobby.core.commerce import DEFAULT_DIALOGUE_TIMEOUT, Ledger, Marketplace, Negotiations
 from lobby.core.delivery import (
     DEFAULT_DEDUPE_HORIZON,
     DEFAULT_DEDUPE_MAX,
@@ -32,7 +33,7 @@ from lobby.core.delivery import (
 from lobby.core.limits import Limits, TokenBucket
 from lobby.core.registry import AgentRecord, Registry
 from lobby.core.session import Action, Close, Send, Session
-from lobby.store.base import AgentRemoved, AgentSaved, Compaction, Effect, Snapshot
+from lobby.store.base import AgentRemoved, AgentSaved, Compaction, Effect, Snapshot, StateSaved
 from protocol.codec import decode, encode
 from protocol.errors import DecodeError
 from protocol.models import (
@@ -42,6 +43,7 @@ from protocol.models import (
     CloseCode,
     DiscoverServicesPayload,
     ErrorCode,
+    FetchMessagesPayload,
     Message,
     MessageType,
     RegisterPayload,
@@ -51,7 +53,13 @@ from protocol.models import (
 )
 
 log = structlog.get_logger("lobby")
-_P = TypeVar("_P", RegisterPayload, DiscoverServicesPayload, UpdateCapabilitiesPayload)
+_P = TypeVar(
+    "_P",
+    RegisterPayload,
+    DiscoverServicesPayload,
+    UpdateCapabilitiesPayload,
+    FetchMessagesPayload,
+)
 
 DEFAULT_MAILBOX_LIMIT: Final = 10_000
 ConversationKey = tuple[str, str, str]
@@ -63,6 +71,11 @@ _LOBBY_ONLY: Final = frozenset(
         MessageType.SERVICES_AVAILABLE,
         MessageType.ERROR,
         MessageType.ACCEPTED,
+        MessageType.TRANSACTION_CONFIRMED,
+        MessageType.DIALOGUE_EXPIRED,
+        MessageType.TRANSACTIONS,
+        MessageType.PAYMENT_CONFIRMED,
+        MessageType.MESSAGES,
     }
 )
 
@@ -94,6 +107,7 @@ class Router:
         limits: Limits | None = None,
         clock: Callable[[], float] = time.time,
         trace: bool = False,
+        dialogue_timeout: float = DEFAULT_DIALOGUE_TIMEOUT,
     ) -> None:
         self.registry = Registry()
         self.trace = trace
@@ -112,10 +126,27 @@ class Router:
             dedupe_max=dedupe_max,
         )
         self.clock = clock
+        self.ledger = Ledger()
+        self.negotiations = Negotiations(self, timeout=dialogue_timeout)
+        self.market = Marketplace(self)
+        move = self.negotiations.move
+        self._routed: dict[MessageType, Callable[[Session, AgentRecord, Message], list[Action]]]
+        self._routed = {
+            MessageType.CFP: move,
+            MessageType.PROPOSE: move,
+            MessageType.ACCEPT: move,
+            MessageType.DECLINE: move,
+            MessageType.MATCH_ACCEPT: move,
+            MessageType.TEXT: self.market.text,
+            MessageType.ORDER_PROPOSAL: self.market.order_proposal,
+            MessageType.PAYMENT: self.market.payment,
+        }
         self._lobby_handlers: dict[
             MessageType, Callable[[Session, AgentRecord, Message], list[Action]]
         ] = {
             MessageType.ACK: self._ack,
+            MessageType.FETCH_MESSAGES: self._fetch_messages,
+            MessageType.LIST_TRANSACTIONS: self._list_transactions,
             MessageType.DISCOVER_SERVICES: self._discover_services,
             MessageType.UPDATE_CAPABILITIES: self._update_capabilities,
             MessageType.UNREGISTER: self._unregister,
@@ -131,6 +162,10 @@ class Router:
             capabilities = [Capability.model_validate(c) for c in orjson.loads(saved.capabilities)]
             self.registry.set_capabilities(record, capabilities)
         self.conversations = self.delivery.restore(snapshot, self.registry.agents)
+        transactions = [orjson.loads(t) for t in snapshot.state.get("transaction", [])]
+        self.ledger.transactions = transactions
+        self.negotiations.restore(snapshot.state.get("dialogue", []))
+        self.market.restore(snapshot.state.get("proposal", []), transactions)
         log.info(
             "LOBBY_RESTORED",
             agents=len(snapshot.agents),
@@ -212,6 +247,9 @@ class Router:
                 return self._request(session, agent, msg)
             if mtype is MessageType.RESPONSE:
                 return self._response(session, agent, msg)
+            routed = self._routed.get(mtype)
+            if routed is not None:
+                return routed(session, agent, msg)
             if mtype is MessageType.REGISTER:
                 raise Refusal(
                     ErrorCode.ALREADY_REGISTERED,
@@ -378,6 +416,28 @@ class Router:
         self.delivery.acknowledge(agent, up_to)
         return []
 
+    def tick(self) -> list[Action]:
+        """Time passed: end the dialogues whose deadline is gone. Call about once a second."""
+        return self.negotiations.expire_due(self.clock())
+
+    def _list_transactions(
+        self, session: Session, agent: AgentRecord, msg: Message
+    ) -> list[Action]:
+        payload = {"transactions": self.ledger.of(agent.agent_id)}
+        return [self.reply(session, MessageType.TRANSACTIONS, payload, msg)]
+
+    def _fetch_messages(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
+        """The mailbox pull: what is held for the agent after `since` (which acknowledges
+        everything up to it). Push delivery reads the same mailbox."""
+        query = _validate(FetchMessagesPayload, msg)
+        if query.since is not None:
+            self.delivery.acknowledge(agent, query.since)
+        after = query.since or 0
+        held = [(seq, frame) for seq, frame in agent.mailbox if seq > after][: query.limit]
+        cursor = held[-1][0] if held else max(after, agent.acked_seq)
+        payload = {"messages": [orjson.Fragment(frame) for _, frame in held], "cursor": cursor}
+        return [self.reply(session, MessageType.MESSAGES, payload, msg)]
+
     def _discover_services(
         self, session: Session, agent: AgentRecord, msg: Message
     ) -> list[Action]:
@@ -462,7 +522,7 @@ class Router:
         now = self.clock()
         if self.delivery.is_duplicate(msg, session, now):
             return []
-        actions = self._deliver(target, msg, session, Effect.OPENS, now)
+        actions = self.deliver(target, msg, session, Effect.OPENS, now)
         key = (agent.agent_id, target.agent_id, conversation_id)
         self.conversations[key] = self.conversations.get(key, 0) + 1
         if self.trace:
@@ -495,7 +555,7 @@ class Router:
         if self.delivery.is_duplicate(msg, session, now):
             return []
         final = status != ResponseStatus.IN_PROGRESS
-        actions = self._deliver(target, msg, session, Effect.CLOSES if final else Effect.NONE, now)
+        actions = self.deliver(target, msg, session, Effect.CLOSES if final else Effect.NONE, now)
         if final:
             if open_requests > 1:
                 self.conversations[key] = open_requests - 1
@@ -513,13 +573,61 @@ class Router:
 
     # -- delivery -------------------------------------------------------------------------
 
-    def _deliver(
+    # -- helpers for the handlers (here and in commerce.py) --------------------------------
+
+    def deliver(
         self, target: AgentRecord, msg: Message, sender: Session | None, effect: int, now: float
     ) -> list[Action]:
+        """Accept `msg` for `target` (see Delivery.accept); a full mailbox refuses it."""
         try:
             return self.delivery.accept(target, msg, sender=sender, effect=effect, now=now)
         except MailboxFull as full:
             raise Refusal(ErrorCode.MAILBOX_FULL, str(full)) from None
+
+    @staticmethod
+    def refuse(code: ErrorCode, reason: str) -> NoReturn:
+        raise Refusal(code, reason)
+
+    def receiver(self, msg: Message) -> AgentRecord:
+        """The registered agent `msg` is addressed to, or a refusal `unknown_receiver`."""
+        target = self.registry.agents.get(msg.receiver_id)
+        if target is None:
+            raise Refusal(ErrorCode.UNKNOWN_RECEIVER, _unknown_receiver(msg.receiver_id))
+        return target
+
+    def notify(
+        self,
+        agent_ids: tuple[str, ...],
+        message_type: MessageType,
+        payload: dict[str, Any],
+        conversation_id: str | None,
+        now: float,
+    ) -> list[Action]:
+        """A lobby notice to each agent, delivered like any message (stored, acknowledged)."""
+        actions: list[Action] = []
+        for agent_id in agent_ids:
+            target = self.registry.agents.get(agent_id)
+            if target is not None:
+                notice = Message(LOBBY_ID, agent_id, message_type, payload, conversation_id)
+                actions += self.delivery.accept(
+                    target, notice, sender=None, effect=Effect.NONE, now=now, force=True
+                )
+        return actions
+
+    def record(self, tx: dict[str, Any]) -> None:
+        """Add a transaction to the ledger, durably."""
+        self.ledger.transactions.append(tx)
+        data = orjson.dumps(tx)
+        self.delivery.journal.append(StateSaved("transaction", tx["transaction_id"], data))
+
+    def reply(
+        self, session: Session, message_type: MessageType, payload: dict[str, Any], msg: Message
+    ) -> Send:
+        """A direct answer from the lobby to the sender of `msg` (not stored)."""
+        frame = self._from_lobby(
+            msg.sender_id, message_type, payload, msg.conversation_id, msg.message_id
+        )
+        return Send(session, frame)
 
     def _from_lobby(
         self,

@@ -65,7 +65,17 @@ class Acked:
     up_to: int
 
 
-Record = AgentSaved | AgentRemoved | MessageStored | Acked
+@dataclass(slots=True)
+class StateSaved:
+    """A piece of negotiation or marketplace state, saved whole (JSON) under (kind, key):
+    a dialogue after each move, an order proposal when made or paid, a ledger transaction."""
+
+    kind: str
+    key: str
+    data: bytes
+
+
+Record = AgentSaved | AgentRemoved | MessageStored | Acked | StateSaved
 
 
 @dataclass(slots=True)
@@ -80,6 +90,8 @@ class Snapshot:
     conversations: dict[tuple[str, str, str], int] = field(default_factory=dict)
     """Open conversations as of `conversations_upto`; later messages are replayed on top."""
     conversations_upto: int = 0
+    state: dict[str, list[bytes]] = field(default_factory=dict)
+    """kind -> saved JSON documents, in the order they were first saved."""
 
 
 @dataclass(slots=True)

@@ -24,6 +24,7 @@ from lobby.store.base import (
     MessageStored,
     Record,
     Snapshot,
+    StateSaved,
 )
 
 FILE_NAME = "lobby.sqlite3"
@@ -46,6 +47,12 @@ CREATE TABLE IF NOT EXISTS messages (
     effect INTEGER NOT NULL,
     frame BLOB NOT NULL,
     at REAL NOT NULL
+);
+CREATE TABLE IF NOT EXISTS state (
+    kind TEXT NOT NULL,
+    key TEXT NOT NULL,
+    data BLOB NOT NULL,
+    UNIQUE (kind, key)
 );
 CREATE TABLE IF NOT EXISTS acks (receiver TEXT PRIMARY KEY, up_to INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS conversations (
@@ -93,6 +100,8 @@ class SqliteStore:
                 "SELECT requester, responder, conversation_id, open_requests FROM conversations"
             )
         }
+        for kind, data in db.execute("SELECT kind, data FROM state ORDER BY rowid"):
+            snapshot.state.setdefault(kind, []).append(bytes(data))
         row = db.execute("SELECT value FROM meta WHERE key = 'conversations_upto'").fetchone()
         snapshot.conversations_upto = row[0] if row else 0
         return snapshot
@@ -121,7 +130,8 @@ class SqliteStore:
                 elif type(record) is Acked:
                     acked[record.receiver] = max(record.up_to, acked.get(record.receiver, 0))
                 else:
-                    # Agent changes are rare and their order matters: write what came before.
+                    # Agent and state changes are rarer and their order matters: write what
+                    # came before first.
                     self._insert_messages(messages)
                     messages = []
                     self._write_agent(record)
@@ -142,7 +152,13 @@ class SqliteStore:
             self._db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
 
     def _write_agent(self, record: Record) -> None:
-        if isinstance(record, AgentSaved):
+        if isinstance(record, StateSaved):
+            self._db.execute(
+                "INSERT INTO state (kind, key, data) VALUES (?, ?, ?)"
+                " ON CONFLICT (kind, key) DO UPDATE SET data = excluded.data",
+                (record.kind, record.key, record.data),
+            )
+        elif isinstance(record, AgentSaved):
             self._db.execute(
                 "INSERT INTO agents (agent_id, token_hash, capabilities, acks)"
                 " VALUES (?, ?, ?, ?) ON CONFLICT (agent_id) DO UPDATE SET"
@@ -187,5 +203,5 @@ class SqliteStore:
         """Row counts, for the admin commands and tests."""
         return {
             table: self._db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # noqa: S608
-            for table in ("agents", "messages", "acks", "conversations")
+            for table in ("agents", "messages", "acks", "conversations", "state")
         }

@@ -1,0 +1,295 @@
+"""FIPA negotiation dialogues: every rule that decides whether a move is legal, in one file.
+
+Two rules shape this module (as in h11's state machine):
+- everything that affects a transition lives here, and the transitions are one table;
+- the module does not know which side it plays: the lobby uses it to refuse illegal moves
+  before they reach the counterpart, an agent uses it to know what may come next.
+
+A dialogue is identified by its `conversation_id`; each move is a message whose `message_id` is
+the move id and whose `in_reply_to` is the move it answers (absent on the CFP). The rules:
+
+- a dialogue starts with CFP, which names its two parties (sender = initiator, receiver =
+  responder); a conversation_id already used by a dialogue cannot start another one;
+- PROPOSE replies to CFP or PROPOSE; ACCEPT replies to PROPOSE; DECLINE replies to CFP and,
+  as an extension of the OEF table, to PROPOSE; MATCH_ACCEPT replies to ACCEPT (TAC);
+- the parties take turns, and a move may only reply to the other party's latest move;
+- after DECLINE or MATCH_ACCEPT (or expiry) the dialogue is over.
+
+Roles for the TAC controller: the CFP's `query` may say `"role": "buyer"` or `"seller"` for the
+CFP's sender (TAC's CFP says which side its sender is on); without it the sender is the buyer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from decimal import Decimal, InvalidOperation
+from enum import StrEnum
+from typing import Any, Final
+
+from protocol.errors import ProtocolError
+
+
+class Performative(StrEnum):
+    CFP = "CFP"
+    PROPOSE = "PROPOSE"
+    ACCEPT = "ACCEPT"
+    DECLINE = "DECLINE"
+    MATCH_ACCEPT = "MATCH_ACCEPT"
+
+
+class DialogueState(StrEnum):
+    CFP_SENT = "cfp_sent"
+    PROPOSED = "proposed"
+    ACCEPTED = "accepted"
+    MATCHED = "matched"
+    DECLINED = "declined"
+    EXPIRED = "expired"
+
+
+TERMINAL: Final = frozenset({DialogueState.MATCHED, DialogueState.DECLINED, DialogueState.EXPIRED})
+
+TRANSITIONS: Final[dict[DialogueState, dict[Performative, DialogueState]]] = {
+    DialogueState.CFP_SENT: {
+        Performative.PROPOSE: DialogueState.PROPOSED,
+        Performative.DECLINE: DialogueState.DECLINED,
+    },
+    DialogueState.PROPOSED: {
+        Performative.PROPOSE: DialogueState.PROPOSED,
+        Performative.ACCEPT: DialogueState.ACCEPTED,
+        Performative.DECLINE: DialogueState.DECLINED,
+    },
+    DialogueState.ACCEPTED: {
+        Performative.MATCH_ACCEPT: DialogueState.MATCHED,
+    },
+}
+"""state -> move -> next state. A move missing here is illegal in that state."""
+
+START: Final = (Performative.CFP, DialogueState.CFP_SENT)
+"""The only first move, and the state it leads to."""
+
+
+class IllegalMove(ProtocolError):
+    """A move the rules forbid. `rule` is a stable identifier; the text names the move, the
+    sender's role, the state and the rule."""
+
+    def __init__(self, rule: str, reason: str) -> None:
+        super().__init__(f"{reason} (rule: {rule})")
+        self.rule = rule
+        self.reason = reason
+
+
+@dataclass(frozen=True, slots=True)
+class Terms:
+    """What a matched dialogue settled, for the controller's ledger."""
+
+    buyer: str
+    seller: str
+    price: Decimal
+    goods: Any
+
+
+@dataclass(slots=True)
+class Dialogue:
+    dialogue_id: str
+    initiator: str
+    responder: str
+    state: DialogueState
+    last_move_id: str
+    last_sender: str
+    query: dict[str, Any]
+    created_at: float
+    updated_at: float
+    reply_by: float | None = None
+    """Absolute deadline for the first reply, from the CFP's `reply_by` seconds."""
+    last_proposal: dict[str, Any] | None = None
+    last_proposer: str | None = None
+    accepted_proposal: dict[str, Any] | None = None
+    accepted_proposer: str | None = None
+    moves: int = 1
+    transaction_id: str | None = field(default=None)
+
+    @classmethod
+    def start(
+        cls,
+        dialogue_id: str,
+        sender: str,
+        receiver: str,
+        move_id: str,
+        performative: str,
+        in_reply_to: str | None,
+        payload: dict[str, Any],
+        now: float,
+    ) -> Dialogue:
+        """A new dialogue from its first move; `IllegalMove` unless it is a proper CFP."""
+        if performative != Performative.CFP:
+            raise IllegalMove(
+                "first_move_must_be_cfp",
+                f"{performative} cannot start dialogue {dialogue_id!r}: a dialogue starts with CFP",
+            )
+        if in_reply_to is not None:
+            raise IllegalMove(
+                "first_move_must_be_cfp", "a CFP starts a dialogue and replies to no move"
+            )
+        if sender == receiver:
+            raise IllegalMove("not_a_party", "a dialogue needs two different parties")
+        query = payload.get("query")
+        if not isinstance(query, dict):
+            raise IllegalMove("bad_payload", "a CFP payload needs an object 'query'")
+        reply_by = payload.get("reply_by")
+        deadline = None
+        if reply_by is not None:
+            if isinstance(reply_by, bool) or not isinstance(reply_by, int | float) or reply_by <= 0:
+                raise IllegalMove("bad_payload", "'reply_by' must be a positive number of seconds")
+            deadline = now + float(reply_by)
+        role = query.get("role", "buyer")
+        if role not in ("buyer", "seller"):
+            raise IllegalMove("bad_payload", "the CFP query's 'role' must be 'buyer' or 'seller'")
+        return cls(
+            dialogue_id,
+            sender,
+            receiver,
+            DialogueState.CFP_SENT,
+            move_id,
+            sender,
+            query,
+            now,
+            now,
+            reply_by=deadline,
+        )
+
+    @property
+    def is_over(self) -> bool:
+        return self.state in TERMINAL
+
+    def role_of(self, agent_id: str) -> str:
+        if agent_id == self.initiator:
+            return "initiator"
+        if agent_id == self.responder:
+            return "responder"
+        return "outsider"
+
+    def other(self, agent_id: str) -> str:
+        return self.responder if agent_id == self.initiator else self.initiator
+
+    def check(
+        self,
+        sender: str,
+        receiver: str,
+        performative: str,
+        in_reply_to: str | None,
+        payload: dict[str, Any],
+    ) -> DialogueState:
+        """The state this move leads to, or `IllegalMove`. Changes nothing."""
+        where = f"dialogue {self.dialogue_id!r} is {self.state}"
+        if self.is_over:
+            raise IllegalMove("dialogue_over", f"{performative} refused: {where}, it is over")
+        role = self.role_of(sender)
+        if role == "outsider" or receiver != self.other(sender):
+            raise IllegalMove(
+                "not_a_party",
+                f"{performative} refused: {where} between {self.initiator!r} and "
+                f"{self.responder!r}; only they may move in it, to each other",
+            )
+        if performative == Performative.CFP:
+            raise IllegalMove(
+                "conversation_id_in_use",
+                f"CFP refused: conversation_id {self.dialogue_id!r} already names a dialogue",
+            )
+        if sender == self.last_sender:
+            raise IllegalMove(
+                "turn_taking",
+                f"{performative} from the {role} refused: {where} and it is the other party's turn",
+            )
+        if in_reply_to != self.last_move_id:
+            raise IllegalMove(
+                "reply_to_latest_move",
+                f"{performative} from the {role} refused: it must reply to the latest move "
+                f"{self.last_move_id!r}, not {in_reply_to!r}",
+            )
+        allowed = TRANSITIONS.get(self.state, {})
+        try:
+            state = allowed[Performative(performative)]
+        except (KeyError, ValueError):
+            legal = ", ".join(allowed) or "nothing"
+            raise IllegalMove(
+                "invalid_reply",
+                f"{performative} from the {role} refused: {where}, where only {legal} may follow",
+            ) from None
+        if performative == Performative.PROPOSE:
+            proposal = payload.get("proposal")
+            if not isinstance(proposal, dict):
+                raise IllegalMove("bad_payload", "a PROPOSE payload needs an object 'proposal'")
+            if "price" in proposal:
+                price_of(proposal)
+        return state
+
+    def apply(
+        self,
+        sender: str,
+        receiver: str,
+        move_id: str,
+        performative: str,
+        in_reply_to: str | None,
+        payload: dict[str, Any],
+        now: float,
+    ) -> DialogueState:
+        """Check the move, then record it; returns the new state."""
+        state = self.check(sender, receiver, performative, in_reply_to, payload)
+        if performative == Performative.PROPOSE:
+            self.last_proposal, self.last_proposer = payload["proposal"], sender
+        elif performative == Performative.ACCEPT:
+            self.accepted_proposal, self.accepted_proposer = self.last_proposal, self.last_proposer
+        self.state = state
+        self.last_move_id = move_id
+        self.last_sender = sender
+        self.updated_at = now
+        self.reply_by = None
+        self.moves += 1
+        return state
+
+    def expire(self, now: float) -> None:
+        self.state = DialogueState.EXPIRED
+        self.updated_at = now
+
+    def terms(self) -> Terms | None:
+        """The settled trade, once MATCHED and if the accepted proposal carried a price."""
+        proposal = self.accepted_proposal
+        if self.state != DialogueState.MATCHED or proposal is None or "price" not in proposal:
+            return None
+        initiator_sells = self.query.get("role") == "seller"
+        seller = self.initiator if initiator_sells else self.responder
+        buyer = self.responder if initiator_sells else self.initiator
+        return Terms(buyer, seller, price_of(proposal), proposal.get("goods"))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> Dialogue:
+        values = dict(data)
+        values["state"] = DialogueState(values["state"])
+        return cls(**values)
+
+
+def price_of(proposal: dict[str, Any]) -> Decimal:
+    raw = proposal.get("price")
+    if isinstance(raw, bool) or not isinstance(raw, int | float | str):
+        raise IllegalMove("bad_payload", "PROPOSE refused: the proposal's 'price' must be a number")
+    try:
+        price = Decimal(str(raw))
+    except InvalidOperation:
+        raise IllegalMove("bad_payload", "PROPOSE refused: the proposal's 'price' must be a number") from None
+    if not price.is_finite() or price < 0:
+        raise IllegalMove("bad_payload", "PROPOSE refused: the proposal's 'price' must be a non-negative number")
+    return price
+
+
+def mermaid_diagram() -> str:
+    """The state diagram, generated from `TRANSITIONS` so the docs cannot drift from the code."""
+    lines = ["stateDiagram-v2", f"    [*] --> {START[1]}: {START[0]}"]
+    for state, moves in TRANSITIONS.items():
+        for move, target in moves.items():
+            lines.append(f"    {state} --> {target}: {move}")
+    lines.append(f"    {DialogueState.CFP_SENT} --> {DialogueState.EXPIRED}: reply_by passed")
+    lines += [f"    {state} --> [*]" for state in sorted(TERMINAL)]
+    return "\n".join(lines)
