@@ -107,10 +107,10 @@ def test_every_illegal_move_names_its_rule(
 ) -> None:
     d = started()
     for move in moves:
-        d.apply(*move, now=0.0)
+        d.apply(*move, 0.0)
     before = d.to_dict()
     with pytest.raises(IllegalMove) as refused:
-        d.apply(*bad, now=0.0)
+        d.apply(*bad, 0.0)
     assert refused.value.rule == rule
     assert bad[3] in str(refused.value)
     assert d.to_dict() == before  # an illegal move changes nothing

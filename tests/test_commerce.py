@@ -1,0 +1,222 @@
+"""Negotiation and marketplace through the Router, synchronously: what is forwarded, what is
+refused, what reaches the ledger."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.routerkit import Clock, Peer, join, make_router, world
+
+
+def haggle_parties(clock: Clock | None = None, **router_options: Any) -> tuple[Peer, Peer, Any]:
+    router = make_router(clock, **router_options)
+    return join(router, "b"), join(router, "s"), router
+
+
+def move(peer: Peer, to: str, kind: str, move_id: str, target: str | None, **payload: Any) -> None:
+    envelope: dict[str, Any] = {"conversation_id": "d1", "message_id": move_id}
+    if target is not None:
+        envelope["in_reply_to"] = target
+    peer.to(to, kind, payload, **envelope)
+
+
+def test_the_seed_haggle_ends_in_a_confirmed_transaction() -> None:
+    b, s, router = haggle_parties()
+    move(b, "s", "CFP", "1", None, query={"goods": {"r": 1}})
+    move(s, "b", "PROPOSE", "2", "1", proposal={"price": 20, "goods": {"r": 1}})
+    move(b, "s", "PROPOSE", "3", "2", proposal={"price": 10, "goods": {"r": 1}})
+    move(s, "b", "PROPOSE", "4", "3", proposal={"price": 15, "goods": {"r": 1}})
+    move(b, "s", "ACCEPT", "5", "4")
+    move(s, "b", "MATCH_ACCEPT", "6", "5")
+    to_s = [m["message_type"] for m in s.take()]
+    to_b = b.take()
+    assert to_s == ["CFP", "PROPOSE", "ACCEPT", "TRANSACTION_CONFIRMED"]
+    assert [m["message_type"] for m in to_b] == [
+        "PROPOSE",
+        "PROPOSE",
+        "MATCH_ACCEPT",
+        "TRANSACTION_CONFIRMED",
+    ]
+    tx = to_b[-1]["payload"]["transaction"]
+    assert (tx["buyer"], tx["seller"], tx["amount"], tx["goods"]) == ("b", "s", "15.00", {"r": 1})
+    assert tx["kind"] == "negotiation"
+    assert tx["reference"] == "d1"
+    assert to_b[1]["in_reply_to"] == "3"
+    b.send("LIST_TRANSACTIONS", {}, conversation_id="q")
+    assert b.last()["payload"]["transactions"] == [tx]
+    outsider = join(router, "x")
+    outsider.send("LIST_TRANSACTIONS", {})
+    assert outsider.last()["payload"]["transactions"] == []
+
+
+@pytest.mark.parametrize(
+    ("sender", "kind", "move_id", "target", "payload", "rule"),
+    [
+        ("s", "ACCEPT", "2", "1", {}, "invalid_reply"),
+        ("b", "PROPOSE", "2", "1", {"proposal": {}}, "turn_taking"),
+        ("s", "PROPOSE", "2", "nope", {"proposal": {}}, "reply_to_latest_move"),
+        ("s", "CFP", "2", None, {"query": {}}, "conversation_id_in_use"),
+    ],
+)
+def test_an_illegal_move_is_refused_and_never_delivered(
+    sender: str, kind: str, move_id: str, target: str | None, payload: dict[str, Any], rule: str
+) -> None:
+    b, s, _ = haggle_parties()
+    move(b, "s", "CFP", "1", None, query={})
+    s.take()
+    peer, other = (b, s) if sender == "b" else (s, b)
+    move(peer, other.agent_id, kind, move_id, target, **payload)
+    error = peer.last()
+    assert error["message_type"] == "ERROR"
+    assert error["payload"]["code"] == "invalid_dialogue"
+    assert f"rule: {rule}" in error["payload"]["error"]
+    assert other.take() == []
+
+
+def test_a_third_agent_cannot_move_in_a_dialogue() -> None:
+    b, _, router = haggle_parties()
+    move(b, "s", "CFP", "1", None, query={})
+    mallory = join(router, "mallory")
+    move(mallory, "b", "PROPOSE", "2", "1", proposal={"price": 1})
+    assert "rule: not_a_party" in mallory.last()["payload"]["error"]
+    assert b.take() == []
+
+
+def test_a_cfp_deadline_expires_the_dialogue_for_both() -> None:
+    clock = Clock()
+    b, s, router = haggle_parties(clock)
+    move(b, "s", "CFP", "1", None, query={}, reply_by=5)
+    s.take()
+    clock.now += 4
+    assert router.tick() == []
+    clock.now += 2
+    world.deliver(router.tick())
+    for peer in (b, s):
+        notice = peer.last()
+        assert notice["message_type"] == "DIALOGUE_EXPIRED"
+        assert notice["payload"]["dialogue_id"] == "d1"
+    move(s, "b", "PROPOSE", "2", "1", proposal={})
+    assert "rule: dialogue_over" in s.last()["payload"]["error"]
+
+
+def test_an_idle_dialogue_expires_after_the_timeout() -> None:
+    clock = Clock()
+    b, _, router = haggle_parties(clock, dialogue_timeout=60)
+    move(b, "s", "CFP", "1", None, query={})
+    clock.now += 61
+    actions = router.tick()
+    assert len(actions) == 2
+    assert "d1" not in router.negotiations.open
+
+
+# -- marketplace --------------------------------------------------------------------------
+
+
+def market() -> tuple[Peer, Peer, Peer, Any]:
+    router = make_router()
+    return join(router, "shop"), join(router, "alice"), join(router, "mallory"), router
+
+
+ORDER = {
+    "items": [
+        {"id": "1", "name": "tea", "price": 0.1, "quantity": 1},
+        {"id": "2", "name": "cake", "price": 0.2, "quantity": 1},
+    ],
+    "total_price": 0.3,
+}
+
+
+def propose(shop: Peer, to: str = "alice", **changes: Any) -> None:
+    shop.to(to, "ORDER_PROPOSAL", {**ORDER, **changes}, message_id="p1", conversation_id="c")
+
+
+def test_text_and_a_paid_proposal_end_in_payment_confirmed_for_both() -> None:
+    shop, alice, _, router = market()
+    alice.to("shop", "TEXT", {"content": "tea and cake?"})
+    assert shop.last()["payload"] == {"content": "tea and cake?"}
+    propose(shop)
+    assert alice.last()["message_id"] == "p1"
+    alice.to("shop", "PAYMENT", {"amount": 0.30, "proposal_message_id": "p1"}, message_id="pay1")
+    to_shop = shop.take()
+    assert [m["message_type"] for m in to_shop] == ["PAYMENT", "PAYMENT_CONFIRMED"]
+    confirmation = alice.last()
+    assert confirmation["message_type"] == "PAYMENT_CONFIRMED"
+    tx = confirmation["payload"]["transaction"]
+    assert (tx["buyer"], tx["seller"], tx["amount"], tx["reference"]) == (
+        "alice",
+        "shop",
+        "0.30",
+        "p1",
+    )
+    assert router.ledger.transactions == [tx]
+    # The same PAYMENT again: the original confirmation, no second payment.
+    alice.to("shop", "PAYMENT", {"amount": 0.30, "proposal_message_id": "p1"}, message_id="pay1")
+    assert alice.last()["payload"]["transaction"] == tx
+    assert shop.take() == []
+    assert len(router.ledger.transactions) == 1
+
+
+@pytest.mark.parametrize(
+    ("payer", "payee", "amount", "proposal_id", "rule"),
+    [
+        ("mallory", "shop", 0.3, "p1", "wrong_payer"),
+        ("alice", "mallory", 0.3, "p1", "wrong_payee"),
+        ("alice", "shop", 0.25, "p1", "wrong_amount"),
+        ("alice", "shop", 0.3, "nope", "unknown_proposal"),
+    ],
+)
+def test_a_wrong_payment_is_refused_and_reaches_nobody(
+    payer: str, payee: str, amount: float, proposal_id: str, rule: str
+) -> None:
+    shop, alice, mallory, router = market()
+    propose(shop)
+    alice.take()
+    peers = {"alice": alice, "mallory": mallory, "shop": shop}
+    peers[payer].to(payee, "PAYMENT", {"amount": amount, "proposal_message_id": proposal_id})
+    error = peers[payer].last()
+    assert error["payload"]["code"] == "invalid_payment"
+    assert f"rule: {rule}" in error["payload"]["error"]
+    assert all(p.take() == [] for p in peers.values())
+    assert router.ledger.transactions == []
+
+
+def test_paying_twice_with_a_new_message_is_already_paid() -> None:
+    shop, alice, _, _ = market()
+    propose(shop)
+    alice.to("shop", "PAYMENT", {"amount": 0.3, "proposal_message_id": "p1"}, message_id="a")
+    alice.to("shop", "PAYMENT", {"amount": 0.3, "proposal_message_id": "p1"}, message_id="b")
+    assert "rule: already_paid" in alice.last()["payload"]["error"]
+
+
+def test_an_expired_proposal_cannot_be_paid() -> None:
+    shop, alice, _, _ = market()
+    propose(shop, expires_at="2000-01-01T00:00:00Z")
+    alice.to("shop", "PAYMENT", {"amount": 0.3, "proposal_message_id": "p1"})
+    assert "rule: expired" in alice.last()["payload"]["error"]
+
+
+def test_a_proposal_with_a_wrong_total_is_refused() -> None:
+    shop, alice, _, _ = market()
+    propose(shop, total_price=0.31)
+    assert "rule: total_mismatch" in shop.last()["payload"]["error"]
+    assert alice.take() == []
+
+
+def test_fetch_messages_reads_the_same_mailbox_as_push() -> None:
+    router = make_router()
+    sender = join(router, "sender")
+    poller = join(router, "poller", acks=True)
+    for n in range(5):
+        sender.to("poller", "TEXT", {"content": str(n)})
+    pushed = poller.take()
+    poller.send("FETCH_MESSAGES", {"limit": 3})
+    first = poller.last()["payload"]
+    assert first["messages"] == pushed[:3]
+    poller.send("FETCH_MESSAGES", {"since": first["cursor"]})
+    rest = poller.last()["payload"]
+    assert rest["messages"] == pushed[3:]
+    poller.send("FETCH_MESSAGES", {"since": rest["cursor"]})
+    assert poller.last()["payload"]["messages"] == []
+    assert not router.registry.agents["poller"].mailbox  # fetched = acknowledged
