@@ -23,6 +23,11 @@ def proposal(price: float) -> dict[str, Any]:
     return {"proposal": {"goods": {"r": 1}, "price": price}}
 
 
+def play(d: Dialogue, move: tuple[Any, ...]) -> None:
+    sender, receiver, move_id, kind, target, payload = move
+    d.apply(sender, receiver, move_id, kind, target, payload, 0.0)
+
+
 def started(**cfp: Any) -> Dialogue:
     return Dialogue.start("d1", "b", "s", "1", "CFP", None, {**CFP, **cfp}, now=100.0)
 
@@ -107,10 +112,10 @@ def test_every_illegal_move_names_its_rule(
 ) -> None:
     d = started()
     for move in moves:
-        d.apply(*move, 0.0)
+        play(d, move)
     before = d.to_dict()
     with pytest.raises(IllegalMove) as refused:
-        d.apply(*bad, 0.0)
+        play(d, bad)
     assert refused.value.rule == rule
     assert bad[3] in str(refused.value)
     assert d.to_dict() == before  # an illegal move changes nothing
