@@ -15,6 +15,8 @@ The exception tree is drawn in `agent_sdk.errors`.
 """
 
 from agent_sdk.agent import Agent, AgentStats, Status
+from agent_sdk.auction import AgentBid, BidResponse, TaskResult, TaskRFP
+from agent_sdk.bidder import Bidder
 from agent_sdk.capability import CapabilitySpec, RequestContext, capability
 from agent_sdk.errors import (
     AgentSDKError,
@@ -31,21 +33,29 @@ from agent_sdk.errors import (
     UnauthorizedError,
     UnknownReceiverError,
 )
+from agent_sdk.market import Order
+from agent_sdk.negotiation import DialogueHandle, Move
 from protocol.models import Capability, Message, MessageType, ServiceRecord
 
 __all__ = [
     "Agent",
+    "AgentBid",
     "AgentSDKError",
     "AgentStats",
+    "BidResponse",
+    "Bidder",
     "Capability",
     "CapabilityError",
     "CapabilityNotFoundError",
     "CapabilitySpec",
+    "DialogueHandle",
     "InvalidInputError",
     "LobbyError",
     "Message",
     "MessageType",
+    "Move",
     "NotConnectedError",
+    "Order",
     "RegistrationError",
     "RemoteError",
     "RequestContext",
@@ -54,6 +64,8 @@ __all__ = [
     "RequestTimeoutError",
     "ServiceRecord",
     "Status",
+    "TaskRFP",
+    "TaskResult",
     "UnauthorizedError",
     "UnknownReceiverError",
     "capability",

@@ -35,6 +35,7 @@ _HELP = {
     "dedupe_horizon": "seconds a sender's message_id is remembered for dedupe",
     "dedupe_max": "most message ids remembered for dedupe",
     "compact_interval": "seconds between store checkpoints",
+    "dialogue_timeout": "seconds a dialogue may idle before it expires",
     "max_message_bytes": "largest accepted frame; larger ones close the connection with 1009",
     "max_outbound_bytes": "bytes queued for one slow receiver before it is closed with 4002",
     "mailbox_limit": "messages held for one offline agent before senders get mailbox_full",

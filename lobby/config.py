@@ -36,6 +36,8 @@ class Settings:
     dedupe_max: int = DEFAULT_DEDUPE_MAX
     """At most this many message ids are remembered (the oldest are forgotten first)."""
     compact_interval: float = 10.0
+    dialogue_timeout: float = 3600.0
+    """Seconds a negotiation dialogue may idle before the lobby ends it (DIALOGUE_EXPIRED)."""
     """Seconds between store checkpoints that forget acknowledged messages."""
     message_rate: float = 10_000.0
     """Messages per second one agent may send (0: no limit); excess gets rate_limited."""

@@ -50,6 +50,7 @@ class LobbyServer:
         self.router = router or Router(
             limits=settings.limits(),
             trace=settings.log_level.lower() == "debug",
+            dialogue_timeout=settings.dialogue_timeout,
             mailbox_limit=settings.mailbox_limit,
             dedupe_horizon=settings.dedupe_horizon,
             dedupe_max=settings.dedupe_max,
@@ -57,6 +58,7 @@ class LobbyServer:
         self.store: Store = store or open_store(settings)
         self.committer = Committer(self.store, self.router.delivery, self._confirm)
         self._compactor: asyncio.Task[None] | None = None
+        self._ticker: asyncio.Task[None] | None = None
         self._server: Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections = 0
@@ -90,6 +92,7 @@ class LobbyServer:
         )
         self._started = time.monotonic()
         self._compactor = asyncio.create_task(self._compact_periodically())
+        self._ticker = asyncio.create_task(self._tick_periodically())
         log.info("LOBBY_LISTENING", lobby_id=LOBBY_ID, host=s.host, port=self.port, url=self.url)
 
     async def stop(self) -> None:
@@ -106,10 +109,11 @@ class LobbyServer:
             log.warning("LOBBY_SHUTDOWN_TIMEOUT", pending_closes=len(self._tasks))
             for task in self._tasks:
                 task.cancel()
-        if self._compactor is not None:
-            self._compactor.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._compactor
+        for background in (self._compactor, self._ticker):
+            if background is not None:
+                background.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await background
         await self.committer.close()
         self._server = None
         log.info("LOBBY_STOPPED")
@@ -203,6 +207,16 @@ class LobbyServer:
                 )
             )
             self._send(session, frame)
+
+    async def _tick_periodically(self) -> None:
+        """Deadlines (dialogue expiry) are checked twice a second."""
+        while True:
+            await asyncio.sleep(0.5)
+            try:
+                self._execute(self.router.tick())
+            except Exception:
+                log.exception("TICK_FAILED")
+            self.committer.kick()
 
     async def _compact_periodically(self) -> None:
         while True:

@@ -1,0 +1,149 @@
+"""The calling side of an agent: request/response, streaming, discovery, questions to the lobby."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any, TypeVar
+
+from pydantic import BaseModel
+
+from agent_sdk.calls import Call
+from agent_sdk.core import AgentCore
+from agent_sdk.errors import LobbyError, RequestTimeoutError
+from protocol.models import (
+    LOBBY_ID,
+    Message,
+    MessageType,
+    ServiceRecord,
+    ServicesAvailablePayload,
+)
+
+M = TypeVar("M", bound=BaseModel)
+
+
+class Caller(AgentCore):
+    async def request(
+        self,
+        agent_id: str,
+        capability: str,
+        payload: dict[str, Any] | BaseModel | None = None,
+        *,
+        timeout: float | None = None,
+        output_type: type[M] | None = None,
+    ) -> Any:
+        """Call `capability` on `agent_id`; return the success payload (without `status`), or
+        an `output_type` instance. Raises a `RequestError` subclass on failure."""
+        conversation_id, call = await self._start_call(agent_id, capability, payload, False)
+        try:
+            async with asyncio.timeout(timeout or self.request_timeout):
+                result = await call.result
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"no RESPONSE from {agent_id!r} for {capability!r} in time"
+            ) from None
+        finally:
+            self._calls.pop(conversation_id, None)
+        return _result(result, output_type)
+
+    async def request_stream(
+        self,
+        agent_id: str,
+        capability: str,
+        payload: dict[str, Any] | BaseModel | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> AsyncIterator[dict[str, Any]]:
+        """Yield each `in_progress` update, then the final success payload."""
+        conversation_id, call = await self._start_call(agent_id, capability, payload, True)
+        assert call.updates is not None
+        try:
+            async with asyncio.timeout(timeout or self.request_timeout):
+                while True:
+                    update = asyncio.ensure_future(call.updates.get())
+                    await asyncio.wait({update, call.result}, return_when=asyncio.FIRST_COMPLETED)
+                    if update.done():
+                        yield update.result()
+                        continue
+                    update.cancel()
+                    while not call.updates.empty():
+                        yield call.updates.get_nowait()
+                    yield _result(call.result.result(), None)
+                    return
+        except TimeoutError:
+            raise RequestTimeoutError(
+                f"no final RESPONSE from {agent_id!r} for {capability!r} in time"
+            ) from None
+        finally:
+            self._calls.pop(conversation_id, None)
+
+    async def discover(
+        self,
+        capability_name: str | None = None,
+        *,
+        keywords: list[str] | None = None,
+        timeout: float | None = None,
+    ) -> list[ServiceRecord]:
+        """Agents (other than this one) offering a capability, by name and/or keywords."""
+        payload: dict[str, Any] = {}
+        if capability_name is not None:
+            payload["capability_name"] = capability_name
+        if keywords is not None:
+            payload["keywords"] = keywords
+        reply = await self.ask_lobby(MessageType.DISCOVER_SERVICES, payload, timeout=timeout)
+        return ServicesAvailablePayload.model_validate(reply.payload).services_found
+
+    async def ask_lobby(
+        self,
+        message_type: MessageType,
+        payload: dict[str, Any],
+        *,
+        timeout: float | None = None,
+        receiver_id: str = LOBBY_ID,
+    ) -> Message:
+        """Send a message and return the lobby's answer in its conversation; `LobbyError` if
+        it is an ERROR. Usually to the lobby itself; a PAYMENT goes to the payee and the
+        lobby answers with PAYMENT_CONFIRMED."""
+        conversation_id = str(uuid.uuid4())
+        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
+        self._lobby_replies[conversation_id] = future
+        try:
+            async with asyncio.timeout(timeout or self.request_timeout):
+                await self.send(receiver_id, message_type, payload, conversation_id=conversation_id)
+                reply = await future
+        except TimeoutError:
+            raise RequestTimeoutError(f"no reply from the lobby to {message_type}") from None
+        finally:
+            self._lobby_replies.pop(conversation_id, None)
+        if reply.message_type is MessageType.ERROR:
+            raise LobbyError(str(reply.payload.get("code")), str(reply.payload.get("error")))
+        return reply
+
+    async def _start_call(
+        self,
+        agent_id: str,
+        capability: str,
+        payload: dict[str, Any] | BaseModel | None,
+        stream: bool,
+    ) -> tuple[str, Call]:
+        data = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
+        conversation_id = str(uuid.uuid4())
+        call = Call(agent_id, capability, stream=stream)
+        self._calls[conversation_id] = call
+        try:
+            await self.send(
+                agent_id,
+                MessageType.REQUEST,
+                {**(data or {}), "capability_name": capability},
+                conversation_id=conversation_id,
+            )
+        except BaseException:
+            self._calls.pop(conversation_id, None)
+            raise
+        return conversation_id, call
+
+
+def _result(payload: dict[str, Any], output_type: type[M] | None) -> Any:
+    data = {k: v for k, v in payload.items() if k != "status"}
+    return output_type.model_validate(data) if output_type is not None else data

@@ -1,0 +1,545 @@
+"""`AgentCore`: what every agent runs on: lifecycle, connection, sending, dispatch, delivery.
+
+`agent.Agent` adds the calls, capability serving, negotiation and marketplace on top of it.
+Inside, one read loop per connection decodes frames and dispatches them without blocking:
+RESPONSEs and lobby replies complete waiting calls at once; REQUESTs and callbacks run as
+tracked tasks, at most `max_concurrency` at a time with at most `backlog` more waiting. Past
+that, a REQUEST is answered with status `error`, code `rate_limited`, and other messages are
+dropped and counted in `stats.overflow_dropped`. A callback that raises is logged; one that
+hangs holds only its own slot.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import enum
+import os
+import signal
+import ssl
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Self, TypeVar
+
+import structlog
+from pydantic import BaseModel
+
+from agent_sdk.calls import Call, SeenMessages
+from agent_sdk.capability import CapabilitySpec, collect_capabilities
+from agent_sdk.connection import Link, Registration, registered_links
+from agent_sdk.delivery import Inbound, Outbound
+from agent_sdk.errors import (
+    AgentSDKError,
+    NotConnectedError,
+)
+from protocol.codec import decode, encode
+from protocol.errors import DecodeError
+from protocol.models import (
+    LOBBY_ID,
+    Capability,
+    ErrorCode,
+    Message,
+    MessageType,
+    ResponseStatus,
+)
+
+log = structlog.get_logger("agent_sdk")
+
+DEFAULT_LOBBY_URL = "ws://127.0.0.1:8765/"
+ACK_DELAY = 0.005
+"""Seconds to gather finished messages into one ACK."""
+M = TypeVar("M", bound=BaseModel)
+
+
+class Status(enum.StrEnum):
+    IDLE = "idle"
+    CONNECTING = "connecting"
+    CONNECTED = "connected"
+    RECONNECTING = "reconnecting"
+    STOPPED = "stopped"
+
+
+@dataclass(slots=True)
+class AgentStats:
+    connects: int = 0
+    reconnects: int = 0
+    resumes: int = 0
+    messages_received: int = 0
+    messages_sent: int = 0
+    duplicates_dropped: int = 0
+    handler_errors: int = 0
+    overflow_dropped: int = 0
+    resent: int = 0
+
+
+class AgentCore:
+    """Subclass, set `agent_id` (or pass it), declare capabilities, run.
+
+    Options are keyword-only: `lobby_url` (default: `$LOBBY_URL`, else ws://127.0.0.1:8765/),
+    `max_concurrency` handlers at once, `backlog` more waiting, `request_timeout` default for
+    calls, `reconnect` (False: `run()` returns when the connection drops), `reconnect_max_delay`
+    cap of the backoff, `dedupe_window` message ids remembered to drop redeliveries,
+    `max_unconfirmed` messages sent but not yet confirmed by the lobby (sending waits past it),
+    `ssl_context` to trust a wss:// lobby's certificate (default: the system's).
+    """
+
+    agent_id: str = ""
+
+    def __init__(
+        self,
+        agent_id: str | None = None,
+        *,
+        lobby_url: str | None = None,
+        max_concurrency: int = 64,
+        backlog: int = 1024,
+        request_timeout: float = 30.0,
+        reconnect: bool = True,
+        reconnect_max_delay: float = 10.0,
+        connect_timeout: float = 30.0,
+        dedupe_window: int = 10_000,
+        max_unconfirmed: int = 1000,
+        ssl_context: ssl.SSLContext | None = None,
+    ) -> None:
+        self.agent_id = agent_id or type(self).agent_id
+        if not self.agent_id:
+            raise ValueError("an agent needs an agent_id (class attribute or argument)")
+        self.lobby_url = lobby_url or os.environ.get("LOBBY_URL") or DEFAULT_LOBBY_URL
+        self.request_timeout = request_timeout
+        self.reconnect = reconnect
+        self.reconnect_max_delay = reconnect_max_delay
+        self.connect_timeout = connect_timeout
+        self.ssl_context = ssl_context
+        self.status = Status.IDLE
+        self.stats = AgentStats()
+        self.capabilities: dict[str, CapabilitySpec] = collect_capabilities(type(self))
+        self._max_tasks = max_concurrency + backlog
+        self._slots = asyncio.Semaphore(max_concurrency)
+        self._seen = SeenMessages(dedupe_window)
+        self._inbound = Inbound()
+        self._outbound = Outbound(max_unconfirmed)
+        self._room = asyncio.Event()
+        self._room.set()
+        self._ack_timer: asyncio.TimerHandle | None = None
+        self._token: str | None = None
+        self._link: Link | None = None
+        self._connected = asyncio.Event()
+        self._stopping = asyncio.Event()
+        self._runner: asyncio.Task[None] | None = None
+        self._calls: dict[str, Call] = {}
+        self._lobby_replies: dict[str, asyncio.Future[Message]] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    # -- hooks (override) -----------------------------------------------------------------
+
+    async def on_start(self) -> None:
+        """Once, before the first connection."""
+
+    async def on_stop(self) -> None:
+        """Once, after the last connection closed."""
+
+    async def on_connected(self) -> None:
+        """After each successful REGISTER (the first one and every reconnect)."""
+
+    async def on_disconnected(self) -> None:
+        """After each lost connection."""
+
+    async def on_message(self, message: Message) -> None:
+        """Every message no other callback took (unknown RESPONSEs, ERRORs, other types)."""
+
+    # -- running --------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Connect, register and serve until `stop()` (or, without `reconnect`, a drop).
+
+        Raises `RegistrationError` if the lobby refuses this agent.
+        """
+        current = asyncio.current_task()
+        if self._runner is not None and self._runner is not current:
+            raise RuntimeError(f"agent {self.agent_id!r} is already running")
+        self._runner = current
+        self._stopping.clear()
+        await self._hook(self.on_start)
+        serve = asyncio.create_task(self._serve())
+        stop = asyncio.create_task(self._stopping.wait())
+        try:
+            await asyncio.wait({serve, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+            serve.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await serve
+            await self._shutdown()
+            await self._hook(self.on_stop)
+            self._runner = None
+        if not serve.cancelled():
+            serve.result()  # re-raise what ended it (e.g. RegistrationError)
+
+    async def stop(self) -> None:
+        """Stop serving: close the connection, cancel handlers, fail waiting calls."""
+        self._stopping.set()
+        runner = self._runner
+        if runner is not None and runner is not asyncio.current_task():
+            with contextlib.suppress(asyncio.CancelledError, AgentSDKError):
+                await asyncio.shield(runner)
+
+    async def __aenter__(self) -> Self:
+        runner = asyncio.create_task(self.run())
+        self._runner = runner
+        connected = asyncio.create_task(self._connected.wait())
+        done, _ = await asyncio.wait(
+            {runner, connected},
+            timeout=self.connect_timeout,
+            return_when=asyncio.FIRST_COMPLETED,
+        )
+        connected.cancel()
+        if runner in done:
+            runner.result()  # raises what stopped it (e.g. RegistrationError)
+        if not self._connected.is_set():
+            await self.stop()
+            raise NotConnectedError(f"could not connect to {self.lobby_url} in time")
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+
+    def run_forever(self) -> None:
+        """Run until SIGINT or SIGTERM: the entry point of an agent script."""
+
+        async def main() -> None:
+            loop = asyncio.get_running_loop()
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(signum, self._stopping.set)
+            await self.run()
+
+        asyncio.run(main())
+
+    async def wait_connected(self, timeout: float | None = None) -> None:
+        """Return once registered at the lobby; `NotConnectedError` after `timeout`."""
+        try:
+            async with asyncio.timeout(timeout):
+                await self._connected.wait()
+        except TimeoutError:
+            raise NotConnectedError(f"not connected to {self.lobby_url}") from None
+
+    async def update_capabilities(self) -> None:
+        """Send the current `capabilities` to the lobby (after changing them at run time)."""
+        await self.send(LOBBY_ID, MessageType.UPDATE_CAPABILITIES, self._capabilities_payload())
+
+    async def send(
+        self,
+        receiver_id: str,
+        message_type: MessageType,
+        payload: dict[str, Any],
+        *,
+        conversation_id: str | None = None,
+        in_reply_to: str | None = None,
+        message_id: str | None = None,
+    ) -> None:
+        """Send one raw message (this agent's id and token are filled in). Waits for the
+        connection while reconnecting, up to `request_timeout`."""
+        message = Message(
+            self.agent_id,
+            receiver_id,
+            message_type,
+            payload,
+            conversation_id,
+            message_id=message_id,
+            in_reply_to=in_reply_to,
+        )
+        await self._send(message)
+
+    # -- internals: connection ------------------------------------------------------------
+
+    async def _serve(self) -> None:
+        self.status = Status.CONNECTING
+        links = registered_links(
+            self.lobby_url,
+            agent_id=self.agent_id,
+            register_payload=self._capabilities_payload,
+            token=lambda: self._token,
+            max_delay=self.reconnect_max_delay,
+            open_timeout=min(self.connect_timeout, 10.0),
+            ssl_context=self.ssl_context,
+        )
+        async with contextlib.aclosing(links):
+            await self._serve_links(links)
+
+    async def _serve_links(self, links: AsyncIterator[tuple[Link, Registration]]) -> None:
+        async for link, registration in links:
+            self._token = registration.token
+            if not registration.resumed:
+                self._inbound.reset()
+            if not await self._resend_unconfirmed(link):
+                continue
+            self._link = link
+            self.status = Status.CONNECTED
+            self.stats.connects += 1
+            self.stats.resumes += registration.resumed
+            log.info("AGENT_CONNECTED", agent_id=self.agent_id, resumed=registration.resumed)
+            self._connected.set()
+            await self._hook(self.on_connected)
+            try:
+                async for frame in link.frames():
+                    self._dispatch(frame)
+            finally:
+                self._connected.clear()
+                self._link = None
+            log.info("AGENT_DISCONNECTED", agent_id=self.agent_id, close_code=link.close_code)
+            await self._hook(self.on_disconnected)
+            if not self.reconnect:
+                return
+            self.status = Status.RECONNECTING
+            self.stats.reconnects += 1
+
+    async def _shutdown(self) -> None:
+        link = self._link
+        if link is not None:
+            await link.close()
+        for task in list(self._tasks):
+            task.cancel()
+        if self._tasks:
+            await asyncio.gather(*self._tasks, return_exceptions=True)
+        stopped = NotConnectedError(f"agent {self.agent_id!r} stopped")
+        for call in self._calls.values():
+            call.fail(stopped)
+        for future in self._lobby_replies.values():
+            if not future.done():
+                future.cancel()
+        self._connected.clear()
+        self.status = Status.STOPPED
+
+    async def _send(self, message: Message) -> None:
+        """Send `message` once connected (waiting up to `request_timeout`). A message for
+        another agent is kept until the lobby confirms it, and resent after a reconnect."""
+        if self._stopping.is_set() or self._runner is None:
+            raise NotConnectedError(f"agent {self.agent_id!r} is not running")
+        deadline = asyncio.get_running_loop().time() + self.request_timeout
+        tracked = message.receiver_id != LOBBY_ID
+        if tracked:
+            if message.message_id is None:
+                message.message_id = uuid.uuid4().hex
+            while self._outbound.full:
+                self._room.clear()
+                await self._wait_until(self._room, deadline)
+            self._outbound.add(message)
+        while True:
+            link = self._link
+            if link is None:
+                if tracked:
+                    return  # sent on reconnect, with everything else unconfirmed
+                await self._wait_until(self._connected, deadline)
+                continue
+            message.auth_token = self._token
+            try:
+                await link.send(encode(message))
+            except Exception:
+                # The connection dropped under us. A tracked message is resent on reconnect;
+                # anything else waits for the next connection here.
+                if link is self._link:
+                    self._link = None
+                    self._connected.clear()
+                if tracked:
+                    return
+                continue
+            self.stats.messages_sent += 1
+            return
+
+    async def _wait_until(self, event: asyncio.Event, deadline: float) -> None:
+        try:
+            async with asyncio.timeout_at(deadline):
+                await event.wait()
+        except TimeoutError:
+            raise NotConnectedError(f"no room to send to {self.lobby_url} in time") from None
+        if self._stopping.is_set():
+            raise NotConnectedError(f"agent {self.agent_id!r} is stopping")
+
+    async def _resend_unconfirmed(self, link: Link) -> bool:
+        """After (re)registering: send again, in order, what the lobby never confirmed."""
+        for message in self._outbound.unconfirmed():
+            message.auth_token = self._token
+            try:
+                await link.send(encode(message))
+            except Exception:
+                return False
+            self.stats.resent += 1
+        return True
+
+    def _schedule_ack(self) -> None:
+        if self._ack_timer is None and self._inbound.ack_due() is not None:
+            self._ack_timer = asyncio.get_running_loop().call_later(ACK_DELAY, self._flush_ack)
+
+    def _flush_ack(self) -> None:
+        self._ack_timer = None
+        up_to = self._inbound.ack_due()
+        link = self._link
+        if up_to is None or link is None:
+            return  # on resume the lobby redelivers what was not acknowledged
+        self._inbound.acked = up_to
+        ack = Message(self.agent_id, LOBBY_ID, MessageType.ACK, {"up_to": up_to})
+        ack.auth_token = self._token
+        self._spawn_unbounded(self._send_ack(link, ack))
+
+    async def _send_ack(self, link: Link, ack: Message) -> None:
+        with contextlib.suppress(Exception):
+            await link.send(encode(ack))
+
+    def _capabilities_payload(self) -> dict[str, Any]:
+        return {
+            "capabilities": [c.model_dump(mode="json") for c in self.capability_models()],
+            "acks": True,
+        }
+
+    def capability_models(self) -> list[Capability]:
+        """The capabilities as announced to the lobby."""
+        return [spec.to_capability() for spec in self.capabilities.values()]
+
+    # -- internals: dispatch --------------------------------------------------------------
+
+    def _dispatch(self, frame: str | bytes) -> None:
+        try:
+            message = decode(frame)
+        except DecodeError as exc:
+            log.warning("UNREADABLE_FRAME", agent_id=self.agent_id, error=exc.reason)
+            return
+        self.stats.messages_received += 1
+        seq = message.seq
+        if message.message_id is not None and self._seen.check_and_add(
+            message.sender_id, message.message_id
+        ):
+            self.stats.duplicates_dropped += 1
+            if seq is not None and not self._inbound.is_in_progress(seq):
+                self._settle(seq)
+            return
+        if not self._route(message):
+            self._spawn(self.on_message(message), message)
+            return
+        if seq is not None and not self._inbound.is_in_progress(seq):
+            self._settle(seq)
+
+    def _settle(self, seq: int) -> None:
+        self._inbound.received(seq, done=True)
+        self._schedule_ack()
+
+    def _route(self, message: Message) -> bool:
+        """Hand `message` to whoever waits for it; False if only `on_message` can take it."""
+        mtype = message.message_type
+        if mtype is MessageType.REQUEST:
+            self._spawn(self._serve_request(message), message)
+            return True
+        if message.sender_id == LOBBY_ID:
+            if mtype is MessageType.ACCEPTED:
+                self._outbound.confirmed(str(message.payload.get("message_id")))
+                if not self._outbound.full:
+                    self._room.set()
+                return True
+            if message.in_reply_to is not None:
+                self._outbound.refused(message.in_reply_to)
+        if mtype is MessageType.RESPONSE:
+            call = self._calls.get(message.conversation_id or "")
+            if call is not None and message.sender_id in (call.receiver_id, LOBBY_ID):
+                call.on_response(message.payload)
+                return True
+            return False
+        if message.sender_id == LOBBY_ID and self._lobby_reply(message):
+            return True
+        return self._route_other(message)
+
+    def _route_other(self, message: Message) -> bool:
+        """Message types the subclass layers handle (negotiation, marketplace)."""
+        return False
+
+    def _lobby_reply(self, message: Message) -> bool:
+        """Complete the call or lobby question this lobby message answers, if any."""
+        conversation_id = message.conversation_id or ""
+        future = self._lobby_replies.get(conversation_id)
+        if future is not None and not future.done():
+            future.set_result(message)
+            return True
+        if message.message_type is MessageType.ERROR:
+            original = message.payload.get("original_conversation_id") or ""
+            call = self._calls.get(original)
+            if call is not None:
+                call.on_error(str(message.payload.get("code")), str(message.payload.get("error")))
+                return True
+            log.warning(
+                "LOBBY_ERROR",
+                agent_id=self.agent_id,
+                code=message.payload.get("code"),
+                error=message.payload.get("error"),
+            )
+        return False
+
+    def _spawn(self, work: Coroutine[Any, Any, None], message: Message) -> None:
+        seq = message.seq
+        if len(self._tasks) >= self._max_tasks:
+            work.close()
+            if seq is not None:
+                self._settle(seq)
+            self.stats.overflow_dropped += 1
+            log.warning("AGENT_OVERLOADED", agent_id=self.agent_id, type=message.message_type)
+            if message.message_type is MessageType.REQUEST:
+                reply = self._error_response(
+                    message, ErrorCode.RATE_LIMITED, f"agent {self.agent_id!r} is overloaded"
+                )
+                self._spawn_unbounded(self._send_quietly(reply))
+            return
+        if seq is not None:
+            self._inbound.received(seq, done=False)
+        self._spawn_unbounded(self._in_slot(work, seq, self._inbound.epoch))
+
+    def _spawn_unbounded(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.create_task(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _in_slot(self, work: Coroutine[Any, Any, None], seq: int | None, epoch: int) -> None:
+        try:
+            async with self._slots:
+                await work
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            self.stats.handler_errors += 1
+            log.exception("CALLBACK_FAILED", agent_id=self.agent_id)
+        if seq is not None:
+            # Done (even if it failed: a failure was answered or logged, not to be retried).
+            self._inbound.done(seq, epoch)
+            self._schedule_ack()
+
+    def _response(self, request: Message, payload: dict[str, Any]) -> Message:
+        return Message(
+            self.agent_id,
+            request.sender_id,
+            MessageType.RESPONSE,
+            payload,
+            request.conversation_id,
+            in_reply_to=request.message_id,
+        )
+
+    def _error_response(self, request: Message, code: str, error: str) -> Message:
+        return self._response(
+            request, {"status": ResponseStatus.ERROR, "code": code, "error": error}
+        )
+
+    async def _serve_request(self, message: Message) -> None:
+        """Answer a REQUEST with the capability's handler (`serving.CapabilityServer`)."""
+        raise NotImplementedError
+
+    async def _send_quietly(self, message: Message) -> None:
+        try:
+            await self._send(message)
+        except AgentSDKError as exc:
+            log.warning("RESPONSE_NOT_SENT", agent_id=self.agent_id, error=str(exc))
+
+    async def _hook(self, hook: Callable[[], Awaitable[None]]) -> None:
+        try:
+            await hook()
+        except Exception:
+            log.exception("HOOK_FAILED", agent_id=self.agent_id, hook=hook.__name__)
