@@ -39,6 +39,7 @@ from protocol.errors import DecodeError
 from protocol.models import (
     LOBBY_ID,
     Capability,
+    CloseCode,
     ErrorCode,
     Message,
     MessageType,
@@ -228,6 +229,16 @@ class AgentCore:
         except TimeoutError:
             raise NotConnectedError(f"not connected to {self.lobby_url}") from None
 
+    async def unregister(self, timeout: float = 5.0) -> None:
+        """Leave the lobby for good (its registration and token are dropped), then stop."""
+        runner = self._runner
+        await self.send(LOBBY_ID, MessageType.UNREGISTER, {})
+        if runner is not None and runner is not asyncio.current_task():
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(timeout):
+                    await asyncio.wait({runner})
+        await self.stop()
+
     async def update_capabilities(self) -> None:
         """Send the current `capabilities` to the lobby (after changing them at run time)."""
         await self.send(LOBBY_ID, MessageType.UPDATE_CAPABILITIES, self._capabilities_payload())
@@ -293,6 +304,9 @@ class AgentCore:
                 self._link = None
             log.info("AGENT_DISCONNECTED", agent_id=self.agent_id, close_code=link.close_code)
             await self._hook(self.on_disconnected)
+            if link.close_code == CloseCode.UNREGISTERED:
+                self._token = None
+                return  # unregistered (or token revoked): coming back would be a new agent
             if not self.reconnect:
                 return
             self.status = Status.RECONNECTING

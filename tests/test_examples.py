@@ -7,6 +7,8 @@ import sys
 
 from agent_sdk import Agent
 from examples.echo.echo_agent import EchoAgent
+from examples.agora import run as agora
+from examples.fipa_haggle import run as fipa_haggle
 from examples.price_hunter import run as price_hunter
 from lobby.server import LobbyServer
 from tests.conftest import LobbyProcess
@@ -43,3 +45,35 @@ async def test_echo_agent(lobby: LobbyServer) -> None:
             "text": "hello",
             "length": 5,
         }
+
+
+async def test_fipa_haggle_reproduces_the_seed_table(lobby: LobbyServer) -> None:
+    haggle = await fipa_haggle.main(lobby.url)
+    assert haggle.table == [
+        ("b", "cfp", {"r": 1}),
+        ("s", "propose", 20),
+        ("b", "propose", 10),
+        ("s", "propose", 15),
+        ("b", "accept", None),
+        ("s", "match_accept", None),
+    ]
+    tx = haggle.transaction
+    assert (tx["buyer"], tx["seller"], tx["amount"], tx["goods"]) == ("b", "s", "15.00", {"r": 1})
+    assert haggle.seller_saw == tx
+    assert lobby.router.ledger.transactions == [tx]
+
+
+async def test_agora_auction_picks_the_best_scored_bid(lobby: LobbyServer) -> None:
+    result = await agora.main(lobby.url)
+    # summarizer: 0.6 * 0.95 + 0.4 * 2/2 = 0.97; analyzer: 0.6 * 0.75 + 0.4 * 1/2 = 0.65
+    assert result.success
+    assert result.agent_id == "summarizer"
+    assert result.output.startswith("[summarizer] Summarize quantum computing")
+    assert result.rfp_id == agora.RFP.id
+
+
+async def test_agora_threshold_and_no_bidders(lobby: LobbyServer) -> None:
+    strict = await agora.main(lobby.url, min_confidence=0.99)
+    assert (strict.success, strict.error_message) == (False, "No bids met minimum confidence")
+    nobody = await agora.main(lobby.url, required_skills=["cooking"])
+    assert (nobody.success, nobody.error_message) == (False, "No bidders registered")

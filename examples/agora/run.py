@@ -1,0 +1,84 @@
+"""The Agora over a real lobby: three specialists bid on an RFP, the best score wins and
+executes it. Bids here are deterministic (skill overlap), no language model involved.
+
+    .venv/bin/python -m examples.agora.run [--lobby-url ws://127.0.0.1:8765/]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+from typing import Any, ClassVar
+
+from agent_sdk import Agent, Bidder, BidResponse, TaskResult, TaskRFP
+
+
+class Specialist(Bidder):
+    """Bids when it shares a required skill: the more it shares, the more confident."""
+
+    style: ClassVar[str] = ""
+
+    async def bid(self, rfp: TaskRFP) -> BidResponse:
+        shared = set(self.skills) & set(rfp.required_skills)
+        if rfp.required_skills and not shared:
+            return BidResponse(will_bid=False, confidence=0.0, proposal="", reasoning="no match")
+        confidence = min(0.95, 0.55 + 0.2 * len(shared))
+        return BidResponse(
+            will_bid=True,
+            confidence=confidence,
+            proposal=f"{self.style} using {', '.join(sorted(shared)) or 'general skills'}",
+            reasoning=f"{len(shared)} required skill(s) matched",
+        )
+
+    async def execute(self, rfp: TaskRFP, proposal: str) -> str:
+        return f"[{self.agent_id}] {rfp.requirement}: done as {proposal}"
+
+
+class Summarizer(Specialist):
+    agent_id = "summarizer"
+    skills: ClassVar[list[str]] = ["speed", "brevity", "extraction"]
+    style = "a quick executive summary"
+
+
+class Analyzer(Specialist):
+    agent_id = "analyzer"
+    skills: ClassVar[list[str]] = ["thoroughness", "citations", "research", "brevity"]
+    style = "a deep analysis with sources"
+
+
+class Writer(Specialist):
+    agent_id = "writer"
+    skills: ClassVar[list[str]] = ["engagement", "narrative", "storytelling"]
+    style = "an engaging narrative"
+
+
+RFP = TaskRFP(
+    requirement="Summarize quantum computing advances for executives",
+    required_skills=["brevity", "extraction"],
+)
+
+
+async def main(lobby_url: str, rfp: TaskRFP = RFP, **auction: Any) -> TaskResult:
+    agents = [
+        Summarizer(lobby_url=lobby_url),
+        Analyzer(lobby_url=lobby_url),
+        Writer(lobby_url=lobby_url),
+        Agent("requester", lobby_url=lobby_url),
+    ]
+    async with contextlib.AsyncExitStack() as stack:
+        for agent in agents:
+            await stack.enter_async_context(agent)
+        result = await agents[-1].auction(rfp, timeout=3, **auction)
+        # Leave the lobby, so the example can run again against the same lobby.
+        await asyncio.gather(*(agent.unregister() for agent in agents))
+    print(f"Winner: {result.agent_id or '-'}")
+    print(f"Output: {result.output or result.error_message}")
+    return result
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lobby-url", default=os.environ.get("LOBBY_URL", "ws://127.0.0.1:8765/"))
+    asyncio.run(main(parser.parse_args().lobby_url))
