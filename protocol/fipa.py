@@ -273,14 +273,19 @@ class Dialogue:
 
 def price_of(proposal: dict[str, Any]) -> Decimal:
     raw = proposal.get("price")
+    not_a_number = IllegalMove(
+        "bad_payload", "PROPOSE refused: the proposal's 'price' is no number"
+    )
     if isinstance(raw, bool) or not isinstance(raw, int | float | str):
-        raise IllegalMove("bad_payload", "PROPOSE refused: the proposal's 'price' must be a number")
+        raise not_a_number
     try:
         price = Decimal(str(raw))
     except InvalidOperation:
-        raise IllegalMove("bad_payload", "PROPOSE refused: the proposal's 'price' must be a number") from None
+        raise not_a_number from None
     if not price.is_finite() or price < 0:
-        raise IllegalMove("bad_payload", "PROPOSE refused: the proposal's 'price' must be a non-negative number")
+        raise IllegalMove(
+            "bad_payload", "PROPOSE refused: the proposal's 'price' must be a non-negative number"
+        )
     return price
 
 

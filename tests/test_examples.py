@@ -6,8 +6,8 @@ import subprocess
 import sys
 
 from agent_sdk import Agent
-from examples.echo.echo_agent import EchoAgent
 from examples.agora import run as agora
+from examples.echo.echo_agent import EchoAgent
 from examples.fipa_haggle import run as fipa_haggle
 from examples.price_hunter import run as price_hunter
 from lobby.server import LobbyServer
