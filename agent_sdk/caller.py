@@ -94,6 +94,36 @@ class Caller(AgentCore):
         reply = await self.ask_lobby(MessageType.DISCOVER_SERVICES, payload, timeout=timeout)
         return ServicesAvailablePayload.model_validate(reply.payload).services_found
 
+    async def search(
+        self,
+        query: str | None = None,
+        *,
+        algorithm: str | None = None,
+        filters: list[dict[str, Any]] | None = None,
+        capability_name: str | None = None,
+        keywords: list[str] | None = None,
+        limit: int = 50,
+        offset: int = 0,
+        timeout: float | None = None,
+    ) -> list[ServiceRecord]:
+        """Ranked search (`simple`, `filtered`, `lexical`; default lexical with a query):
+        services in rank order, each with its `score`. Filters match capability `attributes`:
+        `{"attribute": "price", "op": "lt", "value": 10}`."""
+        payload: dict[str, Any] = {
+            "algorithm": algorithm or ("lexical" if query else "filtered"),
+            "limit": limit,
+            "offset": offset,
+        }
+        optional = {
+            "query": query,
+            "filters": filters,
+            "capability_name": capability_name,
+            "keywords": keywords,
+        }
+        payload.update({k: v for k, v in optional.items() if v is not None})
+        reply = await self.ask_lobby(MessageType.DISCOVER_SERVICES, payload, timeout=timeout)
+        return ServicesAvailablePayload.model_validate(reply.payload).services_found
+
     async def ask_lobby(
         self,
         message_type: MessageType,

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 from enum import StrEnum
-from typing import Annotated, Any, Final
+from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -154,6 +154,11 @@ class Capability(BaseModel):
     keywords: list[str] = Field(default_factory=list)
     authorized_requester_ids: list[str] | None = None
     """Agents allowed to call this capability; `null` or `[]` means public."""
+    attributes: dict[str, str | int | float | bool | list[str]] | None = Field(
+        default=None,
+        description="Structured metadata that DISCOVER_SERVICES `filters` match on "
+        "(e.g. price, city, cuisine).",
+    )
 
 
 class RegisterPayload(_Payload):
@@ -187,17 +192,36 @@ class DiscoverServicesPayload(_Payload):
     query_keywords: list[str] | None = Field(
         default=None, description="Seed 003 spelling of `keywords`; both are accepted."
     )
+    query: str | None = Field(default=None, description="Free text, for ranked search.")
+    algorithm: Literal["simple", "filtered", "lexical"] | None = Field(
+        default=None, description="Ranked search; default lexical with a query, else filtered."
+    )
+    filters: list[dict[str, Any]] | None = Field(
+        default=None,
+        description="Constraints on capability `attributes`: "
+        '{"attribute": str, "op": "eq"|"ne"|"lt"|"le"|"gt"|"ge"|"in"|"contains", "value": ...}.',
+    )
+    limit: int = Field(default=50, ge=1, le=1000)
+    offset: int = Field(default=0, ge=0)
+
+    @property
+    def ranked(self) -> bool:
+        return any(v is not None for v in (self.query, self.algorithm, self.filters))
 
 
 class ServiceRecord(_Payload):
     agent_id: str
     relevant_capabilities: list[Capability]
     online: bool
+    score: float | None = Field(default=None, description="Best score, in a ranked search.")
 
 
 class ServicesAvailablePayload(_Payload):
     services_found: list[ServiceRecord]
     discovered_for_capability: str | None = None
+    total: int | None = Field(
+        default=None, description="Matching capabilities before paging, in a ranked search."
+    )
 
 
 class RequestPayload(BaseModel):

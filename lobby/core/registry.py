@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lobby.core.limits import TokenBucket
+from lobby.core.search import SearchIndex
 from protocol.models import Capability
 
 if TYPE_CHECKING:
@@ -63,6 +64,7 @@ class Registry:
         self.agents: dict[str, AgentRecord] = {}
         self._by_name: dict[str, set[str]] = {}
         self._by_keyword: dict[str, set[tuple[str, str]]] = {}
+        self.search = SearchIndex()
 
     def __len__(self) -> int:
         return len(self.agents)
@@ -121,14 +123,31 @@ class Registry:
             for agent_id, entries in sorted(matches.items())
         ]
 
+    def keys_matching(
+        self, capability_name: str | None, keywords: list[str] | None
+    ) -> set[tuple[str, str]]:
+        """(agent_id, name) of the capabilities with that exact name and/or any keyword."""
+        return {
+            (record.agent_id, entry.model.name)
+            for record, entries in self.discover(
+                requester_id="", capability_name=capability_name, keywords=keywords
+            )
+            for entry in entries
+        }
+
     def _index(self, record: AgentRecord) -> None:
         for name, entry in record.capabilities.items():
+            model = entry.model
+            self.search.add(
+                record.agent_id, name, model.description, model.keywords, model.attributes or {}
+            )
             self._by_name.setdefault(name, set()).add(record.agent_id)
             for keyword in _keywords(entry.model):
                 self._by_keyword.setdefault(keyword, set()).add((record.agent_id, name))
 
     def _unindex(self, record: AgentRecord) -> None:
         for name, entry in record.capabilities.items():
+            self.search.remove(record.agent_id, name)
             _discard(self._by_name, name, record.agent_id)
             for keyword in _keywords(entry.model):
                 _discard(self._by_keyword, keyword, (record.agent_id, name))

@@ -30,6 +30,7 @@ from lobby.core.delivery import (
     Delivery,
     MailboxFull,
 )
+from lobby.core.discovery import BadFilter, services_available
 from lobby.core.limits import Limits, TokenBucket
 from lobby.core.registry import AgentRecord, Registry
 from lobby.core.session import Action, Close, Send, Session
@@ -442,21 +443,12 @@ class Router:
         self, session: Session, agent: AgentRecord, msg: Message
     ) -> list[Action]:
         query = _validate(DiscoverServicesPayload, msg)
-        keywords = query.keywords if query.keywords is not None else query.query_keywords
-        found = self.registry.discover(
-            requester_id=agent.agent_id, capability_name=query.capability_name, keywords=keywords
-        )
-        payload = {
-            "services_found": [
-                {
-                    "agent_id": record.agent_id,
-                    "relevant_capabilities": [entry.wire for entry in entries],
-                    "online": record.session is not None,
-                }
-                for record, entries in found
-            ],
-            "discovered_for_capability": query.capability_name,
-        }
+        try:
+            payload = services_available(self.registry, agent.agent_id, query)
+        except BadFilter as bad:
+            raise Refusal(
+                ErrorCode.MALFORMED, f"invalid DISCOVER_SERVICES filters: {bad}"
+            ) from None
         frame = self._from_lobby(
             agent.agent_id, MessageType.SERVICES_AVAILABLE, payload, msg.conversation_id
         )
