@@ -246,7 +246,7 @@ class SearchIndex:
         has_rare = bool(found) and len(found[0][1]) <= count / 2
         scores: dict[DocKey, float] = {}
         docs = self._docs
-        for term, postings in found:
+        for _term, postings in found:
             idf = math.log(1 + (count - len(postings) + 0.5) / (len(postings) + 0.5))
             common = has_rare and len(postings) > count / 2
             # A term in most capabilities only re-ranks what the rarer terms found: scoring
