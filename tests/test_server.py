@@ -1,0 +1,193 @@
+"""The lobby over real sockets on 127.0.0.1: the behaviours of the router, through websockets."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+from websockets.exceptions import ConnectionClosed
+
+from lobby.server import LobbyServer
+from tests.wsclient import frame, register, reply, running
+
+CAP = {"name": "price", "description": "", "input_schema": {}, "output_schema": {}}
+
+
+async def expect_silence(ws: ClientConnection, seconds: float = 0.2) -> None:
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(ws.recv(), seconds)
+
+
+async def token_of(ws: ClientConnection, agent_id: str, **payload: Any) -> str:
+    ack = await register(ws, agent_id, **payload)
+    assert ack["payload"]["status"] == "success_registered_finalized"
+    return str(ack["payload"]["auth_token"])
+
+
+async def test_the_seed_flow_over_sockets(lobby: LobbyServer) -> None:
+    hunter_cap = {**CAP, "authorized_requester_ids": ["searcher"]}
+    async with (
+        connect(lobby.url) as hunter,
+        connect(lobby.url) as searcher,
+        connect(lobby.url) as rogue,
+    ):
+        hunter_token = await token_of(hunter, "hunter", capabilities=[hunter_cap])
+        searcher_token = await token_of(searcher, "searcher")
+        rogue_token = await token_of(rogue, "rogue")
+        await searcher.send(
+            frame(
+                "searcher",
+                "DISCOVER_SERVICES",
+                {"capability_name": "price"},
+                auth_token=searcher_token,
+            )
+        )
+        found = await reply(searcher)
+        assert found["payload"]["services_found"][0]["agent_id"] == "hunter"
+        request = {"capability_name": "price", "item": "x"}
+        await searcher.send(
+            frame(
+                "searcher",
+                "REQUEST",
+                request,
+                receiver_id="hunter",
+                conversation_id="k",
+                auth_token=searcher_token,
+            )
+        )
+        delivered = await reply(hunter)
+        assert delivered["payload"] == request
+        assert "auth_token" not in delivered
+        await hunter.send(
+            frame(
+                "hunter",
+                "RESPONSE",
+                {"status": "success", "price": 1},
+                receiver_id="searcher",
+                conversation_id="k",
+                auth_token=hunter_token,
+            )
+        )
+        answer = await reply(searcher)
+        assert answer["payload"] == {"status": "success", "price": 1}
+        assert "auth_token" not in answer
+        await rogue.send(
+            frame(
+                "rogue",
+                "REQUEST",
+                request,
+                receiver_id="hunter",
+                conversation_id="r",
+                auth_token=rogue_token,
+            )
+        )
+        refused = await reply(rogue)
+        assert refused["payload"]["code"] == "unauthorized"
+        await expect_silence(hunter)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        b"\x00binary",
+        "{not json",
+        "[1, 2]",
+        '{"sender_id": "a", "receiver_id": "b", "message_type": "NOPE", "payload": {}}',
+        '{"sender_id": 5, "receiver_id": "b", "message_type": "REQUEST", "payload": {}}',
+        '{"sender_id": "a", "message_type": "REQUEST"}',
+    ],
+)
+async def test_bad_input_gets_malformed_and_the_connection_stays_usable(
+    lobby: LobbyServer, bad: str | bytes
+) -> None:
+    async with connect(lobby.url) as ws, connect(lobby.url) as bystander:
+        token = await token_of(ws, "clumsy")
+        bystander_token = await token_of(bystander, "bystander")
+        await ws.send(bad)
+        error = await reply(ws)
+        assert error["message_type"] == "ERROR"
+        assert error["payload"]["code"] == "malformed"
+        assert error["payload"]["error"]
+        await ws.send(frame("clumsy", "DISCOVER_SERVICES", {}, auth_token=token))
+        assert (await reply(ws))["message_type"] == "SERVICES_AVAILABLE"
+        await bystander.send(
+            frame("bystander", "DISCOVER_SERVICES", {}, auth_token=bystander_token)
+        )
+        assert (await reply(bystander))["message_type"] == "SERVICES_AVAILABLE"
+
+
+async def test_a_frame_over_the_limit_closes_only_that_connection(tmp_path: Path) -> None:
+    async with (
+        running(tmp_path, max_message_bytes=1000) as lobby,
+        connect(lobby.url) as big,
+        connect(lobby.url) as other,
+    ):
+        await token_of(big, "big")
+        other_token = await token_of(other, "other")
+        await big.send(frame("big", "DISCOVER_SERVICES", {"x": "y" * 5000}))
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(big.recv(), 5)
+        assert big.close_code == 1009
+        await other.send(frame("other", "DISCOVER_SERVICES", {}, auth_token=other_token))
+        assert (await reply(other))["message_type"] == "SERVICES_AVAILABLE"
+
+
+async def test_resume_closes_the_old_connection_with_4001(lobby: LobbyServer) -> None:
+    async with connect(lobby.url) as old, connect(lobby.url) as new:
+        token = await token_of(old, "twin")
+        await new.send(frame("twin", "REGISTER", {}, auth_token=token))
+        assert (await reply(new))["payload"]["status"] == "success_resumed"
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(old.recv(), 5)
+        assert old.close_code == 4001
+
+
+async def test_unregister_closes_with_4003(lobby: LobbyServer) -> None:
+    async with connect(lobby.url) as ws:
+        token = await token_of(ws, "leaver")
+        await ws.send(frame("leaver", "UNREGISTER", {}, auth_token=token))
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(ws.recv(), 5)
+        assert ws.close_code == 4003
+    assert "leaver" not in lobby.router.registry.agents
+
+
+async def test_held_messages_arrive_on_resume(lobby: LobbyServer) -> None:
+    async with connect(lobby.url) as sender:
+        async with connect(lobby.url) as receiver:
+            receiver_token = await token_of(receiver, "receiver", capabilities=[CAP])
+        sender_token = await token_of(sender, "sender")
+        for n in range(3):
+            await sender.send(
+                frame(
+                    "sender",
+                    "REQUEST",
+                    {"capability_name": "price", "n": n},
+                    receiver_id="receiver",
+                    conversation_id=f"k{n}",
+                    auth_token=sender_token,
+                )
+            )
+        await asyncio.sleep(0.1)
+        async with connect(lobby.url) as again:
+            await again.send(frame("receiver", "REGISTER", {}, auth_token=receiver_token))
+            assert (await reply(again))["payload"]["status"] == "success_resumed"
+            assert [(await reply(again))["payload"]["n"] for _ in range(3)] == [0, 1, 2]
+
+
+async def test_healthz(lobby: LobbyServer) -> None:
+    def get() -> tuple[int, str, dict[str, Any]]:
+        url = f"http://127.0.0.1:{lobby.port}/healthz"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.headers["Content-Type"], orjson.loads(response.read())
+
+    status, content_type, body = await asyncio.to_thread(get)
+    assert status == 200
+    assert content_type == "application/json"
+    assert body["status"] == "ok"
+    assert body["lobby_id"] == "global_lobby"
