@@ -86,6 +86,8 @@ class LobbyServer:
             max_size=s.max_message_bytes,
             ping_interval=s.ping_interval,
             ping_timeout=s.ping_timeout,
+            # A peer that never answers our close frame is dropped in time for shutdown.
+            close_timeout=s.shutdown_timeout / 2,
             process_request=self._process_request,
             server_header=None,
             ssl=_tls_context(s),
