@@ -57,7 +57,7 @@ def test_a_signal_stops_the_lobby_cleanly_within_two_seconds(tmp_path: Path, sig
         assert proc.wait(2) == 0
         assert time.monotonic() - started < 2
     finally:
-        ws.shutdown()
+        ws.shutdown()  # type: ignore[no-untyped-call]
         if proc.process.poll() is None:
             proc.process.kill()
 
@@ -73,7 +73,7 @@ def test_settings_come_from_lobby_env_vars(tmp_path: Path) -> None:
         ws.send("x" * 1000)
         assert close_code(ws) == 1009
     finally:
-        ws.shutdown()
+        ws.shutdown()  # type: ignore[no-untyped-call]
         proc.signal(signal.SIGTERM)
         proc.wait(5)
 
