@@ -12,7 +12,6 @@ lookups and one encode. Per-message logging is at DEBUG, filtered out by default
 
 from __future__ import annotations
 
-import hashlib
 import hmac
 import time
 import uuid
@@ -21,7 +20,6 @@ from typing import Any, Final, NoReturn, TypeVar
 
 import orjson
 import structlog
-from pydantic import ValidationError
 
 from lobby.core.commerce import DEFAULT_DIALOGUE_TIMEOUT, Ledger, Marketplace, Negotiations
 from lobby.core.delivery import (
@@ -31,14 +29,21 @@ from lobby.core.delivery import (
     MailboxFull,
 )
 from lobby.core.discovery import BadFilter, services_available
-from lobby.core.limits import Limits, TokenBucket
+from lobby.core.limits import Limits
+from lobby.core.refusal import (
+    Refusal,
+    hash_token,
+    require_lobby_receiver,
+    unknown_receiver,
+    validate,
+)
+from lobby.core.registration import Registrar
 from lobby.core.registry import AgentRecord, Registry
 from lobby.core.session import Action, Close, Send, Session
 from lobby.store.base import AgentRemoved, AgentSaved, Compaction, Effect, Snapshot, StateSaved
 from protocol.codec import decode, encode
 from protocol.errors import DecodeError
 from protocol.models import (
-    AGENT_ID_RE,
     LOBBY_ID,
     Capability,
     CloseCode,
@@ -48,7 +53,6 @@ from protocol.models import (
     Message,
     MessageType,
     RegisterPayload,
-    RegisterStatus,
     ResponseStatus,
     UpdateCapabilitiesPayload,
 )
@@ -81,19 +85,6 @@ _LOBBY_ONLY: Final = frozenset(
 )
 
 
-def hash_token(token: str) -> bytes:
-    return hashlib.sha256(token.encode()).digest()
-
-
-class Refusal(Exception):
-    """Raised inside a handler to answer the sender with an ERROR and change nothing."""
-
-    def __init__(self, code: ErrorCode, reason: str) -> None:
-        super().__init__(reason)
-        self.code = code
-        self.reason = reason
-
-
 class Router:
     """The lobby's decisions and state. Call `open` when a connection is accepted, `handle` for
     every frame it sends (`str` for text frames, `bytes` for binary ones) and `close` when it is
@@ -115,8 +106,7 @@ class Router:
         """Log every routed message at DEBUG. Off, a message costs no logging call at all
         (even a filtered-out structlog call costs about a microsecond)."""
         self.limits = limits or Limits()
-        self._registrations: dict[str, TokenBucket] = {}
-        """REGISTER attempts per source address."""
+        self.registrar = Registrar(self, self.limits)
         self.conversations: dict[ConversationKey, int] = {}
         """Open REQUESTs: how many final RESPONSEs each key still expects."""
         # Lobby-assigned message ids: unique per process start, cheap to make.
@@ -179,8 +169,7 @@ class Router:
         now = self.clock()
         delivery = self.delivery
         delivery.forget_old(now)
-        for host in [h for h, b in self._registrations.items() if b.is_full(now)]:
-            del self._registrations[host]
+        self.registrar.forget_idle(now)
         return Compaction(
             conversations=dict(self.conversations),
             upto_row=delivery.last_row,
@@ -266,7 +255,7 @@ class Router:
                         else ""
                     ),
                 )
-            _require_lobby_receiver(msg)
+            require_lobby_receiver(msg)
             return self._lobby_handlers[mtype](session, agent, msg)
         except Refusal as refusal:
             return self._error(session, msg, refusal.code, refusal.reason)
@@ -282,129 +271,16 @@ class Router:
                 "this connection is not registered: its first message must be REGISTER",
             )
         try:
-            return self._register(session, msg)
+            return self.registrar.register(session, msg)
         except Refusal as refusal:
             return self._error(session, msg, refusal.code, refusal.reason)
 
-    def _register(self, session: Session, msg: Message) -> list[Action]:
-        agent_id = msg.sender_id
-        if not AGENT_ID_RE.match(agent_id) or agent_id == LOBBY_ID:
-            raise Refusal(
-                ErrorCode.MALFORMED,
-                f"invalid agent id {agent_id!r}: sender_id must be 1-128 characters of "
-                f"[A-Za-z0-9._:@-] and not {LOBBY_ID!r}",
-            )
-        _require_lobby_receiver(msg)
-        self._check_registration_rate(session)
-        payload = _validate(RegisterPayload, msg)
-        self._check_registration_key(payload.registration_key)
-        self._check_capability_count(payload.capabilities)
-        record = self.registry.get(agent_id)
-        token = msg.auth_token
-        if record is not None:
-            if token is None or not hmac.compare_digest(hash_token(token), record.token_hash):
-                raise Refusal(
-                    ErrorCode.AGENT_ID_TAKEN,
-                    f"agent id {agent_id!r} is already registered: resume with its auth_token "
-                    "or register under another id",
-                )
-            return self._resume(session, record, token, payload)
-        token = str(uuid.uuid4())
-        record = AgentRecord(agent_id, hash_token(token), acks=payload.acks)
-        record.bucket = self._message_bucket()
-        self.registry.add(record)
-        self.registry.set_capabilities(record, payload.capabilities or [])
-        record.session = session
-        session.agent = record
-        self._save(record)
-        log.info(
-            "AGENT_REGISTERED",
-            agent_id=agent_id,
-            capabilities=sorted(record.capabilities),
-            remote=session.remote,
-        )
-        log.info("AGENT_REGISTRATION_FINALIZED", agent_id=agent_id)
-        return [self._register_ack(session, agent_id, RegisterStatus.REGISTERED, token)]
-
-    def _resume(
-        self, session: Session, record: AgentRecord, token: str, payload: RegisterPayload
-    ) -> list[Action]:
-        actions: list[Action] = []
-        old = record.session
-        if old is not None:
-            old.agent = None
-            actions.append(Close(old, CloseCode.REPLACED, "replaced by a newer connection"))
-        if payload.capabilities is not None:
-            self.registry.set_capabilities(record, payload.capabilities)
-        changed = payload.capabilities is not None or payload.acks != record.acks
-        record.acks = payload.acks
-        record.bucket = record.bucket or self._message_bucket()
-        record.session = session
-        session.agent = record
-        if changed:
-            self._save(record)
-        log.info(
-            "AGENT_RESUMED",
-            agent_id=record.agent_id,
-            replaced_connection=old is not None,
-            held_messages=len(record.mailbox),
-        )
-        actions.append(self._register_ack(session, record.agent_id, RegisterStatus.RESUMED, token))
-        actions.extend(self.delivery.replay(record, session))
-        return actions
-
-    def _save(self, record: AgentRecord) -> None:
+    def save(self, record: AgentRecord) -> None:
+        """Journal an agent's registration (token hash, capabilities, acks)."""
         capabilities = orjson.dumps([entry.wire for entry in record.capabilities.values()])
         self.delivery.journal.append(
             AgentSaved(record.agent_id, record.token_hash, capabilities, record.acks)
         )
-
-    def _check_registration_rate(self, session: Session) -> None:
-        limits = self.limits
-        if not limits.registration_rate:
-            return
-        now = self.clock()
-        bucket = self._registrations.get(session.host)
-        if bucket is None:
-            bucket = TokenBucket(limits.registration_rate, limits.registration_burst, now)
-            self._registrations[session.host] = bucket
-        if not bucket.take(now):
-            log.warning("REGISTRATION_RATE_LIMITED", host=session.host)
-            raise Refusal(
-                ErrorCode.RATE_LIMITED,
-                f"too many REGISTER attempts from {session.host or 'this address'}; "
-                "wait and try again",
-            )
-
-    def _check_registration_key(self, presented: str | None) -> None:
-        expected = self.limits.registration_key
-        if expected is None:
-            return
-        if presented is None or not hmac.compare_digest(presented.encode(), expected.encode()):
-            raise Refusal(
-                ErrorCode.AUTH_FAILED,
-                "this lobby requires a valid 'registration_key' in the REGISTER payload",
-            )
-
-    def _check_capability_count(self, capabilities: list[Capability] | None) -> None:
-        limit = self.limits.max_capabilities
-        if capabilities is not None and len(capabilities) > limit:
-            raise Refusal(
-                ErrorCode.LIMIT_EXCEEDED,
-                f"{len(capabilities)} capabilities declared; at most {limit} are allowed",
-            )
-
-    def _message_bucket(self) -> TokenBucket | None:
-        limits = self.limits
-        if not limits.message_rate:
-            return None
-        return TokenBucket(limits.message_rate, limits.message_burst, self.clock())
-
-    def _register_ack(
-        self, session: Session, agent_id: str, status: RegisterStatus, token: str
-    ) -> Send:
-        payload = {"status": status, "lobby_id": LOBBY_ID, "auth_token": token}
-        return Send(session, self._from_lobby(agent_id, MessageType.REGISTER_ACK, payload))
 
     # -- messages to the lobby ------------------------------------------------------------
 
@@ -430,7 +306,7 @@ class Router:
     def _fetch_messages(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
         """The mailbox pull: what is held for the agent after `since` (which acknowledges
         everything up to it). Push delivery reads the same mailbox."""
-        query = _validate(FetchMessagesPayload, msg)
+        query = validate(FetchMessagesPayload, msg)
         if query.since is not None:
             self.delivery.acknowledge(agent, query.since)
         after = query.since or 0
@@ -442,14 +318,14 @@ class Router:
     def _discover_services(
         self, session: Session, agent: AgentRecord, msg: Message
     ) -> list[Action]:
-        query = _validate(DiscoverServicesPayload, msg)
+        query = validate(DiscoverServicesPayload, msg)
         try:
             payload = services_available(self.registry, agent.agent_id, query)
         except BadFilter as bad:
             raise Refusal(
                 ErrorCode.MALFORMED, f"invalid DISCOVER_SERVICES filters: {bad}"
             ) from None
-        frame = self._from_lobby(
+        frame = self.from_lobby(
             agent.agent_id, MessageType.SERVICES_AVAILABLE, payload, msg.conversation_id
         )
         return [Send(session, frame)]
@@ -457,10 +333,10 @@ class Router:
     def _update_capabilities(
         self, session: Session, agent: AgentRecord, msg: Message
     ) -> list[Action]:
-        update = _validate(UpdateCapabilitiesPayload, msg)
-        self._check_capability_count(update.capabilities)
+        update = validate(UpdateCapabilitiesPayload, msg)
+        self.registrar.check_capability_count(update.capabilities)
         self.registry.set_capabilities(agent, update.capabilities)
-        self._save(agent)
+        self.save(agent)
         log.info(
             "AGENT_CAPABILITIES_UPDATED",
             agent_id=agent.agent_id,
@@ -487,7 +363,7 @@ class Router:
             raise Refusal(ErrorCode.MALFORMED, "a REQUEST payload needs a string 'capability_name'")
         target = self.registry.agents.get(msg.receiver_id)
         if target is None:
-            raise Refusal(ErrorCode.UNKNOWN_RECEIVER, _unknown_receiver(msg.receiver_id))
+            raise Refusal(ErrorCode.UNKNOWN_RECEIVER, unknown_receiver(msg.receiver_id))
         entry = target.capabilities.get(name)
         if entry is None:
             return self._deny(
@@ -542,7 +418,7 @@ class Router:
         target = self.registry.agents.get(msg.receiver_id)
         if target is None:
             del self.conversations[key]
-            raise Refusal(ErrorCode.UNKNOWN_RECEIVER, _unknown_receiver(msg.receiver_id))
+            raise Refusal(ErrorCode.UNKNOWN_RECEIVER, unknown_receiver(msg.receiver_id))
         now = self.clock()
         if self.delivery.is_duplicate(msg, session, now):
             return []
@@ -558,7 +434,7 @@ class Router:
     def _deny(self, session: Session, msg: Message, code: ErrorCode, reason: str) -> list[Action]:
         """The seed's answer to a refused REQUEST: an error RESPONSE in the same conversation."""
         payload = {"status": ResponseStatus.ERROR, "code": code, "error": reason}
-        frame = self._from_lobby(
+        frame = self.from_lobby(
             msg.sender_id, MessageType.RESPONSE, payload, msg.conversation_id, msg.message_id
         )
         return [Send(session, frame)]
@@ -584,7 +460,7 @@ class Router:
         """The registered agent `msg` is addressed to, or a refusal `unknown_receiver`."""
         target = self.registry.agents.get(msg.receiver_id)
         if target is None:
-            raise Refusal(ErrorCode.UNKNOWN_RECEIVER, _unknown_receiver(msg.receiver_id))
+            raise Refusal(ErrorCode.UNKNOWN_RECEIVER, unknown_receiver(msg.receiver_id))
         return target
 
     def notify(
@@ -616,12 +492,12 @@ class Router:
         self, session: Session, message_type: MessageType, payload: dict[str, Any], msg: Message
     ) -> Send:
         """A direct answer from the lobby to the sender of `msg` (not stored)."""
-        frame = self._from_lobby(
+        frame = self.from_lobby(
             msg.sender_id, message_type, payload, msg.conversation_id, msg.message_id
         )
         return Send(session, frame)
 
-    def _from_lobby(
+    def from_lobby(
         self,
         receiver_id: str,
         message_type: MessageType,
@@ -682,31 +558,7 @@ class Router:
             receiver = msg.sender_id
         if self.trace:
             log.debug("MESSAGE_REFUSED", code=code, reason=reason, session=session.id)
-        frame = self._from_lobby(
+        frame = self.from_lobby(
             receiver, MessageType.ERROR, payload, conversation_id, in_reply_to=original_id
         )
         return [Send(session, frame)]
-
-
-def _require_lobby_receiver(msg: Message) -> None:
-    if msg.receiver_id != LOBBY_ID:
-        raise Refusal(ErrorCode.MALFORMED, f"{msg.message_type} must be addressed to {LOBBY_ID!r}")
-
-
-def _unknown_receiver(receiver_id: str) -> str:
-    if receiver_id == LOBBY_ID:
-        return f"{LOBBY_ID!r} serves no capabilities: address REQUESTs to an agent"
-    return f"no agent {receiver_id!r} is registered"
-
-
-def _validate(model: type[_P], msg: Message) -> _P:
-    try:
-        return model.model_validate(msg.payload)
-    except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'payload'}: {err['msg']}"
-            for err in exc.errors()[:3]
-        )
-        raise Refusal(
-            ErrorCode.MALFORMED, f"invalid {msg.message_type} payload: {problems}"
-        ) from None

@@ -1,0 +1,162 @@
+"""REGISTER: new agents, resumed agents, and the limits on registering.
+
+A REGISTER without a valid token for a known agent id is refused (`agent_id_taken`); with it,
+the agent resumes: same token, capabilities replaced only if given, the old connection closed
+with 4001, and everything held for it delivered. Tokens are UUID4, kept only as SHA-256.
+"""
+
+from __future__ import annotations
+
+import hmac
+import uuid
+from typing import TYPE_CHECKING
+
+import structlog
+
+from lobby.core.limits import Limits, TokenBucket
+from lobby.core.refusal import Refusal, hash_token, require_lobby_receiver, validate
+from lobby.core.registry import AgentRecord
+from lobby.core.session import Action, Close, Send, Session
+from protocol.models import (
+    AGENT_ID_RE,
+    LOBBY_ID,
+    Capability,
+    CloseCode,
+    ErrorCode,
+    Message,
+    MessageType,
+    RegisterPayload,
+    RegisterStatus,
+)
+
+if TYPE_CHECKING:
+    from lobby.core.router import Router
+
+log = structlog.get_logger("lobby")
+
+
+class Registrar:
+    def __init__(self, router: Router, limits: Limits) -> None:
+        self.router = router
+        self.limits = limits
+        self.attempts: dict[str, TokenBucket] = {}
+        """REGISTER attempts per source address."""
+
+    def register(self, session: Session, msg: Message) -> list[Action]:
+        agent_id = msg.sender_id
+        if not AGENT_ID_RE.match(agent_id) or agent_id == LOBBY_ID:
+            raise Refusal(
+                ErrorCode.MALFORMED,
+                f"invalid agent id {agent_id!r}: sender_id must be 1-128 characters of "
+                f"[A-Za-z0-9._:@-] and not {LOBBY_ID!r}",
+            )
+        require_lobby_receiver(msg)
+        self._check_registration_rate(session)
+        payload = validate(RegisterPayload, msg)
+        self._check_registration_key(payload.registration_key)
+        self.check_capability_count(payload.capabilities)
+        record = self.router.registry.get(agent_id)
+        token = msg.auth_token
+        if record is not None:
+            if token is None or not hmac.compare_digest(hash_token(token), record.token_hash):
+                raise Refusal(
+                    ErrorCode.AGENT_ID_TAKEN,
+                    f"agent id {agent_id!r} is already registered: resume with its auth_token "
+                    "or register under another id",
+                )
+            return self._resume(session, record, token, payload)
+        token = str(uuid.uuid4())
+        record = AgentRecord(agent_id, hash_token(token), acks=payload.acks)
+        record.bucket = self._message_bucket()
+        self.router.registry.add(record)
+        self.router.registry.set_capabilities(record, payload.capabilities or [])
+        record.session = session
+        session.agent = record
+        self.router.save(record)
+        log.info(
+            "AGENT_REGISTERED",
+            agent_id=agent_id,
+            capabilities=sorted(record.capabilities),
+            remote=session.remote,
+        )
+        log.info("AGENT_REGISTRATION_FINALIZED", agent_id=agent_id)
+        return [self._register_ack(session, agent_id, RegisterStatus.REGISTERED, token)]
+
+    def _resume(
+        self, session: Session, record: AgentRecord, token: str, payload: RegisterPayload
+    ) -> list[Action]:
+        actions: list[Action] = []
+        old = record.session
+        if old is not None:
+            old.agent = None
+            actions.append(Close(old, CloseCode.REPLACED, "replaced by a newer connection"))
+        if payload.capabilities is not None:
+            self.router.registry.set_capabilities(record, payload.capabilities)
+        changed = payload.capabilities is not None or payload.acks != record.acks
+        record.acks = payload.acks
+        record.bucket = record.bucket or self._message_bucket()
+        record.session = session
+        session.agent = record
+        if changed:
+            self.router.save(record)
+        log.info(
+            "AGENT_RESUMED",
+            agent_id=record.agent_id,
+            replaced_connection=old is not None,
+            held_messages=len(record.mailbox),
+        )
+        actions.append(self._register_ack(session, record.agent_id, RegisterStatus.RESUMED, token))
+        actions.extend(self.router.delivery.replay(record, session))
+        return actions
+
+    def _check_registration_rate(self, session: Session) -> None:
+        limits = self.limits
+        if not limits.registration_rate:
+            return
+        now = self.router.clock()
+        bucket = self.attempts.get(session.host)
+        if bucket is None:
+            bucket = TokenBucket(limits.registration_rate, limits.registration_burst, now)
+            self.attempts[session.host] = bucket
+        if not bucket.take(now):
+            log.warning("REGISTRATION_RATE_LIMITED", host=session.host)
+            raise Refusal(
+                ErrorCode.RATE_LIMITED,
+                f"too many REGISTER attempts from {session.host or 'this address'}; "
+                "wait and try again",
+            )
+
+    def _check_registration_key(self, presented: str | None) -> None:
+        expected = self.limits.registration_key
+        if expected is None:
+            return
+        if presented is None or not hmac.compare_digest(presented.encode(), expected.encode()):
+            raise Refusal(
+                ErrorCode.AUTH_FAILED,
+                "this lobby requires a valid 'registration_key' in the REGISTER payload",
+            )
+
+    def check_capability_count(self, capabilities: list[Capability] | None) -> None:
+        limit = self.limits.max_capabilities
+        if capabilities is not None and len(capabilities) > limit:
+            raise Refusal(
+                ErrorCode.LIMIT_EXCEEDED,
+                f"{len(capabilities)} capabilities declared; at most {limit} are allowed",
+            )
+
+    def _message_bucket(self) -> TokenBucket | None:
+        limits = self.limits
+        if not limits.message_rate:
+            return None
+        return TokenBucket(limits.message_rate, limits.message_burst, self.router.clock())
+
+    def _register_ack(
+        self, session: Session, agent_id: str, status: RegisterStatus, token: str
+    ) -> Send:
+        payload = {"status": status, "lobby_id": LOBBY_ID, "auth_token": token}
+        return Send(session, self.router.from_lobby(agent_id, MessageType.REGISTER_ACK, payload))
+
+    def forget_idle(self, now: float) -> None:
+        """Drop the attempt counters of addresses that have been quiet long enough."""
+        for host in [h for h, b in self.attempts.items() if b.is_full(now)]:
+            del self.attempts[host]
