@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from decimal import Decimal
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -165,3 +166,8 @@ def test_diagram_is_generated_from_the_table() -> None:
     for state, moves in TRANSITIONS.items():
         for move, target in moves.items():
             assert f"{state} --> {target}: {move}" in diagram
+
+
+def test_protocol_md_shows_the_generated_diagram() -> None:
+    protocol_md = (Path(__file__).parent.parent / "PROTOCOL.md").read_text()
+    assert f"```mermaid\n{mermaid_diagram()}\n```" in protocol_md
