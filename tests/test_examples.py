@@ -9,6 +9,7 @@ from agent_sdk import Agent
 from examples.agora import run as agora
 from examples.echo.echo_agent import EchoAgent
 from examples.fipa_haggle import run as fipa_haggle
+from examples.marketplace import run as marketplace
 from examples.price_hunter import run as price_hunter
 from lobby.server import LobbyServer
 from tests.conftest import LobbyProcess
@@ -77,3 +78,17 @@ async def test_agora_threshold_and_no_bidders(lobby: LobbyServer) -> None:
     assert (strict.success, strict.error_message) == (False, "No bids met minimum confidence")
     nobody = await agora.main(lobby.url, required_skills=["cooking"])
     assert (nobody.success, nobody.error_message) == (False, "No bidders registered")
+
+
+async def test_marketplace_customers_pay_the_cheapest_offer(lobby: LobbyServer) -> None:
+    outcome = await marketplace.main(lobby.url)
+    ann, bob = outcome.receipts["ann"], outcome.receipts["bob"]
+    assert (ann["seller"], ann["amount"]) == ("napoli_express", "15.80")
+    assert (bob["seller"], bob["amount"]) == ("napoli_express", "6.60")
+    assert sorted(t["buyer"] for t in outcome.sales["napoli_express"]) == ["ann", "bob"]
+    assert outcome.sales["luigis_pizza"] == outcome.sales["sushi_zen"] == []
+    ledger = lobby.router.ledger.transactions
+    assert sorted((t["buyer"], t["seller"], t["amount"], t["kind"]) for t in ledger) == [
+        ("ann", "napoli_express", "15.80", "payment"),
+        ("bob", "napoli_express", "6.60", "payment"),
+    ]
