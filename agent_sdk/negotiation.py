@@ -8,8 +8,8 @@ negotiation reads top to bottom:
     move = await dialogue.next_move(timeout=5)        # the seller's PROPOSE
     await dialogue.accept()
 
-Every move that arrives is queued on its handle (for `next_move`) and passed to the matching
-callback (`on_cfp`, `on_propose`, ...); an agent may use either style.
+Every move that arrives after the CFP is queued on its handle (for `next_move`) and every move
+is passed to the matching callback (`on_cfp`, `on_propose`, ...); an agent may use either style.
 """
 
 from __future__ import annotations
@@ -164,7 +164,8 @@ class Negotiator(Caller):
             handle = self._incoming_move(message)
             if handle is None:
                 return True
-            handle._received(Move(kind, message.payload, message))
+            if kind is not MessageType.CFP:  # the CFP is what the handle starts from
+                handle._received(Move(kind, message.payload, message))
             self._spawn(self._move_callback(handle, message), message)
             return True
         if kind is MessageType.TRANSACTION_CONFIRMED:

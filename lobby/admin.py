@@ -70,6 +70,11 @@ def mailbox(db: sqlite3.Connection, agent_id: str) -> list[dict[str, Any]]:
     ]
 
 
+def transactions(db: sqlite3.Connection) -> list[dict[str, Any]]:
+    rows = db.execute("SELECT data FROM state WHERE kind = 'transaction' ORDER BY rowid")
+    return [orjson.loads(data) for (data,) in rows]
+
+
 def render(rows: list[dict[str, Any]], *, as_json: bool) -> str:
     if as_json:
         return orjson.dumps(rows, option=orjson.OPT_INDENT_2).decode()

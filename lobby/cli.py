@@ -104,6 +104,7 @@ def build_parser() -> argparse.ArgumentParser:
     for name, help_text in (
         ("agents", "list registered agents, from the store"),
         ("mailbox", "list the messages held for one agent, from the store"),
+        ("transactions", "list the ledger, from the store"),
     ):
         admin = commands.add_parser(name, help=help_text)
         if name == "mailbox":
@@ -117,7 +118,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "schema":
         return _schema(args.write)
-    if args.command in ("agents", "mailbox"):
+    if args.command in ("agents", "mailbox", "transactions"):
         return _admin(args)
     settings = Settings(**{f.name: getattr(args, f.name) for f in fields(Settings)})
     configure(log_format=settings.log_format, level=settings.log_level)
@@ -132,7 +133,12 @@ def _admin(args: argparse.Namespace) -> int:
         sys.stderr.write(f"lobby: {exc}\n")
         return 1
     with contextlib.closing(db):
-        rows = admin.agents(db) if args.command == "agents" else admin.mailbox(db, args.agent_id)
+        if args.command == "agents":
+            rows = admin.agents(db)
+        elif args.command == "mailbox":
+            rows = admin.mailbox(db, args.agent_id)
+        else:
+            rows = admin.transactions(db)
     sys.stdout.write(admin.render(rows, as_json=args.json) + "\n")
     return 0
 

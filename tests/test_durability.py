@@ -14,7 +14,7 @@ from typing import Any
 import orjson
 from websockets.asyncio.client import connect
 
-from agent_sdk import Agent, MessageType, RequestContext, capability
+from agent_sdk import Agent, Message, MessageType, RequestContext, capability
 from lobby.store.sqlite import FILE_NAME
 from tests.conftest import LobbyProcess, start_lobby_process
 
@@ -241,3 +241,56 @@ def admin_command(*args: str) -> str:
         timeout=30,
     )
     return done.stdout
+
+
+async def test_a_dialogue_and_a_purchase_survive_a_restart_midway(tmp_path: Path) -> None:
+    """The lobby restarts in the middle of a negotiation and between proposal and payment;
+    both finish afterwards, and the ledger keeps what was recorded before."""
+    data = tmp_path / "data"
+    lobby = start_lobby_process(data)
+    try:
+        buyer = Agent("buyer", lobby_url=lobby.url, reconnect_max_delay=0.3)
+        seller = Agent("seller", lobby_url=lobby.url, reconnect_max_delay=0.3)
+        async with buyer, seller:
+            dialogue = await buyer.cfp("seller", {"goods": {"apples": 3}})
+            await until(lambda: seller.dialogue(dialogue.dialogue_id) is not None)
+            theirs = seller.dialogue(dialogue.dialogue_id)
+            assert theirs is not None
+            await theirs.propose({"goods": {"apples": 3}, "price": 4.5})
+            assert (await dialogue.next_move(5)).kind == "PROPOSE"
+            order = await seller.propose_order(
+                "buyer", [{"id": "a", "name": "apple", "price": "1.50", "quantity": 3}]
+            )
+            await until(lambda: len(seller._outbound) == 0)
+
+            lobby = restart(lobby, data, signal.SIGKILL)
+            await until(lambda: buyer.stats.resumes == 1 and seller.stats.resumes == 1)
+
+            await dialogue.accept()  # the lobby still knows whose turn it is
+            assert (await theirs.next_move(5)).kind == "ACCEPT"
+            await theirs.match_accept()
+            confirmed = await dialogue.next_move(5)
+            while confirmed.kind != "TRANSACTION_CONFIRMED":
+                confirmed = await dialogue.next_move(5)
+            assert confirmed.payload["transaction"]["amount"] == "4.50"
+            proposal = Message(
+                "seller",
+                "buyer",
+                MessageType.ORDER_PROPOSAL,
+                {"total_price": order.total_price},
+                message_id=order.message_id,
+            )
+            receipt = await buyer.pay(proposal)
+            assert receipt["amount"] == "4.50"
+            await until(lambda: len(buyer._outbound) == 0)
+
+        lobby = restart(lobby, data, signal.SIGTERM)
+        async with Agent("auditor", lobby_url=lobby.url) as auditor:
+            assert await auditor.list_transactions() == []
+        kinds = sorted(
+            t["kind"]
+            for t in orjson.loads(admin_command("transactions", "--data-dir", str(data), "--json"))
+        )
+        assert kinds == ["negotiation", "payment"]
+    finally:
+        stop(lobby)
