@@ -15,7 +15,8 @@ from typing import Any
 
 import orjson
 
-from lobby.store.sqlite import FILE_NAME
+from lobby.store.base import MessageStored
+from lobby.store.sqlite import FILE_NAME, stored_messages
 
 
 class StoreNotFound(Exception):
@@ -29,44 +30,41 @@ def open_readonly(data_dir: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"file:{path}?mode=ro", uri=True)
 
 
+def _held(db: sqlite3.Connection) -> dict[str, list[MessageStored]]:
+    """Per agent, the stored messages it has not acknowledged, oldest first."""
+    acked = dict(db.execute("SELECT receiver, up_to FROM acks"))
+    held: dict[str, list[MessageStored]] = {}
+    for message in stored_messages(db):
+        if message.seq > acked.get(message.receiver, 0):
+            held.setdefault(message.receiver, []).append(message)
+    return held
+
+
 def agents(db: sqlite3.Connection) -> list[dict[str, Any]]:
-    rows = db.execute(
-        """
-        SELECT a.agent_id, a.capabilities, a.acks,
-               (SELECT count(*) FROM messages m WHERE m.receiver = a.agent_id
-                  AND m.seq > coalesce((SELECT up_to FROM acks k WHERE k.receiver = a.agent_id), 0))
-        FROM agents a ORDER BY a.agent_id
-        """
-    )
+    held = _held(db)
+    rows = db.execute("SELECT agent_id, capabilities, acks FROM agents ORDER BY agent_id")
     return [
         {
             "agent_id": agent_id,
             "capabilities": [c["name"] for c in orjson.loads(capabilities)],
             "acks": bool(acks),
-            "held_messages": held,
+            "held_messages": len(held.get(agent_id, [])),
         }
-        for agent_id, capabilities, acks, held in rows
+        for agent_id, capabilities, acks in rows
     ]
 
 
 def mailbox(db: sqlite3.Connection, agent_id: str) -> list[dict[str, Any]]:
-    row = db.execute("SELECT up_to FROM acks WHERE receiver = ?", (agent_id,)).fetchone()
-    acked = row[0] if row else 0
-    rows = db.execute(
-        "SELECT seq, sender, message_id, conversation_id, frame, at FROM messages"
-        " WHERE receiver = ? AND seq > ? ORDER BY seq",
-        (agent_id, acked),
-    )
     return [
         {
-            "seq": seq,
-            "sender_id": sender,
-            "message_type": orjson.loads(frame).get("message_type"),
-            "message_id": message_id,
-            "conversation_id": conversation_id,
-            "accepted_at": datetime.fromtimestamp(at, UTC).isoformat(),
+            "seq": m.seq,
+            "sender_id": m.sender,
+            "message_type": orjson.loads(m.frame).get("message_type"),
+            "message_id": m.message_id,
+            "conversation_id": m.conversation_id,
+            "accepted_at": datetime.fromtimestamp(m.at, UTC).isoformat(),
         }
-        for seq, sender, message_id, conversation_id, frame, at in rows
+        for m in _held(db).get(agent_id, [])
     ]
 
 

@@ -132,7 +132,7 @@ class Delivery:
         if not target.acks:
             # Written to its connection = delivered, for an agent that does not acknowledge.
             # Coalesced: one Acked record per agent per commit, not one per message.
-            self.delivered[target.agent_id] = seq
+            self.delivered[target.agent_id] = target.acked_seq = seq
         return [Send(session, frame)]
 
     def acknowledge(self, agent: AgentRecord, up_to: int) -> None:

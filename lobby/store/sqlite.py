@@ -1,9 +1,11 @@
 """The embedded durable store: one SQLite file (WAL) in `--data-dir`, nothing to install.
 
-Every routed message is one appended row in `messages` (a rowid table, ids assigned by the
-core, so inserts are appends and cost a few microseconds); agents, acknowledged watermarks and
-a periodic checkpoint of open conversations are small tables. `write()` is one transaction per
-batch (group commit), called from the server's single writer thread.
+Messages are written one row per group commit, not one row per message: a batch is a single
+JSON array (each message's frame embedded as it is, without re-encoding) appended to `batches`.
+A SQLite row costs several microseconds to bind and insert, and a batch row costs about as
+much as one of them, so durability stays a small part of a message's cost. Agents, acknowledged
+watermarks, negotiation and marketplace state (`state`) and a checkpoint of open conversations
+are small tables written as they change.
 
 Crash window: with `synchronous=NORMAL` in WAL mode a committed batch survives the lobby
 process being killed (the OS holds the written WAL pages); power loss or an OS crash may lose
@@ -13,8 +15,10 @@ the last few batches. `fsync=True` (`--fsync`) syncs every commit and closes tha
 from __future__ import annotations
 
 import sqlite3
-from collections.abc import Sequence
+from collections.abc import Iterator
 from pathlib import Path
+
+import orjson
 
 from lobby.store.base import (
     Acked,
@@ -37,16 +41,12 @@ CREATE TABLE IF NOT EXISTS agents (
     capabilities BLOB NOT NULL,
     acks INTEGER NOT NULL
 );
-CREATE TABLE IF NOT EXISTS messages (
+CREATE TABLE IF NOT EXISTS batches (
     id INTEGER PRIMARY KEY,
-    receiver TEXT NOT NULL,
-    seq INTEGER NOT NULL,
-    sender TEXT NOT NULL,
-    message_id TEXT NOT NULL,
-    conversation_id TEXT,
-    effect INTEGER NOT NULL,
-    frame BLOB NOT NULL,
-    at REAL NOT NULL
+    last_row INTEGER NOT NULL,
+    at REAL NOT NULL,
+    receivers BLOB NOT NULL,
+    messages BLOB NOT NULL
 );
 CREATE TABLE IF NOT EXISTS state (
     kind TEXT NOT NULL,
@@ -87,13 +87,7 @@ class SqliteStore:
             )
         ]
         snapshot.acked = dict(db.execute("SELECT receiver, up_to FROM acks"))
-        snapshot.messages = [
-            MessageStored(row_id, receiver, seq, sender, mid, conv, effect, bytes(frame), at)
-            for row_id, receiver, seq, sender, mid, conv, effect, frame, at in db.execute(
-                "SELECT id, receiver, seq, sender, message_id, conversation_id, effect, frame, at"
-                " FROM messages ORDER BY id"
-            )
-        ]
+        snapshot.messages = list(stored_messages(db))
         snapshot.conversations = {
             (requester, responder, conversation_id): count
             for requester, responder, conversation_id, count in db.execute(
@@ -107,7 +101,8 @@ class SqliteStore:
         return snapshot
 
     def write(self, records: list[Record]) -> None:
-        messages = []
+        messages: list[list[object]] = []
+        receivers: dict[str, int] = {}
         acked: dict[str, int] = {}
         db = self._db
         db.execute("BEGIN")
@@ -115,7 +110,7 @@ class SqliteStore:
             for record in records:
                 if type(record) is MessageStored:
                     messages.append(
-                        (
+                        [
                             record.row_id,
                             record.receiver,
                             record.seq,
@@ -123,19 +118,20 @@ class SqliteStore:
                             record.message_id,
                             record.conversation_id,
                             record.effect,
-                            record.frame,
                             record.at,
-                        )
+                            orjson.Fragment(record.frame),
+                        ]
                     )
+                    receivers[record.receiver] = record.seq
                 elif type(record) is Acked:
                     acked[record.receiver] = max(record.up_to, acked.get(record.receiver, 0))
                 else:
-                    # Agent and state changes are rarer and their order matters: write what
-                    # came before first.
-                    self._insert_messages(messages)
-                    messages = []
-                    self._write_agent(record)
-            self._insert_messages(messages)
+                    # Agent and state changes are rare and their order matters: write the
+                    # messages that came before them first.
+                    self._insert_batch(messages, receivers)
+                    messages, receivers = [], {}
+                    self._write_other(record)
+            self._insert_batch(messages, receivers)
             if acked:
                 db.executemany(
                     "INSERT INTO acks (receiver, up_to) VALUES (?, ?) ON CONFLICT (receiver)"
@@ -147,11 +143,15 @@ class SqliteStore:
             db.execute("ROLLBACK")
             raise
 
-    def _insert_messages(self, rows: Sequence[tuple[object, ...]]) -> None:
-        if rows:
-            self._db.executemany("INSERT INTO messages VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+    def _insert_batch(self, messages: list[list[object]], receivers: dict[str, int]) -> None:
+        if messages:
+            last = messages[-1]
+            self._db.execute(
+                "INSERT INTO batches (last_row, at, receivers, messages) VALUES (?, ?, ?, ?)",
+                (last[0], last[7], orjson.dumps(receivers), orjson.dumps(messages)),
+            )
 
-    def _write_agent(self, record: Record) -> None:
+    def _write_other(self, record: Record) -> None:
         if isinstance(record, StateSaved):
             self._db.execute(
                 "INSERT INTO state (kind, key, data) VALUES (?, ?, ?)"
@@ -167,13 +167,14 @@ class SqliteStore:
                 (record.agent_id, record.token_hash, record.capabilities, int(record.acks)),
             )
         elif isinstance(record, AgentRemoved):
+            # Its messages stay in their batches until compaction; load() skips them, as
+            # they belong to no agent.
             self._db.execute("DELETE FROM agents WHERE agent_id = ?", (record.agent_id,))
-            self._db.execute("DELETE FROM messages WHERE receiver = ?", (record.agent_id,))
             self._db.execute("DELETE FROM acks WHERE receiver = ?", (record.agent_id,))
 
     def compact(self, compaction: Compaction) -> None:
-        """Checkpoint open conversations, then delete what no one can need again: messages
-        acknowledged by their receiver and older than the dedupe horizon."""
+        """Checkpoint open conversations, then delete the batches no one can need again: every
+        message in them acknowledged (or its receiver gone) and older than the dedupe horizon."""
         db = self._db
         db.execute("BEGIN")
         try:
@@ -186,11 +187,19 @@ class SqliteStore:
                 "INSERT OR REPLACE INTO meta (key, value) VALUES ('conversations_upto', ?)",
                 (compaction.upto_row,),
             )
-            db.execute(
-                "DELETE FROM messages WHERE id <= ? AND at < ? AND seq <= coalesce("
-                "(SELECT up_to FROM acks WHERE acks.receiver = messages.receiver), 0)",
-                (compaction.upto_row, compaction.forget_before),
-            )
+            acked = compaction.acked
+            done = [
+                (batch_id,)
+                for batch_id, receivers in db.execute(
+                    "SELECT id, receivers FROM batches WHERE last_row <= ? AND at < ?",
+                    (compaction.upto_row, compaction.forget_before),
+                )
+                if all(
+                    receiver not in acked or acked[receiver] >= seq
+                    for receiver, seq in orjson.loads(receivers).items()
+                )
+            ]
+            db.executemany("DELETE FROM batches WHERE id = ?", done)
             db.execute("COMMIT")
         except BaseException:
             db.execute("ROLLBACK")
@@ -199,9 +208,13 @@ class SqliteStore:
     def close(self) -> None:
         self._db.close()
 
-    def stats(self) -> dict[str, int]:
-        """Row counts, for the admin commands and tests."""
-        return {
-            table: self._db.execute(f"SELECT count(*) FROM {table}").fetchone()[0]  # noqa: S608
-            for table in ("agents", "messages", "acks", "conversations", "state")
-        }
+
+def stored_messages(db: sqlite3.Connection) -> Iterator[MessageStored]:
+    """Every message still on disk, oldest first (also read by `lobby mailbox`)."""
+    for (data,) in db.execute("SELECT messages FROM batches ORDER BY id"):
+        for row_id, receiver, seq, sender, message_id, conv, effect, at, frame in orjson.loads(
+            data
+        ):
+            yield MessageStored(
+                row_id, receiver, seq, sender, message_id, conv, effect, orjson.dumps(frame), at
+            )

@@ -1,0 +1,66 @@
+"""The sqlite store under the router, synchronously: what a restart rebuilds, and compaction."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lobby.core import Router
+from lobby.store.sqlite import SqliteStore
+from tests.routerkit import Clock, join, make_router
+
+
+def commit(router: Router, store: SqliteStore) -> None:
+    records, _ = router.delivery.take_journal()
+    store.write(records)
+
+
+def restarted(store: SqliteStore, clock: Clock) -> Router:
+    router = make_router(clock)
+    router.restore(store.load())
+    return router
+
+
+CAP = {"name": "c", "description": "", "input_schema": {}, "output_schema": {}}
+
+
+def test_restore_rebuilds_agents_mailboxes_conversations_and_sequence(tmp_path: Path) -> None:
+    clock = Clock()
+    store = SqliteStore(tmp_path)
+    router = make_router(clock)
+    alice = join(router, "alice")
+    bob = join(router, "bob", capabilities=[CAP], acks=True)
+    for n in range(4):
+        alice.to("bob", "REQUEST", {"capability_name": "c", "n": n}, conversation_id=f"k{n}")
+    assert len(bob.take()) == 4
+    bob.send("ACK", {"up_to": 2})
+    commit(router, store)
+
+    again = restarted(store, clock)
+    record = again.registry.agents["bob"]
+    assert [seq for seq, _ in record.mailbox] == [3, 4]
+    assert record.next_seq == 4
+    assert list(record.capabilities) == ["c"]
+    assert sorted(k[2] for k in again.conversations) == ["k0", "k1", "k2", "k3"]
+
+
+def test_compaction_forgets_only_what_is_acknowledged_and_old(tmp_path: Path) -> None:
+    clock = Clock()
+    store = SqliteStore(tmp_path)
+    router = make_router(clock, dedupe_horizon=60)
+    alice = join(router, "alice")
+    bob = join(router, "bob", capabilities=[CAP], acks=True)
+    alice.to("bob", "REQUEST", {"capability_name": "c"}, conversation_id="old")
+    commit(router, store)
+    bob.send("ACK", {"up_to": 1})
+    alice.to("bob", "REQUEST", {"capability_name": "c"}, conversation_id="new")
+    commit(router, store)
+
+    clock.now += 120
+    store.compact(router.compaction())
+    rows = store._db.execute("SELECT count(*) FROM batches").fetchone()[0]
+    assert rows == 1  # the acknowledged batch is gone, the unacknowledged one stays
+
+    again = restarted(store, clock)
+    assert [seq for seq, _ in again.registry.agents["bob"].mailbox] == [2]
+    # Both conversations are still open: the checkpoint kept the one whose REQUEST was deleted.
+    assert sorted(k[2] for k in again.conversations) == ["new", "old"]
