@@ -4,14 +4,14 @@ dumb websockets relay measured in the same run, printed as a table and written a
 from __future__ import annotations
 
 import argparse
+import functools
+import importlib.metadata
 import os
 import platform
-import time
 from pathlib import Path
 from typing import Any
 
 import orjson
-import websockets
 
 from benchmarks import harness, load, sdk_load
 
@@ -29,7 +29,7 @@ def machine() -> dict[str, Any]:
         "cores": os.cpu_count(),
         "cpu": cpu,
         "python": platform.python_version(),
-        "websockets": websockets.__version__,
+        "websockets": importlib.metadata.version("websockets"),
     }
 
 
@@ -59,35 +59,20 @@ def latency_rows(seconds: float, rates: list[float]) -> dict[str, Any]:
 
 
 def connection_rows(agents: int, processes: int) -> dict[str, Any]:
+    """N idle registered agents: the server's memory per agent, and registrations per second."""
     per = agents // processes
     rows: dict[str, Any] = {}
     for name, start in (("relay", harness.relay), ("lobby", harness.lobby)):
         with start() as server:
-            before = server.rss_kib()
-            hold = 3.0
-            args = [(server.url, per, f"idle{p}x", hold) for p in range(processes)]
-            began = time.monotonic()
-            import threading
-
-            peak: list[int] = []
-            reading = threading.Event()
-
-            def sample(server: harness.Server = server) -> None:
-                while not reading.wait(0.25):
-                    peak.append(server.rss_kib())
-
-            sampler = threading.Thread(target=sample)
-            sampler.start()
-            results = harness.in_processes(load.idle_agents, args)
-            reading.set()
-            sampler.join()
+            args = [(server.url, per, f"idle{p}x", 3.0) for p in range(processes)]
+            before, peak, results = harness.peak_rss_during(
+                server, functools.partial(harness.in_processes, load.idle_agents, args)
+            )
             registered = sum(r["registered"] for r in results)
-            slowest = max(r["seconds"] for r in results)
             rows[name] = {
                 "agents": registered,
-                "kib_per_agent": (max(peak, default=before) - before) / max(registered, 1),
-                "registrations_per_s": registered / slowest,
-                "wall_s": time.monotonic() - began,
+                "kib_per_agent": (peak - before) / max(registered, 1),
+                "registrations_per_s": registered / max(r["seconds"] for r in results),
             }
     return rows
 
@@ -125,7 +110,7 @@ def report(results: dict[str, Any]) -> str:
             f" {r['server_cpu_us_per_message']:10.1f} {s['server_cpu_us_per_message']:10.1f}"
             f" {m['server_cpu_us_per_message']:10.1f}"
         )
-    lines += ["", "latency (ms, round trip)        relay p50/p99/p99.9    lobby p50/p99/p99.9  p99 ratio"]
+    lines += ["", f"{'latency (ms, round trip)':30} relay p50/p99/p99.9   lobby p50/p99/p99.9"]
     for name, row in results["latency"].items():
         r, lo = row["relay"], row["lobby"]
         lines.append(
@@ -143,8 +128,10 @@ def report(results: dict[str, Any]) -> str:
     ]
     for name, row in results["discovery"].items():
         lines.append(
-            f"{name:30} " + "   ".join(
-                f"{row[k]['p50']:7.2f} {row[k]['p99']:7.2f}" for k in ("exact_name", "keyword", "lexical")
+            f"{name:30} "
+            + "   ".join(
+                f"{row[k]['p50']:7.2f} {row[k]['p99']:7.2f}"
+                for k in ("exact_name", "keyword", "lexical")
             )
         )
     sdk = results["sdk"]
@@ -164,10 +151,14 @@ def main() -> None:
     args = parser.parse_args()
     quick = args.quick
     results: dict[str, Any] = {"machine": machine(), "quick": quick}
-    results["throughput"] = throughput_rows(1.0 if quick else 5.0, [1] if quick else [1, 10, 100], 32)
+    results["throughput"] = throughput_rows(
+        1.0 if quick else 5.0, [1] if quick else [1, 10, 100], 32
+    )
     results["latency"] = latency_rows(1.0 if quick else 4.0, [200] if quick else [200, 1000, 5000])
     results["connections"] = connection_rows(200 if quick else 10_000, 1 if quick else 4)
-    results["discovery"] = discovery_rows([1000] if quick else [1000, 10_000, 100_000], 20 if quick else 200)
+    results["discovery"] = discovery_rows(
+        [1000] if quick else [1000, 10_000, 100_000], 20 if quick else 200
+    )
     results["sdk"] = sdk_row(1.0 if quick else 5.0, 32)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))

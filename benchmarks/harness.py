@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -91,6 +92,26 @@ def _run(command: list[str], port: int) -> Iterator[Server]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def peak_rss_during(server: Server, work: Callable[[], Any]) -> tuple[int, int, Any]:
+    """(RSS before, highest RSS while `work()` ran, its result), sampled 4 times a second."""
+    before = server.rss_kib()
+    peak = [before]
+    done = threading.Event()
+
+    def sample() -> None:
+        while not done.wait(0.25):
+            peak.append(server.rss_kib())
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        result = work()
+    finally:
+        done.set()
+        sampler.join()
+    return before, max(peak), result
 
 
 def _child(target: Callable[..., Any], args: tuple[Any, ...], results: Any) -> None:

@@ -19,7 +19,7 @@ CAPABILITY = {"name": "echo", "description": "echo", "input_schema": {}, "output
 
 def run(coro: Any) -> Any:
     """Run a load coroutine on uvloop (as the lobby does), in this process."""
-    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
     try:
         import uvloop
@@ -29,7 +29,9 @@ def run(coro: Any) -> Any:
         return asyncio.run(coro)
 
 
-async def register(url: str, agent_id: str, capabilities: list[Any]) -> tuple[ClientConnection, str]:
+async def register(
+    url: str, agent_id: str, capabilities: list[Any]
+) -> tuple[ClientConnection, str]:
     ws = await connect(url, compression=None, max_size=None, open_timeout=60)
     frame = {
         "sender_id": agent_id,
@@ -144,7 +146,10 @@ async def latency(url: str, rate: float, seconds: float) -> dict[str, Any]:
 def percentiles(values: list[float]) -> dict[str, float]:
     if not values:
         return {"p50": 0.0, "p99": 0.0, "p99.9": 0.0}
-    pick = lambda q: values[min(len(values) - 1, int(q * len(values)))]  # noqa: E731
+
+    def pick(q: float) -> float:
+        return values[min(len(values) - 1, int(q * len(values)))]
+
     return {"p50": pick(0.5), "p99": pick(0.99), "p99.9": pick(0.999)}
 
 
