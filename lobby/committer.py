@@ -41,6 +41,10 @@ class Committer:
         self.batches = 0
         self.records = 0
         self.failed = False
+        self.max_write_s = 0.0
+        """The longest commit so far: with `interval`, the most a confirmed-to-be message
+        waits before it is durable (the crash window; see stats())."""
+        self._started = 0.0
 
     def kick(self) -> None:
         """Commit what the journal holds soon, unless a batch is already being written or
@@ -65,9 +69,9 @@ class Committer:
         if not self.store.durable:
             self._confirm(accepted)
             return
-        future = asyncio.get_running_loop().run_in_executor(
-            self._executor, self.store.write, records
-        )
+        loop = asyncio.get_running_loop()
+        self._started = loop.time()
+        future = loop.run_in_executor(self._executor, self.store.write, records)
         self._in_flight = future
         future.add_done_callback(lambda done: self._written(done, records, accepted))
 
@@ -83,9 +87,23 @@ class Committer:
         else:
             self.batches += 1
             self.records += len(records)
+            took = asyncio.get_running_loop().time() - self._started
+            self.max_write_s = max(self.max_write_s, took)
             self._confirm(accepted)
         if self.delivery.journal or self.delivery.accepted:
             self._submit()  # rows gathered while this batch was written: no need to wait
+
+    def stats(self) -> dict[str, object]:
+        """For /healthz: how much is written, and the crash window (a message accepted just
+        after a commit started waits `interval` plus at most two commits to be durable)."""
+        return {
+            "durable": self.store.durable,
+            "batches": self.batches,
+            "records": self.records,
+            "commit_interval_ms": self.interval * 1000,
+            "max_commit_ms": round(self.max_write_s * 1000, 3),
+            "crash_window_ms": round((self.interval + 2 * self.max_write_s) * 1000, 3),
+        }
 
     async def flush(self) -> None:
         """Wait until everything journaled so far is committed (or its write failed)."""

@@ -257,6 +257,7 @@ class LobbyServer:
             "agents_online": sum(1 for a in agents.values() if a.session is not None),
             "connections": self._connections,
             "uptime_s": round(time.monotonic() - self._started, 3),
+            "store": self.committer.stats(),
         }
 
     @staticmethod

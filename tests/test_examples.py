@@ -11,6 +11,7 @@ from examples.echo.echo_agent import EchoAgent
 from examples.fipa_haggle import run as fipa_haggle
 from examples.marketplace import run as marketplace
 from examples.price_hunter import run as price_hunter
+from examples.tac import run as tac
 from lobby.server import LobbyServer
 from tests.conftest import LobbyProcess
 
@@ -92,3 +93,21 @@ async def test_marketplace_customers_pay_the_cheapest_offer(lobby: LobbyServer) 
         ("ann", "napoli_express", "15.80", "payment"),
         ("bob", "napoli_express", "6.60", "payment"),
     ]
+
+
+async def test_tac_trades_are_confirmed_by_the_lobby_and_conserve_goods(
+    lobby: LobbyServer,
+) -> None:
+    before = {name: sum(start["holdings"]) for name, start in tac.START.items()}
+    traders = await tac.main(lobby.url)
+    ledger = lobby.router.ledger.transactions
+    assert ledger, "no trade happened"
+    assert all(t["kind"] == "negotiation" for t in ledger)
+    # Goods and money only moved between traders, and only through confirmed trades.
+    assert sum(sum(t.holdings.values()) for t in traders) == sum(before.values())
+    assert round(sum(t.money for t in traders), 6) == 300.0
+    for trader in traders:
+        assert trader.trades == [t for t in ledger if trader.agent_id in (t["buyer"], t["seller"])]
+    # The baseline strategy only trades when the buyer gains more than the seller loses.
+    start = [tac.Trader(name) for name in tac.START]
+    assert sum(t.utility() for t in traders) > sum(t.utility() for t in start)
