@@ -37,8 +37,8 @@ START: dict[str, dict[str, Any]] = {
 class Trader(Agent):
     def __init__(self, agent_id: str, **options: Any) -> None:
         super().__init__(agent_id, **options)
-        self.holdings = dict(zip(GOODS, START[agent_id]["holdings"], strict=True))
-        self.weights = dict(zip(GOODS, START[agent_id]["weights"], strict=True))
+        self.holdings: dict[str, int] = dict(zip(GOODS, START[agent_id]["holdings"], strict=True))
+        self.weights: dict[str, float] = dict(zip(GOODS, START[agent_id]["weights"], strict=True))
         self.money = 100.0
         self.trades: list[dict[str, Any]] = []
 
