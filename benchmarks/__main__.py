@@ -41,6 +41,7 @@ def throughput_rows(seconds: float, pair_counts: list[int], window: int) -> dict
             relay = harness.measured(server, load.throughput, server.url, *args)
         with harness.lobby("sqlite") as server:
             sqlite = harness.measured(server, load.throughput, server.url, *args)
+            sqlite["store"] = harness.health(server)["store"]
         with harness.lobby("memory") as server:
             memory = harness.measured(server, load.throughput, server.url, *args)
         rows[f"{pairs} pairs"] = {"relay": relay, "lobby_sqlite": sqlite, "lobby_memory": memory}
@@ -64,7 +65,7 @@ def connection_rows(agents: int, processes: int) -> dict[str, Any]:
     rows: dict[str, Any] = {}
     for name, start in (("relay", harness.relay), ("lobby", harness.lobby)):
         with start() as server:
-            args = [(server.url, per, f"idle{p}x", 3.0) for p in range(processes)]
+            args = [(server.url, per, f"idle{p}x", 1.0) for p in range(processes)]
             before, peak, results = harness.peak_rss_during(
                 server, functools.partial(harness.in_processes, load.idle_agents, args)
             )
@@ -134,6 +135,12 @@ def report(results: dict[str, Any]) -> str:
                 for k in ("exact_name", "keyword", "lexical")
             )
         )
+    window = list(results["throughput"].values())[-1]["lobby_sqlite"]["store"]
+    lines += [
+        "",
+        f"store: {window['batches']} commits, {window['records']} records, longest commit"
+        f" {window['max_commit_ms']} ms, crash window {window['crash_window_ms']} ms",
+    ]
     sdk = results["sdk"]
     lines += [
         "",
@@ -151,15 +158,14 @@ def main() -> None:
     args = parser.parse_args()
     quick = args.quick
     results: dict[str, Any] = {"machine": machine(), "quick": quick}
-    results["throughput"] = throughput_rows(
-        1.0 if quick else 5.0, [1] if quick else [1, 10, 100], 32
-    )
-    results["latency"] = latency_rows(1.0 if quick else 4.0, [200] if quick else [200, 1000, 5000])
+    seconds = 1.0 if quick else 3.0
+    results["throughput"] = throughput_rows(seconds, [1] if quick else [1, 10, 100], 32)
+    results["latency"] = latency_rows(seconds, [200] if quick else [200, 1000, 5000])
     results["connections"] = connection_rows(200 if quick else 10_000, 1 if quick else 4)
     results["discovery"] = discovery_rows(
         [1000] if quick else [1000, 10_000, 100_000], 20 if quick else 200
     )
-    results["sdk"] = sdk_row(1.0 if quick else 5.0, 32)
+    results["sdk"] = sdk_row(seconds, 32)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
     print(report(results))

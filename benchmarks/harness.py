@@ -12,9 +12,12 @@ import sys
 import tempfile
 import threading
 import time
+import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+
+import orjson
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 
@@ -92,6 +95,13 @@ def _run(command: list[str], port: int) -> Iterator[Server]:
         except subprocess.TimeoutExpired:
             process.kill()
             process.wait()
+
+
+def health(server: Server) -> dict[str, Any]:
+    url = f"http://127.0.0.1:{server.port}/healthz"
+    with urllib.request.urlopen(url, timeout=5) as response:
+        body: dict[str, Any] = orjson.loads(response.read())
+    return body
 
 
 def peak_rss_during(server: Server, work: Callable[[], Any]) -> tuple[int, int, Any]:

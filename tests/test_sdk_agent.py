@@ -300,3 +300,30 @@ async def test_two_hundred_agents_in_one_process_call_concurrently(lobby: LobbyS
             await asyncio.gather(*(c.stop() for c in clients))
     assert results == [{"i": i} for i in range(200)]
     assert server.echoed == 200
+
+
+async def test_fetch_messages_and_text_callbacks(lobby: LobbyServer) -> None:
+    class Reader(Agent):
+        def __init__(self) -> None:
+            super().__init__("reader", lobby_url=lobby.url)
+            self.texts: list[str] = []
+            self.release = asyncio.Event()
+
+        async def on_text(self, message: Message, content: str) -> None:
+            self.texts.append(content)
+            await self.release.wait()  # not done yet: not acknowledged, still held
+
+    async with Reader() as reader, Agent("writer", lobby_url=lobby.url) as writer:
+        for word in ("one", "two", "three"):
+            await writer.send_text("reader", word)
+        for _ in range(100):
+            if len(reader.texts) == 3:
+                break
+            await asyncio.sleep(0.02)
+        assert reader.texts == ["one", "two", "three"]
+        held, cursor = await reader.fetch_messages(limit=2)
+        assert [m.payload["content"] for m in held] == ["one", "two"]
+        assert [m.message_type for m in held] == [MessageType.TEXT, MessageType.TEXT]
+        rest, cursor = await reader.fetch_messages(since=cursor)
+        assert [m.payload["content"] for m in rest] == ["three"]
+        reader.release.set()
