@@ -4,7 +4,8 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, ClassVar
+from collections.abc import Sequence
+from typing import Any
 
 from agent_sdk.agent import Agent
 from agent_sdk.auction import EXECUTE_CAPABILITY, BidResponse, TaskRFP
@@ -13,7 +14,7 @@ from agent_sdk.negotiation import DialogueHandle
 
 
 class Bidder(Agent):
-    skills: ClassVar[list[str]] = []
+    skills: Sequence[str] = ()
     """Skill tags: announced as the keywords of `agora_execute`, so auctions find this agent."""
 
     def __init__(self, agent_id: str | None = None, **options: Any) -> None:

@@ -38,19 +38,19 @@ class Specialist(Bidder):
 
 class Summarizer(Specialist):
     agent_id = "summarizer"
-    skills: ClassVar[list[str]] = ["speed", "brevity", "extraction"]
+    skills = ("speed", "brevity", "extraction")
     style = "a quick executive summary"
 
 
 class Analyzer(Specialist):
     agent_id = "analyzer"
-    skills: ClassVar[list[str]] = ["thoroughness", "citations", "research", "brevity"]
+    skills = ("thoroughness", "citations", "research", "brevity")
     style = "a deep analysis with sources"
 
 
 class Writer(Specialist):
     agent_id = "writer"
-    skills: ClassVar[list[str]] = ["engagement", "narrative", "storytelling"]
+    skills = ("engagement", "narrative", "storytelling")
     style = "an engaging narrative"
 
 
