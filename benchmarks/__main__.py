@@ -8,6 +8,8 @@ import functools
 import importlib.metadata
 import os
 import platform
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -158,18 +160,26 @@ def main() -> None:
     args = parser.parse_args()
     quick = args.quick
     results: dict[str, Any] = {"machine": machine(), "quick": quick}
-    seconds = 1.0 if quick else 3.0
-    results["throughput"] = throughput_rows(seconds, [1] if quick else [1, 10, 100], 32)
-    results["latency"] = latency_rows(seconds, [200] if quick else [200, 1000, 5000])
-    results["connections"] = connection_rows(200 if quick else 10_000, 1 if quick else 4)
-    results["discovery"] = discovery_rows(
-        [1000] if quick else [1000, 10_000, 100_000], 20 if quick else 200
-    )
-    results["sdk"] = sdk_row(seconds, 32)
+    seconds = 1.0 if quick else 2.0
+    phases: dict[str, Callable[[], dict[str, Any]]] = {
+        "throughput": lambda: throughput_rows(seconds, [1] if quick else [1, 10, 100], 32),
+        "latency": lambda: latency_rows(seconds, [200] if quick else [200, 1000, 5000]),
+        "connections": lambda: connection_rows(200 if quick else 10_000, 1 if quick else 4),
+        "discovery": lambda: discovery_rows(
+            [1000] if quick else [1000, 10_000, 100_000], 20 if quick else 50
+        ),
+        "sdk": lambda: sdk_row(seconds, 32),
+    }
+    results["phase_seconds"] = {}
+    for name, phase in phases.items():
+        started = time.monotonic()
+        results[name] = phase()
+        results["phase_seconds"][name] = round(time.monotonic() - started, 1)
     args.out.parent.mkdir(parents=True, exist_ok=True)
     args.out.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
     print(report(results))
-    print(f"\nJSON: {args.out}")
+    print(f"\nphases (s): {results['phase_seconds']}")
+    print(f"JSON: {args.out}")
 
 
 if __name__ == "__main__":
