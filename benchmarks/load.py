@@ -32,7 +32,7 @@ def run(coro: Any) -> Any:
 async def register(
     url: str, agent_id: str, capabilities: list[Any]
 ) -> tuple[ClientConnection, str]:
-    ws = await connect(url, compression=None, max_size=None, open_timeout=60)
+    ws = await connect(url, compression=None, max_size=None, open_timeout=60, close_timeout=1)
     frame = {
         "sender_id": agent_id,
         "receiver_id": "global_lobby",
@@ -104,9 +104,7 @@ async def throughput(url: str, pairs: int, seconds: float, window: int) -> dict[
     elapsed = time.monotonic() - started
     for task in tasks:
         task.cancel()
-    for requester, _, _, responder, _, _ in made:
-        await requester.close()
-        await responder.close()
+    await asyncio.gather(*(ws.close() for pair in made for ws in (pair[0], pair[3])))
     return {"round_trips": done, "seconds": elapsed, "messages_per_s": 2 * done / elapsed}
 
 
