@@ -1,10 +1,19 @@
-"""Servers under test as child processes, their CPU time and memory, and load processes."""
+"""Servers under test as child processes, what they cost (from /proc), and load processes.
+
+Every server (the lobby or the relay) is its own process; every load generator is another one
+(`multiprocessing`, spawned), so a server has a core to itself on a 2-core machine and its CPU
+time can be read from `/proc/<pid>/stat` without the load's mixed in. Every wait is bounded: a
+server that does not listen within 20 s, or a load process that does not report within its
+deadline, fails the run instead of hanging it.
+"""
 
 from __future__ import annotations
 
 import contextlib
 import multiprocessing
 import os
+import queue
+import resource
 import signal
 import socket
 import subprocess
@@ -12,6 +21,7 @@ import sys
 import tempfile
 import threading
 import time
+import traceback
 import urllib.request
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -20,6 +30,19 @@ from typing import Any
 import orjson
 
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+class BenchError(RuntimeError):
+    """A server or a load process failed or overran its deadline."""
+
+
+def raise_fd_limit() -> int:
+    """Raise this process's open-file limit to the hard limit (children inherit it)."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    return hard
 
 
 def free_port() -> int:
@@ -28,66 +51,96 @@ def free_port() -> int:
         return int(probe.getsockname()[1])
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU time of process `pid`, all of its threads (the store writer too)."""
+    with open(f"/proc/{pid}/stat") as stat:
+        fields = stat.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+
+def thread_cpu_seconds(pid: int) -> dict[str, float]:
+    """User + system CPU time per thread name of process `pid` (threads of one name summed)."""
+    out: dict[str, float] = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError):
+            with open(f"/proc/{pid}/task/{tid}/comm") as comm:
+                name = comm.read().strip()
+            with open(f"/proc/{pid}/task/{tid}/stat") as stat:
+                fields = stat.read().rsplit(")", 1)[1].split()
+            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+    return out
+
+
+def rss_kib(pid: int) -> int:
+    with open(f"/proc/{pid}/status") as status:
+        for line in status:
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    return 0
+
+
 @dataclass
 class Server:
+    name: str
     process: subprocess.Popen[bytes]
     port: int
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
 
     @property
     def url(self) -> str:
         return f"ws://127.0.0.1:{self.port}/"
 
     def cpu_seconds(self) -> float:
-        """User + system CPU of the whole process (every thread, the store writer too)."""
-        with open(f"/proc/{self.process.pid}/stat") as stat:
-            fields = stat.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        return cpu_seconds(self.pid)
 
     def rss_kib(self) -> int:
-        with open(f"/proc/{self.process.pid}/status") as status:
-            for line in status:
-                if line.startswith("VmRSS:"):
-                    return int(line.split()[1])
-        return 0
+        return rss_kib(self.pid)
 
 
 def _wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
     deadline = time.monotonic() + 20
     while time.monotonic() < deadline:
         if process.poll() is not None:
-            raise RuntimeError(f"server exited with {process.returncode}")
+            raise BenchError(f"server exited with {process.returncode}")
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), 0.2):
             return
         time.sleep(0.05)
-    raise RuntimeError("server did not start listening")
+    raise BenchError("server did not start listening within 20 s")
+
+
+def lobby_command(port: int, data_dir: str, store: str, *extra: str) -> list[str]:
+    """`lobby serve` with auth, authorization, conversation tracking and `store` on; off are
+    only the abuse limits a load test trips by design (rates per agent and per address)."""
+    return [
+        sys.executable, "-m", "lobby", "serve", "--port", str(port), "--data-dir", data_dir,
+        "--store", store, "--log-level", "warning", "--message-rate", "0",
+        "--registration-rate", "0", "--max-message-bytes", str(MAX_MESSAGE_BYTES),
+        "--max-capabilities", "100000", "--mailbox-limit", "1000000", *extra,
+    ]  # fmt: skip
 
 
 @contextlib.contextmanager
 def lobby(store: str = "sqlite", *extra: str) -> Iterator[Server]:
-    """`lobby serve` with auth, authorization, conversation tracking and the given store on;
-    the abuse limits that a load test trips by design (rates per agent and per address) off."""
     port = free_port()
     with tempfile.TemporaryDirectory(prefix="lobby-bench-") as data:
-        command = [
-            sys.executable, "-m", "lobby", "serve", "--port", str(port), "--data-dir", data,
-            "--store", store, "--log-level", "warning", "--message-rate", "0",
-            "--registration-rate", "0", "--max-message-bytes", str(64 * 1024 * 1024),
-            "--max-capabilities", "100000", "--mailbox-limit", "1000000", *extra,
-        ]  # fmt: skip
-        yield from _run(command, port)
+        yield from _run(f"lobby-{store}", lobby_command(port, data, store, *extra), port)
 
 
 @contextlib.contextmanager
 def relay() -> Iterator[Server]:
     port = free_port()
-    yield from _run([sys.executable, "-m", "benchmarks.relay", str(port)], port)
+    yield from _run("relay", [sys.executable, "-m", "benchmarks.relay", str(port)], port)
 
 
-def _run(command: list[str], port: int) -> Iterator[Server]:
+def _run(name: str, command: list[str], port: int) -> Iterator[Server]:
+    raise_fd_limit()  # the server inherits it: 10,000 connections need as many descriptors
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     try:
         _wait_listening(port, process)
-        yield Server(process, port)
+        yield Server(name, process, port)
     finally:
         process.send_signal(signal.SIGTERM)
         try:
@@ -105,16 +158,17 @@ def health(server: Server) -> dict[str, Any]:
 
 
 def peak_rss_during(server: Server, work: Callable[[], Any]) -> tuple[int, int, Any]:
-    """(RSS before, highest RSS while `work()` ran, its result), sampled 4 times a second."""
+    """(RSS before, highest RSS while `work()` ran, its result), sampled 10 times a second."""
     before = server.rss_kib()
     peak = [before]
     done = threading.Event()
 
     def sample() -> None:
-        while not done.wait(0.25):
-            peak.append(server.rss_kib())
+        while not done.wait(0.1):
+            with contextlib.suppress(OSError):
+                peak.append(server.rss_kib())
 
-    sampler = threading.Thread(target=sample)
+    sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
     try:
         result = work()
@@ -124,30 +178,49 @@ def peak_rss_during(server: Server, work: Callable[[], Any]) -> tuple[int, int, 
     return before, max(peak), result
 
 
-def _child(target: Callable[..., Any], args: tuple[Any, ...], results: Any) -> None:
+def _child(target: Callable[..., Any], args: tuple[Any, ...], results: Any, index: int) -> None:
     from benchmarks.load import run
 
-    results.put(run(target(*args)))
+    try:
+        results.put((index, run(target(*args)), None))
+    except BaseException:
+        results.put((index, None, traceback.format_exc()))
 
 
-def in_processes(target: Callable[..., Any], args_list: list[tuple[Any, ...]]) -> list[Any]:
-    """Run the load coroutine `target(*args)` once per args, each in its own process, at once."""
+def in_processes(
+    target: Callable[..., Any], args_list: list[tuple[Any, ...]], timeout: float
+) -> list[Any]:
+    """Run the load coroutine `target(*args)` once per args, each in its own process, all at
+    once; their results in order. Past `timeout` seconds the processes are killed."""
     context = multiprocessing.get_context("spawn")
     results = context.Queue()
-    children = [context.Process(target=_child, args=(target, a, results)) for a in args_list]
+    children = [
+        context.Process(target=_child, args=(target, a, results, i), daemon=True)
+        for i, a in enumerate(args_list)
+    ]
     for child in children:
         child.start()
-    collected = [results.get(timeout=600) for _ in children]
-    for child in children:
-        child.join(30)
-    return collected
+    collected: dict[int, Any] = {}
+    deadline = time.monotonic() + timeout
+    try:
+        while len(collected) < len(children):
+            try:
+                index, result, error = results.get(timeout=max(0.1, deadline - time.monotonic()))
+            except queue.Empty:
+                raise BenchError(f"{target.__name__} did not finish within {timeout:g} s") from None
+            if error is not None:
+                raise BenchError(f"{target.__name__} failed:\n{error}")
+            collected[index] = result
+    finally:
+        for child in children:
+            child.join(5)
+            if child.is_alive():
+                child.kill()
+                child.join()
+    return [collected[i] for i in range(len(children))]
 
 
-def measured(server: Server, target: Callable[..., Any], *args: Any) -> dict[str, Any]:
-    """One load process against `server`, with the server's CPU time per routed message."""
-    cpu = server.cpu_seconds()
-    (result,) = in_processes(target, [args])
-    cpu = server.cpu_seconds() - cpu
-    messages = result.get("round_trips", 0) * 2
-    result["server_cpu_us_per_message"] = cpu * 1e6 / messages if messages else 0.0
+def one(target: Callable[..., Any], *args: Any, timeout: float) -> dict[str, Any]:
+    """One load process; its result."""
+    (result,) = in_processes(target, [args], timeout)
     return dict(result)

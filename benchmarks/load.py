@@ -1,32 +1,41 @@
-"""Load generators. Each runs in its own process (`multiprocessing`), on its own event loop, so
-the server under test has a core of its own; they speak raw JSON, identically to the lobby and
-to the relay, and return plain dicts of what they measured."""
+"""Load generators, speaking raw JSON over `websockets` (compression off), the same frames to the
+lobby and to the relay. Each runs in its own process, on its own uvloop event loop, and returns
+a plain dict of what it measured.
+
+Measurement windows are timed inside the generator: after a warm-up it reads the server's CPU
+time from `/proc/<server_pid>/stat` and its counters, runs for the stated seconds, and reads
+them again, so connecting, registering and closing are not counted.
+"""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
-import resource
 import time
 import uuid
+from collections.abc import Coroutine
 from typing import Any
 
 import orjson
 from websockets.asyncio.client import ClientConnection, connect
 
+from benchmarks.harness import cpu_seconds, raise_fd_limit
+
 CAPABILITY = {"name": "echo", "description": "echo", "input_schema": {}, "output_schema": {}}
+WARMUP_ROUND_TRIPS = 20
+Pair = tuple[ClientConnection, str, str, ClientConnection, str, str]
+"""(requester, its token, its id, responder, its token, its id)"""
 
 
-def run(coro: Any) -> Any:
-    """Run a load coroutine on uvloop (as the lobby does), in this process."""
-    _, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+def run(coro: Coroutine[Any, Any, Any]) -> Any:
+    """Run a load coroutine on uvloop (as the lobby does) in this process."""
+    raise_fd_limit()
     try:
         import uvloop
-
-        return uvloop.run(coro)
-    except ImportError:
+    except ImportError:  # pragma: no cover
         return asyncio.run(coro)
+    return uvloop.run(coro)
 
 
 async def register(
@@ -44,21 +53,7 @@ async def register(
     return ws, reply["payload"]["auth_token"]
 
 
-async def _responder(ws: ClientConnection, agent_id: str, token: str) -> None:
-    async for raw in ws:
-        request = orjson.loads(raw)
-        response = {
-            "sender_id": agent_id,
-            "receiver_id": request["sender_id"],
-            "message_type": "RESPONSE",
-            "payload": {"status": "success", "echo": request["payload"].get("n")},
-            "conversation_id": request["conversation_id"],
-            "auth_token": token,
-        }
-        await ws.send(orjson.dumps(response), text=True)
-
-
-def _request(sender: str, receiver: str, token: str, n: int) -> bytes:
+def request(sender: str, receiver: str, token: str, n: int) -> bytes:
     return orjson.dumps(
         {
             "sender_id": sender,
@@ -71,7 +66,20 @@ def _request(sender: str, receiver: str, token: str, n: int) -> bytes:
     )
 
 
-async def _pairs(url: str, pairs: int, tag: str) -> list[tuple[Any, ...]]:
+def response(sender: str, token: str, request: dict[str, Any]) -> bytes:
+    return orjson.dumps(
+        {
+            "sender_id": sender,
+            "receiver_id": request["sender_id"],
+            "message_type": "RESPONSE",
+            "payload": {"status": "success", "echo": request["payload"].get("n")},
+            "conversation_id": request["conversation_id"],
+            "auth_token": token,
+        }
+    )
+
+
+async def make_pairs(url: str, pairs: int, tag: str) -> list[Pair]:
     made = []
     for i in range(pairs):
         requester, rtoken = await register(url, f"{tag}req{i}", [])
@@ -80,68 +88,120 @@ async def _pairs(url: str, pairs: int, tag: str) -> list[tuple[Any, ...]]:
     return made
 
 
-async def throughput(url: str, pairs: int, seconds: float, window: int) -> dict[str, Any]:
-    """Each requester keeps `window` REQUESTs outstanding; counts REQUEST+RESPONSE routed."""
+async def close_all(sockets: list[ClientConnection]) -> None:
+    """Drop the connections at once (TCP abort, as a crashed agent's would go). A closing
+    handshake would wait out its timeout on every connection whose reading is paused by
+    unread frames, and how fast servers close is not what is measured here."""
+    for ws in sockets:
+        ws.transport.abort()
+    await asyncio.gather(*(ws.wait_closed() for ws in sockets), return_exceptions=True)
+
+
+async def throughput(
+    url: str, server_pid: int, pairs: int, seconds: float, window: int, warmup: float = 0.3
+) -> dict[str, Any]:
+    """Each requester keeps `window` REQUESTs outstanding. Messages routed = REQUESTs received
+    by responders + RESPONSEs received by requesters inside the measured window."""
     tag = uuid.uuid4().hex[:6]
-    made = await _pairs(url, pairs, tag)
-    tasks = [asyncio.create_task(_responder(r, rid, tok)) for _, _, _, r, tok, rid in made]
-    done = 0
-    stop = time.monotonic() + seconds
+    made = await make_pairs(url, pairs, tag)
+    routed = 0
+
+    async def respond(ws: ClientConnection, me: str, token: str) -> None:
+        nonlocal routed
+        async for raw in ws:
+            routed += 1
+            await ws.send(response(me, token, orjson.loads(raw)), text=True)
 
     async def drive(ws: ClientConnection, token: str, me: str, peer: str) -> None:
-        nonlocal done
+        nonlocal routed
         counter = itertools.count()
         for _ in range(window):
-            await ws.send(_request(me, peer, token, next(counter)), text=True)
+            await ws.send(request(me, peer, token, next(counter)), text=True)
         async for _ in ws:
-            done += 1
-            if time.monotonic() >= stop:
-                return
-            await ws.send(_request(me, peer, token, next(counter)), text=True)
+            routed += 1
+            await ws.send(request(me, peer, token, next(counter)), text=True)
 
-    started = time.monotonic()
-    await asyncio.gather(*(drive(q, qt, qid, rid) for q, qt, qid, _, _, rid in made))
-    elapsed = time.monotonic() - started
+    tasks = [asyncio.create_task(respond(p[3], p[5], p[4])) for p in made]
+    tasks += [asyncio.create_task(drive(p[0], p[1], p[2], p[5])) for p in made]
+    await asyncio.sleep(warmup)
+    m0, c0, t0, own0 = routed, cpu_seconds(server_pid), time.perf_counter(), time.process_time()
+    await asyncio.sleep(seconds)
+    m1, c1, t1, own1 = routed, cpu_seconds(server_pid), time.perf_counter(), time.process_time()
     for task in tasks:
         task.cancel()
-    await asyncio.gather(*(ws.close() for pair in made for ws in (pair[0], pair[3])))
-    return {"round_trips": done, "seconds": elapsed, "messages_per_s": 2 * done / elapsed}
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await close_all([ws for p in made for ws in (p[0], p[3])])
+    return window_result(m1 - m0, t1 - t0, c1 - c0, own1 - own0)
+
+
+def window_result(messages: int, wall: float, server_cpu: float, own_cpu: float) -> dict[str, Any]:
+    return {
+        "messages": messages,
+        "seconds": round(wall, 3),
+        "messages_per_s": messages / wall,
+        "server_cpu_us_per_message": server_cpu * 1e6 / messages if messages else 0.0,
+        "server_cpu_share": server_cpu / wall,
+        "load_cpu_share": own_cpu / wall,
+    }
 
 
 async def latency(url: str, rate: float, seconds: float) -> dict[str, Any]:
-    """One pair, REQUESTs sent at `rate` a second (open loop); round-trip times in ms."""
+    """One pair; REQUESTs sent on a fixed schedule (open loop) so that REQUEST+RESPONSE make
+    `rate` messages a second; round-trip times in ms, the first 20 (warm-up) not counted."""
     tag = uuid.uuid4().hex[:6]
-    ((requester, token, me, responder, stoken, peer),) = await _pairs(url, 1, tag)
-    responding = asyncio.create_task(_responder(responder, peer, stoken))
+    ((requester, token, me, responder, stoken, peer),) = await make_pairs(url, 1, tag)
+
+    async def respond() -> None:
+        async for raw in responder:
+            await responder.send(response(peer, stoken, orjson.loads(raw)), text=True)
+
     sent: dict[int, float] = {}
     rtts: list[float] = []
+    finished = False
+    all_back = asyncio.Event()
 
     async def receive() -> None:
         async for raw in requester:
             n = orjson.loads(raw)["payload"]["echo"]
-            rtts.append((time.perf_counter() - sent.pop(n)) * 1000)
+            if n >= WARMUP_ROUND_TRIPS:
+                rtts.append((time.perf_counter() - sent.pop(n)) * 1000)
+            if finished and not sent:
+                all_back.set()
 
-    receiving = asyncio.create_task(receive())
-    interval, start = 1.0 / rate, time.perf_counter()
-    for n in itertools.count():
-        due = start + n * interval
-        if due - start >= seconds:
-            break
-        delay = due - time.perf_counter()
+    tasks = [asyncio.create_task(respond()), asyncio.create_task(receive())]
+    interval = 2.0 / rate
+    start = time.perf_counter()
+    total = WARMUP_ROUND_TRIPS + int(seconds / interval)
+    for n in range(total):
+        delay = start + n * interval - time.perf_counter()
         if delay > 0:
             await asyncio.sleep(delay)
-        sent[n] = time.perf_counter()
-        await requester.send(_request(me, peer, token, n), text=True)
-    await asyncio.sleep(0.5)
-    receiving.cancel()
-    responding.cancel()
-    await requester.close()
-    await responder.close()
+        if n >= WARMUP_ROUND_TRIPS:
+            sent[n] = time.perf_counter()
+        await requester.send(request(me, peer, token, n), text=True)
+    elapsed = time.perf_counter() - start
+    finished = True
+    if not sent:
+        all_back.set()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(2):
+            await all_back.wait()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    await close_all([requester, responder])
     rtts.sort()
-    return {"samples": len(rtts), "lost": len(sent), **percentiles(rtts)}
+    return {
+        "samples": len(rtts),
+        "lost": len(sent),
+        "offered_messages_per_s": rate,
+        "achieved_messages_per_s": 2 * total / elapsed,
+        **percentiles(rtts),
+    }
 
 
 def percentiles(values: list[float]) -> dict[str, float]:
+    """p50/p99/p99.9 (nearest rank) of sorted `values`."""
     if not values:
         return {"p50": 0.0, "p99": 0.0, "p99.9": 0.0}
 
@@ -151,26 +211,39 @@ def percentiles(values: list[float]) -> dict[str, float]:
     return {"p50": pick(0.5), "p99": pick(0.99), "p99.9": pick(0.999)}
 
 
-async def idle_agents(url: str, count: int, tag: str, hold: float) -> dict[str, Any]:
-    """Register `count` agents, keep them connected `hold` seconds (for the RSS reading)."""
-    started = time.monotonic()
-    sockets = []
-    for start in range(0, count, 100):
-        batch = await asyncio.gather(
-            *(register(url, f"{tag}{i}", []) for i in range(start, min(count, start + 100)))
-        )
-        sockets += [ws for ws, _ in batch]
-    elapsed = time.monotonic() - started
-    await asyncio.sleep(hold)
-    await asyncio.gather(*(ws.close() for ws in sockets))
-    return {"registered": len(sockets), "seconds": elapsed}
+async def idle_agents(
+    url: str, server_pid: int, count: int, tag: str, hold: float
+) -> dict[str, Any]:
+    """Register `count` agents (100 handshakes at a time), keep them all connected `hold`
+    seconds (while the parent reads the server's RSS), then close them."""
+    started, cpu0 = time.time(), cpu_seconds(server_pid)
+    sockets: list[ClientConnection] = []
+    try:
+        for start in range(0, count, 100):
+            batch = await asyncio.gather(
+                *(register(url, f"{tag}{i}", []) for i in range(start, min(count, start + 100)))
+            )
+            sockets += [ws for ws, _ in batch]
+        finished, cpu1 = time.time(), cpu_seconds(server_pid)
+        await asyncio.sleep(hold)
+    finally:
+        await close_all(sockets)
+    return {
+        "registered": len(sockets),
+        "started": started,
+        "finished": finished,
+        "server_cpu_start": cpu0,
+        "server_cpu_end": cpu1,
+    }
 
 
 async def discovery(url: str, capabilities: int, per_agent: int, queries: int) -> dict[str, Any]:
-    """Register `capabilities` capabilities on agents of `per_agent` each, then time
-    DISCOVER_SERVICES by exact name, by keyword and lexical search."""
+    """Register `capabilities` capabilities, `per_agent` on each agent (1,000 names and 500
+    keywords in rotation, so an exact name matches capabilities/1,000 of them), then time
+    DISCOVER_SERVICES round trips by exact name, by keyword and by lexical (BM25) search."""
     tag = uuid.uuid4().hex[:6]
     agents = []
+    started = time.perf_counter()
     for a in range(0, capabilities, per_agent):
         caps = [
             {
@@ -184,28 +257,33 @@ async def discovery(url: str, capabilities: int, per_agent: int, queries: int) -
         ]
         ws, _ = await register(url, f"{tag}p{a}", caps)
         agents.append(ws)
+    registering = time.perf_counter() - started
     me, token = await register(url, f"{tag}asker", [])
-    results: dict[str, Any] = {}
+    results: dict[str, Any] = {"agents": len(agents), "register_seconds": round(registering, 2)}
     for name, payload in (
         ("exact_name", {"capability_name": "skill_42"}),
         ("keyword", {"keywords": ["kw7"]}),
         ("lexical", {"query": "task number 4242", "algorithm": "lexical", "limit": 10}),
     ):
-        times = []
-        for _ in range(queries):
-            frame = {
+        frame = orjson.dumps(
+            {
                 "sender_id": f"{tag}asker",
                 "receiver_id": "global_lobby",
                 "message_type": "DISCOVER_SERVICES",
                 "payload": payload,
                 "auth_token": token,
             }
+        )
+        times = []
+        matches = 0
+        for _ in range(queries):
             t = time.perf_counter()
-            await me.send(orjson.dumps(frame), text=True)
-            await me.recv()
+            await me.send(frame, text=True)
+            reply = await me.recv()
             times.append((time.perf_counter() - t) * 1000)
+            found = orjson.loads(reply)["payload"]["services_found"]
+            matches = sum(len(s["relevant_capabilities"]) for s in found)
         times.sort()
-        results[name] = percentiles(times)
-    for ws in [*agents, me]:
-        await ws.close()
+        results[name] = {"matches": matches, **percentiles(times)}
+    await close_all([*agents, me])
     return results

@@ -1,37 +1,63 @@
-"""The request/response throughput between two `agent_sdk.Agent` subclasses."""
+"""Request/response throughput between two `agent_sdk.Agent` subclasses: one caller keeping
+`window` calls outstanding (one asyncio task per slot, each awaiting `Agent.request()` in a
+loop) and one `Echo` agent serving them. Measured like `load.throughput` (warm-up, then a
+window timed inside this process, the server's CPU read from /proc), so the two compare."""
 
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 import uuid
 from typing import Any
 
+import structlog
+
 from agent_sdk import Agent, RequestContext, capability
+from benchmarks.harness import cpu_seconds
+from benchmarks.load import window_result
 
 
 class Echo(Agent):
     @capability("echo", description="Returns n.")
     async def echo(self, request: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
-        return {"echo": request.get("n")}
+        return {"echo": request.get("n"), "item": request.get("item")}
 
 
-async def throughput(url: str, seconds: float, window: int) -> dict[str, Any]:
+async def throughput(
+    url: str, server_pid: int, seconds: float, window: int, warmup: float = 0.3
+) -> dict[str, Any]:
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     tag = uuid.uuid4().hex[:6]
-    done = 0
+    round_trips = 0
     async with (
-        Echo(f"{tag}echo", lobby_url=url, max_concurrency=window * 2),
-        Agent(f"{tag}caller", lobby_url=url) as caller,
+        Echo(f"{tag}echo", lobby_url=url, max_concurrency=window * 2, reconnect=False),
+        Agent(f"{tag}caller", lobby_url=url, reconnect=False) as caller,
     ):
-        stop = time.monotonic() + seconds
 
         async def worker() -> None:
-            nonlocal done
-            while time.monotonic() < stop:
-                await caller.request(f"{tag}echo", "echo", {"n": done})
-                done += 1
+            nonlocal round_trips
+            while True:
+                payload = {"n": round_trips, "item": "Bose QuietComfort 45"}
+                await caller.request(f"{tag}echo", "echo", payload)
+                round_trips += 1
 
-        started = time.monotonic()
-        await asyncio.gather(*(worker() for _ in range(window)))
-        elapsed = time.monotonic() - started
-    return {"round_trips": done, "seconds": elapsed, "messages_per_s": 2 * done / elapsed}
+        tasks = [asyncio.create_task(worker()) for _ in range(window)]
+        await asyncio.sleep(warmup)
+        m0, c0, t0, own0 = (
+            round_trips,
+            cpu_seconds(server_pid),
+            time.perf_counter(),
+            time.process_time(),
+        )
+        await asyncio.sleep(seconds)
+        m1, c1, t1, own1 = (
+            round_trips,
+            cpu_seconds(server_pid),
+            time.perf_counter(),
+            time.process_time(),
+        )
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+    return window_result(2 * (m1 - m0), t1 - t0, c1 - c0, own1 - own0)

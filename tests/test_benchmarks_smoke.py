@@ -1,17 +1,47 @@
-"""Keeps `make bench` working: a second of load against the relay and the lobby. It checks
-that both routed messages, not how fast (timings are for BENCHMARKS.md, not for tests)."""
+"""Keeps `make bench` working: the quick mode's core run (one pair for a second through the
+relay, then through the lobby with the sqlite store, each from its own load process). It checks
+that both routed messages, not how fast: timings are for BENCHMARKS.md, not for tests."""
 
 from __future__ import annotations
 
-from benchmarks import harness, load
+from typing import Any
+
+from benchmarks import report, suite
 
 
-def test_the_throughput_run_measures_relay_and_lobby() -> None:
-    with harness.relay() as relay:
-        baseline = harness.measured(relay, load.throughput, relay.url, 1, 0.5, 8)
-    with harness.lobby("sqlite") as lobby:
-        routed = harness.measured(lobby, load.throughput, lobby.url, 1, 0.5, 8)
-    for result in (baseline, routed):
-        assert result["round_trips"] > 0
-        assert result["messages_per_s"] > 0
-        assert result["server_cpu_us_per_message"] > 0
+def test_quick_throughput_measures_relay_and_lobby() -> None:
+    results = suite.quick_throughput(seconds=1.0)
+    for name in ("relay", "lobby_sqlite"):
+        result = results[name]
+        assert result["messages"] > 0, name
+        assert result["messages_per_s"] > 0, name
+        assert result["server_cpu_us_per_message"] > 0, name
+
+
+def test_the_report_renders_every_section_with_targets() -> None:
+    run = {"messages_per_s": 2.0, "server_cpu_us_per_message": 1.0}
+    latency = {"samples": 1, "p50": 1.0, "p99": 1.0, "p99.9": 1.0}
+    idle = {
+        "agents": 10,
+        "kib_per_agent": 1.0,
+        "registrations_per_s": 1.0,
+        "server_cpu_us_per_registration": 1.0,
+        "processes": 1,
+    }
+    found = {"matches": 1, "p50": 0.1, "p99": 0.2}
+    results: dict[str, Any] = {
+        "machine": report.machine(),
+        "plan": {"repeats": 1, "seconds": 1.0, "window": 8},
+        "throughput": {"1": {"relay": run, "lobby_sqlite": run, "lobby_memory": run}},
+        "latency": {"5000": {"relay": latency, "lobby": latency}},
+        "connections": {"lobby": idle, "relay": idle},
+        "discovery": {
+            "100000": {"agents": 1, "exact_name": found, "keyword": found, "lexical": found}
+        },
+        "sdk": {"sdk": run, "raw_client": run},
+    }
+    results["targets"] = report.targets(results)
+    text = report.render(results)
+    assert "1.00x" in text
+    assert len(results["targets"]) == 9
+    assert {t["status"] for t in results["targets"]} == {"met", "NOT MET"}

@@ -1,0 +1,228 @@
+"""The results as Markdown tables (readable in a terminal, pasted as is into BENCHMARKS.md):
+each lobby figure with its ratio to the relay of the same run, and the targets of issue 8
+with met / not met."""
+
+from __future__ import annotations
+
+import importlib.metadata
+import os
+import platform
+from typing import Any
+
+TARGET_THROUGHPUT = 0.8
+"""routed REQUEST/RESPONSE throughput, sqlite store on: at least 0.8x the relay"""
+TARGET_P99_AT_5K = 1.2
+"""latency p99 at 5k msgs/s: at most 1.2x the relay's"""
+TARGET_KIB_PER_AGENT = 24.0
+TARGET_AGENTS = 10_000
+TARGET_REGISTRATIONS_PER_S = 1000.0
+TARGET_DISCOVERY_P50_MS = 1.0
+TARGET_STORE_COST = 0.15
+"""the durable store costs at most 15% of throughput against the in-memory store"""
+
+
+def machine() -> dict[str, Any]:
+    cpu = ""
+    with open("/proc/cpuinfo") as info:
+        for line in info:
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    versions = {}
+    for package in ("websockets", "uvloop", "orjson", "pydantic"):
+        try:
+            versions[package] = importlib.metadata.version(package)
+        except importlib.metadata.PackageNotFoundError:  # pragma: no cover
+            versions[package] = "absent"
+    return {
+        "nproc": len(os.sched_getaffinity(0)),
+        "cpu": cpu,
+        "kernel": platform.release(),
+        "python": platform.python_version(),
+        **versions,
+    }
+
+
+def describe(m: dict[str, Any]) -> str:
+    return (
+        f"{m['nproc']} cores ({m['cpu']}), Linux {m['kernel']}, Python {m['python']}, "
+        f"websockets {m['websockets']}, uvloop {m['uvloop']}, orjson {m['orjson']}"
+    )
+
+
+def ratio(a: float, b: float) -> str:
+    return f"{a / b:.2f}x" if b else "n/a"
+
+
+def status(ok: bool) -> str:
+    return "met" if ok else "NOT MET"
+
+
+def _n(value: float) -> str:
+    return f"{value:,.0f}"
+
+
+def throughput_table(rows: dict[str, Any]) -> list[str]:
+    lines = [
+        "| pairs | relay msgs/s | lobby sqlite msgs/s | vs relay | lobby memory msgs/s | vs relay "
+        "| sqlite vs memory | server CPU us/msg relay / sqlite / memory | CPU vs relay sqlite "
+        "/ memory |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for pairs, row in rows.items():
+        r, s, m = row["relay"], row["lobby_sqlite"], row["lobby_memory"]
+        rc, sc, mc = (x["server_cpu_us_per_message"] for x in (r, s, m))
+        lines.append(
+            f"| {pairs} | {_n(r['messages_per_s'])} | {_n(s['messages_per_s'])} "
+            f"| {ratio(s['messages_per_s'], r['messages_per_s'])} | {_n(m['messages_per_s'])} "
+            f"| {ratio(m['messages_per_s'], r['messages_per_s'])} "
+            f"| {ratio(s['messages_per_s'], m['messages_per_s'])} "
+            f"| {rc:.1f} / {sc:.1f} / {mc:.1f} | {ratio(sc, rc)} / {ratio(mc, rc)} |"
+        )
+    return lines
+
+
+def latency_table(rows: dict[str, Any]) -> list[str]:
+    lines = [
+        "| offered load (msgs/s) | samples | relay p50 / p99 / p99.9 ms | lobby p50 / p99 / p99.9 "
+        "ms | p50 vs relay | p99 vs relay |",
+        "|---|---|---|---|---|---|",
+    ]
+    for rate, row in rows.items():
+        r, lo = row["relay"], row["lobby"]
+        lines.append(
+            f"| {float(rate):,.0f} | {lo['samples']} "
+            f"| {r['p50']:.2f} / {r['p99']:.2f} / {r['p99.9']:.2f} "
+            f"| {lo['p50']:.2f} / {lo['p99']:.2f} / {lo['p99.9']:.2f} "
+            f"| {ratio(lo['p50'], r['p50'])} | {ratio(lo['p99'], r['p99'])} |"
+        )
+    return lines
+
+
+def connections_table(c: dict[str, Any]) -> list[str]:
+    lo, r = c["lobby"], c["relay"]
+    return [
+        "| | lobby (sqlite) | relay | lobby vs relay |",
+        "|---|---|---|---|",
+        f"| idle connections held at once | {_n(lo['agents'])} | {_n(r['agents'])} | |",
+        f"| RSS per connection (KiB) | {lo['kib_per_agent']:.1f} | {r['kib_per_agent']:.1f} "
+        f"| {ratio(lo['kib_per_agent'], r['kib_per_agent'])} |",
+        f"| registrations/s ({lo['processes']} load processes) | {_n(lo['registrations_per_s'])} "
+        f"| {_n(r['registrations_per_s'])} "
+        f"| {ratio(lo['registrations_per_s'], r['registrations_per_s'])} |",
+        f"| server CPU per registration (us) | {lo['server_cpu_us_per_registration']:.0f} "
+        f"| {r['server_cpu_us_per_registration']:.0f} "
+        f"| {ratio(lo['server_cpu_us_per_registration'], r['server_cpu_us_per_registration'])} |",
+    ]
+
+
+def discovery_table(rows: dict[str, Any]) -> list[str]:
+    lines = [
+        "| capabilities (agents) | exact name p50 / p99 ms (matches) | keyword p50 / p99 ms "
+        "(matches) | lexical BM25 top 10 p50 / p99 ms |",
+        "|---|---|---|---|",
+    ]
+    for size, row in rows.items():
+        cells = [
+            f"{row[k]['p50']:.2f} / {row[k]['p99']:.2f} ({row[k]['matches']})"
+            for k in ("exact_name", "keyword")
+        ]
+        lex = row["lexical"]
+        lines.append(
+            f"| {int(size):,} ({row['agents']}) | {cells[0]} | {cells[1]} "
+            f"| {lex['p50']:.2f} / {lex['p99']:.2f} |"
+        )
+    return lines
+
+
+def targets(results: dict[str, Any]) -> list[dict[str, str]]:
+    """Each target of issue 8 item 2: what was measured, and whether it is met."""
+    out: list[dict[str, str]] = []
+
+    def add(target: str, measured: str, ok: bool) -> None:
+        out.append({"target": target, "measured": measured, "status": status(ok)})
+
+    for pairs, row in results.get("throughput", {}).items():
+        r, s, m = (row[k]["messages_per_s"] for k in ("relay", "lobby_sqlite", "lobby_memory"))
+        add(
+            f"throughput, sqlite store, {pairs} pairs >= {TARGET_THROUGHPUT}x relay",
+            f"{s / r:.2f}x ({_n(s)} vs {_n(r)} msgs/s)",
+            s >= TARGET_THROUGHPUT * r,
+        )
+        add(
+            f"durable store costs <= {TARGET_STORE_COST:.0%} vs memory, {pairs} pairs",
+            f"costs {1 - s / m:.0%} ({_n(s)} vs {_n(m)} msgs/s)",
+            s >= (1 - TARGET_STORE_COST) * m,
+        )
+    for rate, row in results.get("latency", {}).items():
+        if float(rate) == 5000:
+            lo, rl = row["lobby"]["p99"], row["relay"]["p99"]
+            add(
+                f"latency p99 at 5k msgs/s <= {TARGET_P99_AT_5K}x relay",
+                f"{lo / rl:.2f}x ({lo:.2f} vs {rl:.2f} ms)",
+                lo <= TARGET_P99_AT_5K * rl,
+            )
+    c = results.get("connections")
+    if c:
+        lo = c["lobby"]
+        add(
+            f"<= {TARGET_KIB_PER_AGENT:g} KiB per idle registered agent",
+            f"{lo['kib_per_agent']:.1f} KiB",
+            lo["kib_per_agent"] <= TARGET_KIB_PER_AGENT,
+        )
+        add(f"{TARGET_AGENTS:,} agents connected at once", _n(lo["agents"]), lo["agents"] >= 10_000)
+        add(
+            f">= {TARGET_REGISTRATIONS_PER_S:,.0f} registrations/s",
+            f"{_n(lo['registrations_per_s'])}/s",
+            lo["registrations_per_s"] >= TARGET_REGISTRATIONS_PER_S,
+        )
+    for size, row in results.get("discovery", {}).items():
+        if int(size) == 100_000:
+            for kind in ("exact_name", "keyword", "lexical"):
+                p50 = row[kind]["p50"]
+                add(
+                    f"discovery p50 < {TARGET_DISCOVERY_P50_MS:g} ms at 100,000 capabilities, "
+                    + kind,
+                    f"{p50:.2f} ms",
+                    p50 < TARGET_DISCOVERY_P50_MS,
+                )
+    return out
+
+
+def render(results: dict[str, Any]) -> str:
+    plan = results["plan"]
+    lines = [f"Machine: {describe(results['machine'])}", ""]
+    if "throughput" in results:
+        lines += [
+            f"### Throughput: REQUEST+RESPONSE messages routed per second (best of "
+            f"{plan['repeats']} x {plan['seconds']:g} s; {plan['window']} requests outstanding "
+            "per pair)",
+            "",
+            *throughput_table(results["throughput"]),
+            "",
+        ]
+    if "latency" in results:
+        lines += ["### Latency: REQUEST->RESPONSE round trip, one pair, open loop", ""]
+        lines += [*latency_table(results["latency"]), ""]
+    if "connections" in results:
+        lines += ["### Idle registered agents", "", *connections_table(results["connections"]), ""]
+    if "discovery" in results:
+        lines += ["### Discovery: DISCOVER_SERVICES round trip", ""]
+        lines += [*discovery_table(results["discovery"]), ""]
+    if "sdk" in results:
+        s, r = results["sdk"]["sdk"], results["sdk"]["raw_client"]
+        lines += [
+            "### SDK: two agent_sdk.Agent subclasses vs raw clients, 1 pair, same lobby",
+            "",
+            "| | msgs/s | vs raw | server CPU us/msg |",
+            "|---|---|---|---|",
+            f"| raw clients | {_n(r['messages_per_s'])} | 1.00x "
+            f"| {r['server_cpu_us_per_message']:.1f} |",
+            f"| Agent subclasses | {_n(s['messages_per_s'])} "
+            f"| {ratio(s['messages_per_s'], r['messages_per_s'])} "
+            f"| {s['server_cpu_us_per_message']:.1f} |",
+            "",
+        ]
+    lines += ["### Targets (issue 8)", "", "| target | measured | status |", "|---|---|---|"]
+    lines += [f"| {t['target']} | {t['measured']} | {t['status']} |" for t in results["targets"]]
+    return "\n".join(lines)

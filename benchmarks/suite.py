@@ -1,0 +1,173 @@
+"""The phases of a benchmark run. Each returns a plain dict (it goes into the JSON as is); every
+lobby figure is measured next to the relay's in the same phase, on the same load generator.
+
+`Plan` holds the sizes; `Plan.full()` is `make bench`, `Plan.quick()` the few-second smoke run.
+`quick_throughput` is the smallest run that still measures both servers (the test suite's).
+"""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass, field
+from typing import Any
+
+from benchmarks import harness, load, sdk_load
+
+LOAD_SLACK = 60.0
+"""Seconds a load process may take beyond its measured window (connect, register, close)."""
+
+
+@dataclass(frozen=True)
+class Plan:
+    seconds: float = 3.0
+    repeats: int = 2
+    pair_counts: tuple[int, ...] = (1, 10, 100)
+    window: int = 32
+    latency_rates: tuple[float, ...] = (200, 1000, 5000)
+    latency_seconds: dict[float, float] = field(
+        default_factory=lambda: {200: 5.0, 1000: 4.0, 5000: 4.0}
+    )
+    agents: int = 10_000
+    agent_processes: int = 4
+    hold: float = 1.5
+    """Seconds the idle agents stay connected after the last registered (RSS is sampled)."""
+    discovery_sizes: tuple[int, ...] = (1000, 10_000, 100_000)
+    per_agent: int = 1000
+    queries: int = 200
+
+    @classmethod
+    def full(cls) -> Plan:
+        return cls()
+
+    @classmethod
+    def quick(cls) -> Plan:
+        return cls(
+            seconds=0.5,
+            repeats=1,
+            pair_counts=(1,),
+            latency_rates=(200,),
+            latency_seconds={200: 0.5},
+            agents=200,
+            agent_processes=1,
+            hold=0.3,
+            discovery_sizes=(1000,),
+            queries=20,
+        )
+
+
+def throughput_run(server: harness.Server, pairs: int, seconds: float, window: int) -> Any:
+    return harness.one(
+        load.throughput, server.url, server.pid, pairs, seconds, window,
+        timeout=seconds + LOAD_SLACK,
+    )  # fmt: skip
+
+
+def quick_throughput(seconds: float = 1.0, window: int = 8) -> dict[str, Any]:
+    """One pair through the relay, then through the lobby with the sqlite store."""
+    with harness.relay() as relay:
+        baseline = throughput_run(relay, 1, seconds, window)
+    with harness.lobby("sqlite") as lobby:
+        routed = throughput_run(lobby, 1, seconds, window)
+    return {"relay": baseline, "lobby_sqlite": routed}
+
+
+def throughput(plan: Plan) -> dict[str, Any]:
+    """Per pair count: relay, lobby/sqlite and lobby/memory, all three started at once and run
+    in turn, `repeats` times round; the best run of each is kept (noise on a shared machine
+    only ever slows a run down), every run is in `runs`."""
+    rows: dict[str, Any] = {}
+    for pairs in plan.pair_counts:
+        runs: dict[str, list[dict[str, Any]]] = {
+            "relay": [],
+            "lobby_sqlite": [],
+            "lobby_memory": [],
+        }
+        with (
+            harness.relay() as relay,
+            harness.lobby("sqlite") as sqlite,
+            harness.lobby("memory") as memory,
+        ):
+            servers = {"relay": relay, "lobby_sqlite": sqlite, "lobby_memory": memory}
+            for _ in range(plan.repeats):
+                for name, server in servers.items():
+                    runs[name].append(throughput_run(server, pairs, plan.seconds, plan.window))
+            store = harness.health(sqlite)["store"]
+        row: dict[str, Any] = {
+            name: max(results, key=lambda r: float(r["messages_per_s"]))
+            for name, results in runs.items()
+        }
+        row["store"] = store
+        row["runs"] = runs
+        rows[str(pairs)] = row
+    return rows
+
+
+def latency(plan: Plan) -> dict[str, Any]:
+    """One pair at each offered load (REQUEST+RESPONSE messages a second), relay then lobby
+    with the sqlite store."""
+    rows: dict[str, Any] = {}
+    for rate in plan.latency_rates:
+        seconds = plan.latency_seconds[rate]
+        row = {}
+        for name, start in (("relay", harness.relay), ("lobby", harness.lobby)):
+            with start() as server:
+                row[name] = harness.one(
+                    load.latency, server.url, rate, seconds, timeout=seconds + LOAD_SLACK
+                )
+        rows[f"{rate:g}"] = row
+    return rows
+
+
+def connections(plan: Plan) -> dict[str, Any]:
+    """`plan.agents` idle registered agents from several processes at once: the server's RSS
+    per agent (highest RSS while they are all connected, less the RSS before), registrations
+    per second over all processes, and the server's CPU per registration."""
+    limit = harness.raise_fd_limit()
+    agents = min(plan.agents, limit - 200)
+    per = agents // plan.agent_processes
+    rows: dict[str, Any] = {"fd_limit": limit}
+    for name, start in (("relay", harness.relay), ("lobby", harness.lobby)):
+        with start() as server:
+            args = [
+                (server.url, server.pid, per, f"idle{p}x", plan.hold)
+                for p in range(plan.agent_processes)
+            ]
+            work = functools.partial(harness.in_processes, load.idle_agents, args, 240.0)
+            before, peak, results = harness.peak_rss_during(server, work)
+        registered = sum(r["registered"] for r in results)
+        first = min(results, key=lambda r: float(r["started"]))
+        last = max(results, key=lambda r: float(r["finished"]))
+        seconds = last["finished"] - first["started"]
+        cpu = last["server_cpu_end"] - first["server_cpu_start"]
+        rows[name] = {
+            "agents": registered,
+            "rss_before_kib": before,
+            "rss_peak_kib": peak,
+            "kib_per_agent": (peak - before) / max(registered, 1),
+            "registrations_per_s": registered / seconds,
+            "server_cpu_us_per_registration": cpu * 1e6 / max(registered, 1),
+            "processes": plan.agent_processes,
+        }
+    return rows
+
+
+def discovery(plan: Plan) -> dict[str, Any]:
+    rows: dict[str, Any] = {}
+    for size in plan.discovery_sizes:
+        with harness.lobby("memory") as server:
+            rows[str(size)] = harness.one(
+                load.discovery, server.url, size, plan.per_agent, plan.queries, timeout=240.0
+            )
+    return rows
+
+
+def sdk(plan: Plan) -> dict[str, Any]:
+    """Two Agent subclasses vs raw clients (1 pair, the same window) on one sqlite lobby."""
+    timeout = plan.seconds + LOAD_SLACK
+    with harness.lobby("sqlite") as server:
+        raw = throughput_run(server, 1, plan.seconds, plan.window)
+        agents = harness.one(
+            sdk_load.throughput, server.url, server.pid, plan.seconds, plan.window,
+            timeout=timeout,
+        )  # fmt: skip
+    return {"sdk": agents, "raw_client": raw}
