@@ -58,16 +58,22 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
-def thread_cpu_seconds(pid: int) -> dict[str, float]:
-    """User + system CPU time per thread name of process `pid` (threads of one name summed)."""
-    out: dict[str, float] = {}
+def machine_busy_seconds() -> float:
+    """CPU time spent by every process on the machine (all cores, idle and iowait excluded):
+    less the server's and the load's own, it shows how much else ran during a window."""
+    with open("/proc/stat") as stat:
+        fields = [int(x) for x in stat.readline().split()[1:]]
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields[:8]
+    return (user + nice + system + irq + softirq + steal) / CLOCK_TICKS
+
+
+def thread_cpu_seconds(pid: int) -> dict[int, float]:
+    """User + system CPU time of each thread of process `pid`, by thread id."""
+    out: dict[int, float] = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
-        with contextlib.suppress(OSError):
-            with open(f"/proc/{pid}/task/{tid}/comm") as comm:
-                name = comm.read().strip()
-            with open(f"/proc/{pid}/task/{tid}/stat") as stat:
-                fields = stat.read().rsplit(")", 1)[1].split()
-            out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/stat") as stat:
+            fields = stat.read().rsplit(")", 1)[1].split()
+            out[int(tid)] = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
     return out
 
 
@@ -111,11 +117,15 @@ def _wait_listening(port: int, process: subprocess.Popen[bytes]) -> None:
     raise BenchError("server did not start listening within 20 s")
 
 
-def lobby_command(port: int, data_dir: str, store: str, *extra: str) -> list[str]:
+def lobby_command(
+    port: int, data_dir: str, store: str, *extra: str, patches: str = ""
+) -> list[str]:
     """`lobby serve` with auth, authorization, conversation tracking and `store` on; off are
-    only the abuse limits a load test trips by design (rates per agent and per address)."""
+    only the abuse limits a load test trips by design (rates per agent and per address).
+    `patches`: run it through `benchmarks.patched` with these experimental changes."""
+    launcher = ["-m", "benchmarks.patched", patches] if patches else ["-m", "lobby"]
     return [
-        sys.executable, "-m", "lobby", "serve", "--port", str(port), "--data-dir", data_dir,
+        sys.executable, *launcher, "serve", "--port", str(port), "--data-dir", data_dir,
         "--store", store, "--log-level", "warning", "--message-rate", "0",
         "--registration-rate", "0", "--max-message-bytes", str(MAX_MESSAGE_BYTES),
         "--max-capabilities", "100000", "--mailbox-limit", "1000000", *extra,
@@ -123,16 +133,20 @@ def lobby_command(port: int, data_dir: str, store: str, *extra: str) -> list[str
 
 
 @contextlib.contextmanager
-def lobby(store: str = "sqlite", *extra: str) -> Iterator[Server]:
+def lobby(store: str = "sqlite", *extra: str, patches: str = "") -> Iterator[Server]:
     port = free_port()
+    name = f"lobby-{store}" + (f"+{patches}" if patches else "")
     with tempfile.TemporaryDirectory(prefix="lobby-bench-") as data:
-        yield from _run(f"lobby-{store}", lobby_command(port, data, store, *extra), port)
+        command = lobby_command(port, data, store, *extra, patches=patches)
+        yield from _run(name, command, port)
 
 
 @contextlib.contextmanager
-def relay() -> Iterator[Server]:
+def relay(coalesce: bool = False) -> Iterator[Server]:
     port = free_port()
-    yield from _run("relay", [sys.executable, "-m", "benchmarks.relay", str(port)], port)
+    command = [sys.executable, "-m", "benchmarks.relay", str(port)]
+    name = "relay+coalesce" if coalesce else "relay"
+    yield from _run(name, [*command, "--coalesce"] if coalesce else command, port)
 
 
 def _run(name: str, command: list[str], port: int) -> Iterator[Server]:

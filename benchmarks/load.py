@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 from websockets.asyncio.client import ClientConnection, connect
 
-from benchmarks.harness import cpu_seconds, raise_fd_limit
+from benchmarks.harness import cpu_seconds, machine_busy_seconds, raise_fd_limit
 
 CAPABILITY = {"name": "echo", "description": "echo", "input_schema": {}, "output_schema": {}}
 WARMUP_ROUND_TRIPS = 20
@@ -124,28 +124,47 @@ async def throughput(
     tasks = [asyncio.create_task(respond(p[3], p[5], p[4])) for p in made]
     tasks += [asyncio.create_task(drive(p[0], p[1], p[2], p[5])) for p in made]
     await asyncio.sleep(warmup)
-    m0, c0, t0, own0 = routed, cpu_seconds(server_pid), time.perf_counter(), time.process_time()
+    start = Snapshot(server_pid, routed)
     await asyncio.sleep(seconds)
-    m1, c1, t1, own1 = routed, cpu_seconds(server_pid), time.perf_counter(), time.process_time()
+    end = Snapshot(server_pid, routed)
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
     await close_all([ws for p in made for ws in (p[0], p[3])])
-    return window_result(m1 - m0, t1 - t0, c1 - c0, own1 - own0)
+    return end.since(start)
 
 
-def window_result(messages: int, wall: float, server_cpu: float, own_cpu: float) -> dict[str, Any]:
-    return {
-        "messages": messages,
-        "seconds": round(wall, 3),
-        "messages_per_s": messages / wall,
-        "server_cpu_us_per_message": server_cpu * 1e6 / messages if messages else 0.0,
-        "server_cpu_share": server_cpu / wall,
-        "load_cpu_share": own_cpu / wall,
-    }
+class Snapshot:
+    """The edge of a measured window: a message count, the server's CPU time, this process's
+    CPU time and the whole machine's, and the time."""
+
+    def __init__(self, server_pid: int, messages: int) -> None:
+        self.messages = messages
+        self.wall = time.perf_counter()
+        self.server = cpu_seconds(server_pid)
+        self.own = time.process_time()
+        self.machine = machine_busy_seconds()
+
+    def since(self, start: Snapshot) -> dict[str, Any]:
+        wall = self.wall - start.wall
+        messages = self.messages - start.messages
+        server = self.server - start.server
+        own = self.own - start.own
+        return {
+            "messages": messages,
+            "seconds": round(wall, 3),
+            "messages_per_s": messages / wall,
+            "server_cpu_us_per_message": server * 1e6 / messages if messages else 0.0,
+            "server_cpu_share": round(server / wall, 3),
+            "load_cpu_share": round(own / wall, 3),
+            # Cores' worth of CPU used by anything else meanwhile (another test run, say).
+            "other_cpu_share": round(
+                max(0.0, self.machine - start.machine - server - own) / wall, 3
+            ),
+        }
 
 
-async def latency(url: str, rate: float, seconds: float) -> dict[str, Any]:
+async def latency(url: str, server_pid: int, rate: float, seconds: float) -> dict[str, Any]:
     """One pair; REQUESTs sent on a fixed schedule (open loop) so that REQUEST+RESPONSE make
     `rate` messages a second; round-trip times in ms, the first 20 (warm-up) not counted."""
     tag = uuid.uuid4().hex[:6]
@@ -171,6 +190,7 @@ async def latency(url: str, rate: float, seconds: float) -> dict[str, Any]:
     tasks = [asyncio.create_task(respond()), asyncio.create_task(receive())]
     interval = 2.0 / rate
     start = time.perf_counter()
+    first = Snapshot(server_pid, 0)
     total = WARMUP_ROUND_TRIPS + int(seconds / interval)
     for n in range(total):
         delay = start + n * interval - time.perf_counter()
@@ -180,6 +200,7 @@ async def latency(url: str, rate: float, seconds: float) -> dict[str, Any]:
             sent[n] = time.perf_counter()
         await requester.send(request(me, peer, token, n), text=True)
     elapsed = time.perf_counter() - start
+    window = Snapshot(server_pid, 2 * total).since(first)
     finished = True
     if not sent:
         all_back.set()
@@ -196,6 +217,8 @@ async def latency(url: str, rate: float, seconds: float) -> dict[str, Any]:
         "lost": len(sent),
         "offered_messages_per_s": rate,
         "achieved_messages_per_s": 2 * total / elapsed,
+        "server_cpu_share": window["server_cpu_share"],
+        "other_cpu_share": window["other_cpu_share"],
         **percentiles(rtts),
     }
 

@@ -62,12 +62,17 @@ def _n(value: float) -> str:
     return f"{value:,.0f}"
 
 
+def _other(*runs: dict[str, Any]) -> str:
+    """The most CPU (in cores) that other processes used during any of `runs`."""
+    return f"{max(float(r.get('other_cpu_share', 0.0)) for r in runs):.2f}"
+
+
 def throughput_table(rows: dict[str, Any]) -> list[str]:
     lines = [
         "| pairs | relay msgs/s | lobby sqlite msgs/s | vs relay | lobby memory msgs/s | vs relay "
         "| sqlite vs memory | server CPU us/msg relay / sqlite / memory | CPU vs relay sqlite "
-        "/ memory |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "/ memory | other CPU |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for pairs, row in rows.items():
         r, s, m = row["relay"], row["lobby_sqlite"], row["lobby_memory"]
@@ -77,7 +82,8 @@ def throughput_table(rows: dict[str, Any]) -> list[str]:
             f"| {ratio(s['messages_per_s'], r['messages_per_s'])} | {_n(m['messages_per_s'])} "
             f"| {ratio(m['messages_per_s'], r['messages_per_s'])} "
             f"| {ratio(s['messages_per_s'], m['messages_per_s'])} "
-            f"| {rc:.1f} / {sc:.1f} / {mc:.1f} | {ratio(sc, rc)} / {ratio(mc, rc)} |"
+            f"| {rc:.1f} / {sc:.1f} / {mc:.1f} | {ratio(sc, rc)} / {ratio(mc, rc)} "
+            f"| {_other(r, s, m)} |"
         )
     return lines
 
@@ -85,8 +91,8 @@ def throughput_table(rows: dict[str, Any]) -> list[str]:
 def latency_table(rows: dict[str, Any]) -> list[str]:
     lines = [
         "| offered load (msgs/s) | samples | relay p50 / p99 / p99.9 ms | lobby p50 / p99 / p99.9 "
-        "ms | p50 vs relay | p99 vs relay |",
-        "|---|---|---|---|---|---|",
+        "ms | p50 vs relay | p99 vs relay | other CPU |",
+        "|---|---|---|---|---|---|---|",
     ]
     for rate, row in rows.items():
         r, lo = row["relay"], row["lobby"]
@@ -94,7 +100,7 @@ def latency_table(rows: dict[str, Any]) -> list[str]:
             f"| {float(rate):,.0f} | {lo['samples']} "
             f"| {r['p50']:.2f} / {r['p99']:.2f} / {r['p99.9']:.2f} "
             f"| {lo['p50']:.2f} / {lo['p99']:.2f} / {lo['p99.9']:.2f} "
-            f"| {ratio(lo['p50'], r['p50'])} | {ratio(lo['p99'], r['p99'])} |"
+            f"| {ratio(lo['p50'], r['p50'])} | {ratio(lo['p99'], r['p99'])} | {_other(r, lo)} |"
         )
     return lines
 

@@ -7,15 +7,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 import uuid
 from typing import Any
 
 import structlog
 
 from agent_sdk import Agent, RequestContext, capability
-from benchmarks.harness import cpu_seconds
-from benchmarks.load import window_result
+from benchmarks.load import Snapshot
 
 
 class Echo(Agent):
@@ -44,20 +42,10 @@ async def throughput(
 
         tasks = [asyncio.create_task(worker()) for _ in range(window)]
         await asyncio.sleep(warmup)
-        m0, c0, t0, own0 = (
-            round_trips,
-            cpu_seconds(server_pid),
-            time.perf_counter(),
-            time.process_time(),
-        )
+        start = Snapshot(server_pid, 2 * round_trips)
         await asyncio.sleep(seconds)
-        m1, c1, t1, own1 = (
-            round_trips,
-            cpu_seconds(server_pid),
-            time.perf_counter(),
-            time.process_time(),
-        )
+        end = Snapshot(server_pid, 2 * round_trips)
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
-    return window_result(2 * (m1 - m0), t1 - t0, c1 - c0, own1 - own0)
+    return end.since(start)

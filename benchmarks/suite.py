@@ -19,8 +19,8 @@ LOAD_SLACK = 60.0
 
 @dataclass(frozen=True)
 class Plan:
-    seconds: float = 3.0
-    repeats: int = 2
+    seconds: float = 2.0
+    repeats: int = 3
     pair_counts: tuple[int, ...] = (1, 10, 100)
     window: int = 32
     latency_rates: tuple[float, ...] = (200, 1000, 5000)
@@ -112,7 +112,12 @@ def latency(plan: Plan) -> dict[str, Any]:
         for name, start in (("relay", harness.relay), ("lobby", harness.lobby)):
             with start() as server:
                 row[name] = harness.one(
-                    load.latency, server.url, rate, seconds, timeout=seconds + LOAD_SLACK
+                    load.latency,
+                    server.url,
+                    server.pid,
+                    rate,
+                    seconds,
+                    timeout=seconds + LOAD_SLACK,
                 )
         rows[f"{rate:g}"] = row
     return rows

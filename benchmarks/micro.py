@@ -1,0 +1,158 @@
+"""The lobby's own work per message, in process, without sockets: `python -m benchmarks.micro`.
+
+`Router.handle` for REQUEST then RESPONSE (the frames of `load.throughput`), and the pieces it is
+made of (decode, the token's SHA-256, encode), next to what the transport costs per message in
+`websockets`' own sans-I/O code (parse one masked client frame, frame one reply): so the
+profile's shares can be checked against plain timings. Best of 5 rounds of 20,000 messages.
+"""
+
+from __future__ import annotations
+
+import gc
+import hmac
+import logging
+import sys
+import time
+from collections.abc import Callable
+from typing import Any
+
+import orjson
+import structlog
+from websockets.frames import Frame, Opcode
+from websockets.protocol import State
+from websockets.server import ServerProtocol
+
+from benchmarks.load import CAPABILITY, request, response
+from lobby.core import Router, Send, Session
+from lobby.core.limits import Limits
+from lobby.core.refusal import hash_token
+from protocol.codec import decode, encode
+
+ROUNDS = 5
+N = 20_000
+
+
+def best_us(work: Callable[[int], None], n: int = N) -> float:
+    """Microseconds per item of `work(n)`, the best of ROUNDS rounds."""
+    best = float("inf")
+    for _ in range(ROUNDS):
+        started = time.perf_counter_ns()
+        work(n)
+        best = min(best, (time.perf_counter_ns() - started) / n / 1000)
+    return best
+
+
+def per_call(call: Callable[[], object]) -> float:
+    def work(n: int) -> None:
+        for _ in range(n):
+            call()
+
+    return best_us(work)
+
+
+def _join(router: Router, agent_id: str, capabilities: list[Any]) -> tuple[Session, str]:
+    session = router.open(agent_id)
+    frame = {
+        "sender_id": agent_id,
+        "receiver_id": "global_lobby",
+        "message_type": "REGISTER",
+        "payload": {"capabilities": capabilities},
+    }
+    (ack,) = router.handle(session, orjson.dumps(frame).decode())
+    assert isinstance(ack, Send)
+    return session, orjson.loads(ack.frame)["payload"]["auth_token"]
+
+
+def router_round_trip(gc_on: bool) -> float:
+    """us per message of Router.handle over REQUEST+RESPONSE pairs (the journal taken every
+    500 messages, as the committer would)."""
+    router = Router(limits=Limits(message_rate=0, registration_rate=0))
+    caller, ctoken = _join(router, "caller", [])
+    echo, etoken = _join(router, "echo", [CAPABILITY])
+    caller.link = echo.link = object()
+    turn = [0]
+
+    def work(n: int) -> None:
+        base = turn[0]
+        turn[0] += n
+        frames = []
+        for i in range(base, base + n // 2):
+            req = request("caller", "echo", ctoken, i)
+            frames.append((caller, req.decode()))
+            frames.append((echo, response("echo", etoken, orjson.loads(req)).decode()))
+        handle, delivery = router.handle, router.delivery
+        if not gc_on:
+            gc.disable()
+        try:
+            started = time.perf_counter_ns()
+            for k, (session, frame) in enumerate(frames):
+                handle(session, frame)
+                if k % 500 == 499:
+                    delivery.take_journal()
+            spent[0] = time.perf_counter_ns() - started
+        finally:
+            gc.enable()
+
+    spent = [0]
+    best = float("inf")
+    for _ in range(ROUNDS):
+        work(N)
+        best = min(best, spent[0] / N / 1000)
+    return best
+
+
+def pieces() -> dict[str, float]:
+    frame = request("caller", "echo", "7c1f0d4e-8a8e-4a51-9a0b-0d4bb0c7a0f1", 42).decode()
+    msg = decode(frame)
+    token = msg.auth_token or ""
+    digest = hash_token(token)
+    return {
+        "orjson.loads": per_call(lambda: orjson.loads(frame)),
+        "decode (loads + envelope checks)": per_call(lambda: decode(frame)),
+        "token SHA-256 + compare_digest": per_call(
+            lambda: hmac.compare_digest(hash_token(token), digest)
+        ),
+        "encode (to_dict + orjson.dumps)": per_call(lambda: encode(msg)),
+    }
+
+
+def websockets_framing() -> dict[str, float]:
+    """The transport's own Python work per message: parse one masked text frame as a server,
+    and frame one text message for sending."""
+    payload = request("caller", "echo", "7c1f0d4e-8a8e-4a51-9a0b-0d4bb0c7a0f1", 42)
+    client_frame = Frame(Opcode.TEXT, payload).serialize(mask=True, extensions=[])
+    server = ServerProtocol(state=State.OPEN, max_size=None)
+    server.state = State.OPEN
+
+    def parse(n: int) -> None:
+        for _ in range(n):
+            server.receive_data(client_frame)
+            server.events_received()
+
+    def send(n: int) -> None:
+        for _ in range(n):
+            server.send_text(payload)
+            server.data_to_send()
+
+    return {
+        "websockets: parse one frame": best_us(parse),
+        "websockets: frame one reply": best_us(send),
+    }
+
+
+def main() -> int:
+    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
+    results = {
+        "Router.handle per message (REQUEST/RESPONSE), gc on": router_round_trip(True),
+        "Router.handle per message (REQUEST/RESPONSE), gc off": router_round_trip(False),
+        **pieces(),
+        **websockets_framing(),
+    }
+    print("| in process, no sockets | us |\n|---|---|")
+    for name, us in results.items():
+        print(f"| {name} | {us:.2f} |")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
