@@ -31,6 +31,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--patches", nargs="+", default=["coalesce", "gc", "coalesce,gc"])
     parser.add_argument("--latency", action="store_true", help="also p50/p99 at 5k msgs/s")
     args = parser.parse_args(argv)
+    harness.QUIET.budget = 600.0
     print("| pairs | server | msgs/s | vs lobby | server CPU us/msg | vs lobby | other CPU |")
     print("|---|---|---|---|---|---|---|")
     for pairs in args.pairs:
@@ -72,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         ]
         for name, start in starts:
             with start() as server:
+                harness.QUIET.wait()
                 lat = harness.one(
                     load.latency, server.url, server.pid, 5000.0, 4.0, timeout=4.0 + LOAD_SLACK
                 )

@@ -239,7 +239,9 @@ async def idle_agents(
 ) -> dict[str, Any]:
     """Register `count` agents (100 handshakes at a time), keep them all connected `hold`
     seconds (while the parent reads the server's RSS), then close them."""
-    started, cpu0 = time.time(), cpu_seconds(server_pid)
+    started, cpu0, own0, busy0 = (
+        time.time(), cpu_seconds(server_pid), time.process_time(), machine_busy_seconds()
+    )  # fmt: skip
     sockets: list[ClientConnection] = []
     try:
         for start in range(0, count, 100):
@@ -247,7 +249,9 @@ async def idle_agents(
                 *(register(url, f"{tag}{i}", []) for i in range(start, min(count, start + 100)))
             )
             sockets += [ws for ws, _ in batch]
-        finished, cpu1 = time.time(), cpu_seconds(server_pid)
+        finished, cpu1, own1, busy1 = (
+            time.time(), cpu_seconds(server_pid), time.process_time(), machine_busy_seconds()
+        )  # fmt: skip
         await asyncio.sleep(hold)
     finally:
         await close_all(sockets)
@@ -257,6 +261,9 @@ async def idle_agents(
         "finished": finished,
         "server_cpu_start": cpu0,
         "server_cpu_end": cpu1,
+        "own_cpu": own1 - own0,
+        "machine_busy_start": busy0,
+        "machine_busy_end": busy1,
     }
 
 

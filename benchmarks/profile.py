@@ -17,11 +17,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import shutil
+import signal
 import subprocess
 import sys
-import threading
-import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
@@ -202,45 +202,50 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
+    parser.add_argument(
+        "--register", type=int, metavar="N", help="profile N registrations (4 processes) instead"
+    )
     args = parser.parse_args(argv)
-    py_spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     RESULTS.mkdir(parents=True, exist_ok=True)
-    raw = RESULTS / f"profile-{args.server}-{args.pairs}.txt"
-    sampled: dict[str, Any] = {}
+    what = f"register-{args.register}" if args.register else str(args.pairs)
+    raw = RESULTS / f"profile-{args.server}-{what}.txt"
+    harness.QUIET.budget = 120.0
     with server_for(args.server) as server:
-        # Unprofiled first: the rate that py-spy's pauses are compared with.
-        plain = harness.one(
-            load.throughput, server.url, server.pid, args.pairs, 3.0, args.window, timeout=90
-        )
-
-        def drive() -> None:
-            sampled.update(
-                harness.one(
-                    load.throughput, server.url, server.pid, args.pairs, args.seconds,
-                    args.window, 1.0, timeout=args.seconds + 90,
-                )
+        if args.register:
+            work = functools.partial(registrations, server, args.register)
+        else:
+            # Unprofiled first: the rate that py-spy's pauses are compared with.
+            plain = harness.one(
+                load.throughput, server.url, server.pid, args.pairs, 3.0, args.window, timeout=90
+            )
+            print(
+                f"{args.server}, {args.pairs} pairs, unprofiled: {plain['messages_per_s']:,.0f}"
+                f" msgs/s, {plain['server_cpu_us_per_message']:.1f} us/msg"
+            )
+            work = functools.partial(
+                harness.one, load.throughput, server.url, server.pid, args.pairs, args.seconds,
+                args.window, 1.0, timeout=args.seconds + 90,
             )  # fmt: skip
-
-        driver = threading.Thread(target=drive)
-        driver.start()
-        time.sleep(1.5)  # the load process starts, registers and warms up (1 s)
+        harness.QUIET.wait()
         before = harness.thread_cpu_seconds(server.pid)
-        subprocess.run(
+        sampler = subprocess.Popen(
             [
-                py_spy, "record", "--pid", str(server.pid), "--rate", str(args.rate),
-                "--duration", str(max(1, int(args.seconds - 1))), "--format", "raw",
-                "--threads", "--native", "--output", str(raw),
+                py_spy(), "record", "--pid", str(server.pid), "--rate", str(args.rate),
+                "--format", "raw", "--threads", "--native", "--output", str(raw),
             ],
-            check=True, capture_output=True, timeout=args.seconds + 60,
+            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
+        try:
+            sampled = work()
+        finally:
+            sampler.send_signal(signal.SIGINT)  # py-spy writes its samples and exits
+            sampler.wait(60)
         after = harness.thread_cpu_seconds(server.pid)
-        driver.join()
     us = float(sampled["server_cpu_us_per_message"])
     print(
-        f"{args.server}, {args.pairs} pairs: {plain['messages_per_s']:,.0f} msgs/s unprofiled "
-        f"({plain['server_cpu_us_per_message']:.1f} us/msg), {sampled['messages_per_s']:,.0f} "
-        f"msgs/s while sampled ({us:.1f} us/msg); others' CPU "
-        f"{sampled['other_cpu_share']:.2f} cores"
+        f"{args.server}, {what}, while sampled: {sampled['messages_per_s']:,.0f} per second,"
+        f" {us:.1f} us of server CPU each"
+        + (f"; others' CPU {sampled['other_cpu_share']:.2f} cores" if not args.register else "")
     )
     names = thread_names(raw)
     spent = {
@@ -252,6 +257,25 @@ def main(argv: list[str] | None = None) -> int:
     print("\n".join(table(tally(raw), us)))
     print(f"\nfolded stacks (open in https://www.speedscope.app): {raw}")
     return 0
+
+
+def py_spy() -> str:
+    return shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+
+
+def registrations(server: harness.Server, agents: int) -> dict[str, Any]:
+    """`agents` idle agents registered from 4 processes; per registration, as `Snapshot.since`
+    reports per message."""
+    per = agents // 4
+    args = [(server.url, server.pid, per, f"reg{p}x", 0.0) for p in range(4)]
+    results = harness.in_processes(load.idle_agents, args, 240.0)
+    count = sum(r["registered"] for r in results)
+    seconds = max(r["finished"] for r in results) - min(r["started"] for r in results)
+    cpu = max(r["server_cpu_end"] for r in results) - min(r["server_cpu_start"] for r in results)
+    return {
+        "messages_per_s": count / seconds,
+        "server_cpu_us_per_message": cpu * 1e6 / count,
+    }
 
 
 if __name__ == "__main__":

@@ -119,6 +119,7 @@ def connections_table(c: dict[str, Any]) -> list[str]:
         f"| server CPU per registration (us) | {lo['server_cpu_us_per_registration']:.0f} "
         f"| {r['server_cpu_us_per_registration']:.0f} "
         f"| {ratio(lo['server_cpu_us_per_registration'], r['server_cpu_us_per_registration'])} |",
+        f"| other CPU while registering (cores) | {_other(lo)} | {_other(r)} | |",
     ]
 
 
@@ -145,8 +146,10 @@ def targets(results: dict[str, Any]) -> list[dict[str, str]]:
     """Each target of issue 8 item 2: what was measured, and whether it is met."""
     out: list[dict[str, str]] = []
 
+    quick = " (quick run: sizes too small to judge)" if results.get("quick") else ""
+
     def add(target: str, measured: str, ok: bool) -> None:
-        out.append({"target": target, "measured": measured, "status": status(ok)})
+        out.append({"target": target, "measured": measured, "status": status(ok) + quick})
 
     for pairs, row in results.get("throughput", {}).items():
         r, s, m = (row[k]["messages_per_s"] for k in ("relay", "lobby_sqlite", "lobby_memory"))
@@ -220,13 +223,15 @@ def render(results: dict[str, Any]) -> str:
         lines += [
             "### SDK: two agent_sdk.Agent subclasses vs raw clients, 1 pair, same lobby",
             "",
-            "| | msgs/s | vs raw | server CPU us/msg |",
-            "|---|---|---|---|",
+            "| | msgs/s | vs raw | server CPU us/msg | load CPU (cores) | other CPU |",
+            "|---|---|---|---|---|---|",
             f"| raw clients | {_n(r['messages_per_s'])} | 1.00x "
-            f"| {r['server_cpu_us_per_message']:.1f} |",
+            f"| {r['server_cpu_us_per_message']:.1f} | {r.get('load_cpu_share', 0):.2f} "
+            f"| {_other(r)} |",
             f"| Agent subclasses | {_n(s['messages_per_s'])} "
             f"| {ratio(s['messages_per_s'], r['messages_per_s'])} "
-            f"| {s['server_cpu_us_per_message']:.1f} |",
+            f"| {s['server_cpu_us_per_message']:.1f} | {s.get('load_cpu_share', 0):.2f} "
+            f"| {_other(s)} |",
             "",
         ]
     lines += ["### Targets (issue 8)", "", "| target | measured | status |", "|---|---|---|"]
