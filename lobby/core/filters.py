@@ -293,14 +293,19 @@ class AttributeIndex:
             return len(self._present.get(f.attribute, ())) - self.size(_eq(f))
         return sum(stop - start for _, start, stop in self._spans(f))
 
-    def members(self, f: Filter) -> set[int]:
-        """The docs `f` admits."""
+    def members(self, f: Filter, within: set[int] | None = None) -> set[int]:
+        """The docs `f` admits (of those `within`, when given: cheaper than intersecting)."""
         if f.op == "ne":
             present = self._present.get(f.attribute, set())
-            return present - self.members(_eq(f))
+            if within is not None:
+                present = present & within
+            return present - self.members(_eq(f), within)
         found: set[int] = set()
         for ids, start, stop in self._spans(f):
-            found.update(ids[start:stop])
+            if within is None:
+                found.update(ids[start:stop])
+            else:
+                found.update(within.intersection(ids[start:stop]))
         return found
 
     def _spans(self, f: Filter) -> Iterator[tuple[list[int], int, int]]:

@@ -40,6 +40,8 @@ _PAIR_WORK: Final = 40_000
 """Above this many postings to intersect, the threshold algorithm runs instead."""
 _MULTI: Final = 2_000
 """Above this many docs with two or more drivers, the threshold algorithm runs instead."""
+_SCORE_ALL: Final = 512
+"""Up to this many restricted candidates are all scored, none skipped."""
 
 DocKey = tuple[str, str]
 Scored = tuple[float, int]  # (score, doc id)
@@ -86,11 +88,15 @@ class Ranking:
         return sorted(scored, key=lambda pair: (-pair[0], keys[pair[1]]))
 
     def first_by_key(self, ids: Collection[int], want: int) -> list[int]:
-        """The `want` first of `ids` by key."""
-        if want < len(ids) and len(ids) * 16 > self.count:
-            # Dense: walking the key order finds them soon.
+        """The `want` first of `ids` by key: by walking the key order when that should find
+        them in fewer steps than there are ids (and stopping if it does not), else by sorting."""
+        steps = 2 * len(ids)
+        if want < len(ids) and want * self.count < len(ids) * steps:
             members = ids if isinstance(ids, AbstractSet) else set(ids)
-            return list(islice((at for at in self.order if at in members), want))
+            walk = (at for at in islice(self.order, steps) if at in members)
+            found = list(islice(walk, want))
+            if len(found) == want:
+                return found
         return heapq.nsmallest(want, ids, key=self.keys.__getitem__)
 
     def lexical(
@@ -106,18 +112,16 @@ class Ranking:
         drivers = [t for t, rare in zip(terms, is_rare, strict=True) if rare] or terms
         extras = [t for t, rare in zip(terms, is_rare, strict=True) if not rare and any(is_rare)]
         scorer = _Scorer(drivers, extras, self.count, average, lengths)
-        if plan.allowed is not None and len(plan.allowed) <= sum(len(t.tf) for t in drivers):
-            found = []
-            for at in plan.allowed:
-                if plan.admits(at):
-                    score, present = scorer.score(at)
-                    if present:
-                        found.append((score, at))
-            return self.best(found, want), len(found)
+        allowed = plan.allowed
+        if allowed is not None and len(allowed) <= 4 * sum(len(t) for t in drivers):
+            candidates = set().union(*(t.tf.keys() & allowed for t in drivers))
+            if len(candidates) <= _SCORE_ALL:
+                found = [(scorer.score(at)[0], at) for at in candidates if plan.admits(at)]
+                return self.best(found, want), len(found)
         pairs = [(a, b) for n, a in enumerate(drivers) for b in drivers[n + 1 :]]
         multi: set[int] | None = None
         if sum(min(len(a), len(b)) for a, b in pairs) <= _PAIR_WORK:
-            multi = set().union(*(a.tf.keys() & b.tf.keys() for a, b in pairs))
+            multi = _several(pairs, allowed)
             if len(multi) <= _MULTI:
                 return self._by_overlap(scorer, multi, plan, want)
         # Many docs have several drivers: they may tie in bulk (many alike capabilities),
@@ -126,7 +130,7 @@ class Ranking:
         if top is not None:
             return top, _union_count(drivers, plan, self.count)
         if multi is None:
-            multi = set().union(*(a.tf.keys() & b.tf.keys() for a, b in pairs))
+            multi = _several(pairs, allowed)
         return self._by_overlap(scorer, multi, plan, want)
 
     def _by_overlap(
@@ -289,6 +293,12 @@ class _Scorer:
         for weight in self._extra_best:
             bound += weight
         return bound
+
+
+def _several(pairs: list[tuple[Postings, Postings]], allowed: AbstractSet[int] | None) -> set[int]:
+    """The docs (among `allowed`) with two or more of the drivers."""
+    found: set[int] = set().union(*(a.tf.keys() & b.tf.keys() for a, b in pairs))
+    return found if allowed is None else found & allowed
 
 
 def _beaten(page: list[float], want: int, bound: float) -> bool:

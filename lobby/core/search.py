@@ -37,7 +37,6 @@ from __future__ import annotations
 import re
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
-from collections.abc import Set as AbstractSet
 from dataclasses import dataclass
 from itertools import islice
 from typing import Any, Final, Literal, get_args
@@ -247,7 +246,7 @@ class SearchIndex:
         None when nothing can pass. A filter admitting more than 16x what is allowed so far (or
         than `budget`, the docs the algorithm visits anyway) is checked per doc instead: reading
         a doc id from the index costs about a sixteenth of testing a doc."""
-        sets: list[AbstractSet[int]] = []
+        sets: list[set[int]] = []
         if capability_name is not None:
             sets.append(self._by_name.get(capability_name, set()))
         if keywords:
@@ -255,7 +254,7 @@ class SearchIndex:
             sets.append(found[0] if len(found) == 1 else set().union(*found))
         if only is not None:
             sets.append({self._ids[k] for k in only if k in self._ids})
-        allowed: AbstractSet[int] | None = None
+        allowed: set[int] | None = None
         for members in sorted(sets, key=len):
             allowed = members if allowed is None else allowed & members
         checks: list[Filter] = []
@@ -265,8 +264,7 @@ class SearchIndex:
             if size > 16 * (budget if allowed is None else min(budget, len(allowed))):
                 checks.append(f)
             else:
-                members = self._attributes.members(f)
-                allowed = members if allowed is None else allowed & members
+                allowed = self._attributes.members(f, allowed)
         if allowed is not None and not allowed:
             return None
         excluded = self._by_agent.get(exclude_agent, set()) if exclude_agent else set()
