@@ -1,12 +1,15 @@
 """The lobby's I/O layer, and the only server module that imports websockets.
 
-It accepts connections, pumps each text frame through `Router.handle` and carries out the
-actions it returns. It never awaits on a receiver: a `Send` writes the frame to the receiver's
-transport at once, and the bytes that wait there are that connection's outbound queue, bounded
-by `max_outbound_bytes`; a receiver whose queue overflows is closed with 4002 rather than
-slowing its senders. (A writer task per connection would cost a task switch per message; the
-transport's own buffer gives the same bound for free.) Closes run as tracked tasks, awaited on
-shutdown.
+It accepts connections and hands each message to `Router.handle` as websockets' protocol
+parses it, inside `data_received` (`LobbyConnection`): no receive queue and no task switch per
+message, and a read that brings several frames routes them all in one go. It never awaits on a
+receiver: a `Send` frames the message on the receiver's protocol, and once per event-loop
+iteration every connection written to gets what was framed for it in one `transport.write`
+(one syscall for a burst, not one per message). The bytes that wait in a transport are that
+connection's outbound queue, bounded by `max_outbound_bytes`: a receiver whose queue overflows
+is closed with 4002 rather than slowing its senders. (A writer task per connection would cost a
+task switch per message; the transport's own buffer gives the same bound for free.) Closes run
+as tracked tasks, awaited on shutdown.
 
 `GET /healthz` is answered on the same port.
 """
@@ -17,15 +20,16 @@ import asyncio
 import contextlib
 import ssl
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from http import HTTPStatus
+from typing import Any
 
 import orjson
 import structlog
 from websockets.asyncio.server import Server, ServerConnection, serve
-from websockets.exceptions import ConnectionClosed
+from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
-from websockets.protocol import State
+from websockets.protocol import Event, State
 
 from lobby.committer import Committer
 from lobby.config import Settings
@@ -38,6 +42,57 @@ from protocol.models import LOBBY_ID, CloseCode, ErrorCode, Message, MessageType
 log = structlog.get_logger("lobby.server")
 
 _OPEN = State.OPEN
+_TEXT, _BINARY, _CONT = Opcode.TEXT, Opcode.BINARY, Opcode.CONT
+
+Receiver = Callable[[Session, bool, bytes], None]
+
+
+class LobbyConnection(ServerConnection):
+    """A connection whose messages go to the lobby as they are parsed, not through websockets'
+    receive queue. Control frames (ping, pong, close) are websockets' as usual; the protocol
+    still enforces `max_size` over a whole fragmented message."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.session: Session | None = None
+        self._receive: Receiver | None = None
+        self._early: list[tuple[bool, bytes]] = []
+        """Messages that came with the handshake, before the lobby attached (rare)."""
+        self._fragments: list[bytes] = []
+        self._fragmented_binary = False
+
+    def attach(self, session: Session, receive: Receiver) -> None:
+        self.session, self._receive = session, receive
+        early, self._early = self._early, []
+        for binary, data in early:
+            receive(session, binary, data)
+
+    def process_event(self, event: Event) -> None:
+        if self.request is None or type(event) is not Frame:
+            super().process_event(event)  # the handshake request
+            return
+        opcode = event.opcode
+        if opcode is _TEXT or opcode is _BINARY:
+            if event.fin:
+                self._message(opcode is _BINARY, event.data)
+            else:
+                self._fragments = [bytes(event.data)]
+                self._fragmented_binary = opcode is _BINARY
+        elif opcode is _CONT:
+            self._fragments.append(bytes(event.data))
+            if event.fin:
+                data = b"".join(self._fragments)
+                self._fragments = []
+                self._message(self._fragmented_binary, data)
+        else:
+            super().process_event(event)
+
+    def _message(self, binary: bool, data: Any) -> None:
+        session = self.session
+        if session is None or self._receive is None:
+            self._early.append((binary, bytes(data)))
+        else:
+            self._receive(session, binary, data)
 
 
 class LobbyServer:
@@ -63,6 +118,9 @@ class LobbyServer:
         self._tasks: set[asyncio.Task[None]] = set()
         self._connections = 0
         self._started = time.monotonic()
+        self._written: dict[ServerConnection, Session] = {}
+        """Connections with frames waiting to be flushed at the end of this loop iteration."""
+        self._batch_due = False
 
     @property
     def port(self) -> int:
@@ -91,6 +149,7 @@ class LobbyServer:
             process_request=self._process_request,
             server_header=None,
             ssl=_tls_context(s),
+            create_connection=LobbyConnection,
         )
         self._started = time.monotonic()
         self._compactor = asyncio.create_task(self._compact_periodically())
@@ -130,31 +189,64 @@ class LobbyServer:
     # -- connections ----------------------------------------------------------------------
 
     async def _handle_connection(self, ws: ServerConnection) -> None:
-        router = self.router
-        committer = self.committer
+        assert isinstance(ws, LobbyConnection)
         address = ws.remote_address
-        session = router.open(remote=_remote(ws), link=ws, host=address[0] if address else "")
+        session = self.router.open(remote=_remote(ws), link=ws, host=address[0] if address else "")
         self._connections += 1
         deadline = asyncio.get_running_loop().call_later(
             self.settings.handshake_timeout, self._registration_deadline, session
         )
         try:
-            async for frame in ws:
-                try:
-                    actions = router.handle(session, frame)
-                except Exception:
-                    # A bug in the core must cost this one message, not the connection.
-                    log.exception("ROUTER_FAILED", session=session.id)
-                    actions = [Send(session, _internal_error())]
-                if actions:
-                    self._execute(actions)
-                committer.kick()
-        except ConnectionClosed:
-            pass
+            ws.attach(session, self._received)
+            await ws.wait_closed()
         finally:
             deadline.cancel()
             self._connections -= 1
-            self._execute(router.close(session))
+            self._execute(self.router.close(session))
+            self._batch()
+
+    def _received(self, session: Session, binary: bool, data: bytes) -> None:
+        """One message from `session` (called from `data_received`)."""
+        router = self.router
+        try:
+            actions = router.binary(session) if binary else router.handle(session, data)
+        except Exception:
+            # A bug in the core must cost this one message, not the connection.
+            log.exception("ROUTER_FAILED", session=session.id)
+            actions = [Send(session, _internal_error())]
+        if actions:
+            self._execute(actions)
+        self._batch()
+
+    def _batch(self) -> None:
+        """Make sure `_end_of_batch` runs at the end of this loop iteration."""
+        if not self._batch_due:
+            self._batch_due = True
+            asyncio.get_running_loop().call_soon(self._end_of_batch)
+
+    def _end_of_batch(self) -> None:
+        """After the messages of one loop iteration: flush what was framed for each connection
+        in one write, and let the committer see the journal."""
+        self._batch_due = False
+        written, self._written = self._written, {}
+        limit = self.settings.max_outbound_bytes
+        for ws, session in written.items():
+            if ws.protocol.state is not _OPEN:
+                ws.send_data()  # websockets' own path also handles the end of the stream
+                continue
+            transport = ws.transport
+            try:
+                transport.write(b"".join(ws.protocol.data_to_send()))
+            except Exception:
+                log.debug("SEND_FAILED", exc_info=True)
+                continue
+            if transport.get_write_buffer_size() > limit:
+                # Detach at once so nothing more is written to it: an acknowledging agent finds
+                # its unacknowledged messages in its mailbox when it resumes.
+                log.warning("CONNECTION_TOO_SLOW", remote=_remote(ws))
+                self._execute(self.router.close(session))
+                self._close(ws, CloseCode.TOO_SLOW, "too slow: outbound queue overflowed")
+        self.committer.kick()
 
     def _execute(self, actions: Iterable[Action]) -> None:
         for action in actions:
@@ -171,16 +263,11 @@ class LobbyServer:
             return
         try:
             protocol.send_text(frame)
-            ws.send_data()
         except Exception:
             log.debug("SEND_FAILED", exc_info=True)
             return
-        if ws.transport.get_write_buffer_size() > self.settings.max_outbound_bytes:
-            # Detach at once so nothing more is written to it: an acknowledging agent finds
-            # its unacknowledged messages in its mailbox when it resumes.
-            log.warning("CONNECTION_TOO_SLOW", remote=_remote(ws))
-            self._execute(self.router.close(session))
-            self._close(ws, CloseCode.TOO_SLOW, "too slow: outbound queue overflowed")
+        self._written[ws] = session
+        self._batch()
 
     def _registration_deadline(self, session: Session) -> None:
         if session.agent is None:

@@ -354,7 +354,9 @@ def test_lobby_only_types_are_refused_from_agents(kind: str) -> None:
 
 def test_bad_frames_are_refused_and_the_session_stays_usable() -> None:
     router, alice, _ = pair()
-    for frame in (b"binary", "{not json", "[]", '{"sender_id": "alice"}'):
+    world.deliver(router.binary(alice.session))
+    assert error_code(alice) == "malformed"
+    for frame in (b"\xff\xfe not UTF-8", "{not json", "[]", '{"sender_id": "alice"}'):
         world.deliver(router.handle(alice.session, frame))
         assert error_code(alice) == "malformed"
     alice.send("DISCOVER_SERVICES", {})

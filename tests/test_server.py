@@ -10,7 +10,11 @@ from typing import Any
 import orjson
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.client import ClientProtocol
 from websockets.exceptions import ConnectionClosed
+from websockets.frames import Frame, Opcode
+from websockets.protocol import State
+from websockets.uri import parse_uri
 
 from lobby.server import LobbyServer
 from tests.wsclient import frame, register, reply, running
@@ -137,6 +141,15 @@ async def test_a_frame_over_the_limit_closes_only_that_connection(tmp_path: Path
         assert (await reply(other))["message_type"] == "SERVICES_AVAILABLE"
 
 
+async def test_a_fragmented_message_over_the_limit_closes_with_1009(tmp_path: Path) -> None:
+    async with running(tmp_path, max_message_bytes=1000) as lobby, connect(lobby.url) as big:
+        await token_of(big, "big")
+        await big.send(["{" + " " * 600, " " * 600 + "}"])
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(big.recv(), 5)
+        assert big.close_code == 1009
+
+
 async def test_resume_closes_the_old_connection_with_4001(lobby: LobbyServer) -> None:
     async with connect(lobby.url) as old, connect(lobby.url) as new:
         token = await token_of(old, "twin")
@@ -191,3 +204,37 @@ async def test_healthz(lobby: LobbyServer) -> None:
     assert content_type == "application/json"
     assert body["status"] == "ok"
     assert body["lobby_id"] == "global_lobby"
+
+
+async def test_a_fragmented_message_is_routed_whole(lobby: LobbyServer) -> None:
+    async with connect(lobby.url) as ws:
+        token = await token_of(ws, "chunky")
+        text = frame("chunky", "DISCOVER_SERVICES", {}, auth_token=token)
+        # websockets sends an iterable as one message in several frames.
+        await ws.send([text[:10], text[10:25], text[25:]])
+        assert (await reply(ws))["message_type"] == "SERVICES_AVAILABLE"
+
+
+async def test_a_message_in_the_same_packet_as_the_handshake_is_routed(
+    lobby: LobbyServer,
+) -> None:
+    """A client may send its first frame right behind the upgrade request, before the
+    handshake response: the lobby routes it once the connection is set up."""
+    client = ClientProtocol(parse_uri(lobby.url))
+    client.send_request(client.connect())
+    register = frame("eager", "REGISTER", {"capabilities": []}, receiver_id="global_lobby")
+    masked = Frame(Opcode.TEXT, register.encode()).serialize(mask=True, extensions=[])
+    reader, writer = await asyncio.open_connection(lobby.settings.host, lobby.port)
+    try:
+        writer.write(b"".join(client.data_to_send()) + masked)
+        texts: list[Frame] = []
+        while not texts:
+            client.receive_data(await asyncio.wait_for(reader.read(65536), 5))
+            events = client.events_received()
+            texts = [e for e in events if isinstance(e, Frame) and e.opcode is Opcode.TEXT]
+        assert client.state is State.OPEN
+        ack = orjson.loads(texts[0].data)
+        assert ack["message_type"] == "REGISTER_ACK"
+        assert ack["payload"]["status"] == "success_registered_finalized"
+    finally:
+        writer.close()

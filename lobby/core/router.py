@@ -87,8 +87,8 @@ _LOBBY_ONLY: Final = frozenset(
 
 class Router:
     """The lobby's decisions and state. Call `open` when a connection is accepted, `handle` for
-    every frame it sends (`str` for text frames, `bytes` for binary ones) and `close` when it is
-    gone; carry out the returned actions in order."""
+    every text message it sends (its UTF-8 bytes, or the `str`), `binary` for a binary one, and
+    `close` when it is gone; carry out the returned actions in order."""
 
     def __init__(
         self,
@@ -193,14 +193,16 @@ class Router:
 
     # -- frames ---------------------------------------------------------------------------
 
+    def binary(self, session: Session) -> list[Action]:
+        return self._error(
+            session,
+            None,
+            ErrorCode.MALFORMED,
+            "binary frames are not accepted: send each message as JSON in a text frame",
+        )
+
     def handle(self, session: Session, frame: str | bytes) -> list[Action]:
-        if type(frame) is not str:
-            return self._error(
-                session,
-                None,
-                ErrorCode.MALFORMED,
-                "binary frames are not accepted: send each message as JSON in a text frame",
-            )
+        """One text message; bytes are decoded as UTF-8 by the JSON parser itself."""
         try:
             msg = decode(frame)
         except DecodeError as exc:
