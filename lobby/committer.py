@@ -1,9 +1,10 @@
 """Group commit: moves the router's journal into the store from one writer thread.
 
-While one batch is being written, new records pile up in the journal; when the write returns,
-everything that piled up goes in the next batch. So under load a batch holds many messages and
-the disk is flushed once for all of them, and at low load a message is committed alone, at
-once. Only after a batch is committed are its senders told (ACCEPTED): "accepted" means durable.
+Commits start at most once per `interval` (2 ms): records pile up in the journal meanwhile and
+go in together, and while one batch is being written the next one gathers. So under load a
+batch holds many messages and the store's fixed cost per commit (a transaction, the last pages
+rewritten in the WAL, a thread wake-up) is paid once for all of them; at low load a message
+waits at most `interval` to be committed. Only after a batch is committed are its senders told (ACCEPTED): "accepted" means durable.
 Delivery to receivers does not wait for the commit.
 """
 
@@ -90,8 +91,14 @@ class Committer:
             took = asyncio.get_running_loop().time() - self._started
             self.max_write_s = max(self.max_write_s, took)
             self._confirm(accepted)
-        if self.delivery.journal or self.delivery.accepted:
-            self._submit()  # rows gathered while this batch was written: no need to wait
+        if self._timer is None and (self.delivery.journal or self.delivery.accepted):
+            # Rows gathered while this batch was written: commit them one interval after this
+            # batch started, or now if writing it took longer than that.
+            wait = self._started + self.interval - asyncio.get_running_loop().time()
+            if wait > 0:
+                self._timer = asyncio.get_running_loop().call_later(wait, self._due)
+            else:
+                self._submit()
 
     def stats(self) -> dict[str, object]:
         """For /healthz: how much is written, and the crash window (a message accepted just
