@@ -4,8 +4,8 @@ Commits start at most once per `interval` (2 ms): records pile up in the journal
 go in together, and while one batch is being written the next one gathers. So under load a
 batch holds many messages and the store's fixed cost per commit (a transaction, the last pages
 rewritten in the WAL, a thread wake-up) is paid once for all of them; at low load a message
-waits at most `interval` to be committed. Only after a batch is committed are its senders told (ACCEPTED): "accepted" means durable.
-Delivery to receivers does not wait for the commit.
+waits at most `interval` to be committed. Only after a batch is committed are its senders told
+(ACCEPTED): "accepted" means durable. Delivery to receivers does not wait for the commit.
 """
 
 from __future__ import annotations

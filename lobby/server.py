@@ -20,9 +20,9 @@ import asyncio
 import contextlib
 import ssl
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from http import HTTPStatus
-from typing import Any
+from typing import Any, Protocol
 
 import orjson
 import structlog
@@ -44,7 +44,13 @@ log = structlog.get_logger("lobby.server")
 _OPEN = State.OPEN
 _TEXT, _BINARY, _CONT = Opcode.TEXT, Opcode.BINARY, Opcode.CONT
 
-Receiver = Callable[[Session, bool, bytes], None]
+
+class Inbox(Protocol):
+    def received(self, session: Session, binary: bool, data: bytes) -> None:
+        """One message from `session`."""
+
+    def end_of_batch(self) -> None:
+        """The messages of one read are in: flush what they produced."""
 
 
 class LobbyConnection(ServerConnection):
@@ -55,17 +61,25 @@ class LobbyConnection(ServerConnection):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.session: Session | None = None
-        self._receive: Receiver | None = None
+        self._inbox: Inbox | None = None
         self._early: list[tuple[bool, bytes]] = []
         """Messages that came with the handshake, before the lobby attached (rare)."""
         self._fragments: list[bytes] = []
         self._fragmented_binary = False
 
-    def attach(self, session: Session, receive: Receiver) -> None:
-        self.session, self._receive = session, receive
+    def attach(self, session: Session, inbox: Inbox) -> None:
+        self.session, self._inbox = session, inbox
         early, self._early = self._early, []
         for binary, data in early:
-            receive(session, binary, data)
+            inbox.received(session, binary, data)
+        inbox.end_of_batch()
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        # Everything this read brought is routed: write it out now, one write per receiver,
+        # rather than an event-loop iteration later (which would add to every round trip).
+        if self._inbox is not None:
+            self._inbox.end_of_batch()
 
     def process_event(self, event: Event) -> None:
         if self.request is None or type(event) is not Frame:
@@ -89,10 +103,10 @@ class LobbyConnection(ServerConnection):
 
     def _message(self, binary: bool, data: Any) -> None:
         session = self.session
-        if session is None or self._receive is None:
+        if session is None or self._inbox is None:
             self._early.append((binary, bytes(data)))
         else:
-            self._receive(session, binary, data)
+            self._inbox.received(session, binary, data)
 
 
 class LobbyServer:
@@ -197,7 +211,7 @@ class LobbyServer:
             self.settings.handshake_timeout, self._registration_deadline, session
         )
         try:
-            ws.attach(session, self._received)
+            ws.attach(session, self)
             await ws.wait_closed()
         finally:
             deadline.cancel()
@@ -205,8 +219,9 @@ class LobbyServer:
             self._execute(self.router.close(session))
             self._batch()
 
-    def _received(self, session: Session, binary: bool, data: bytes) -> None:
-        """One message from `session` (called from `data_received`)."""
+    def received(self, session: Session, binary: bool, data: bytes) -> None:
+        """One message from `session` (called from `data_received`; `end_of_batch` follows)."""
+        self._batch_due = True  # that call is the flush: nothing to schedule
         router = self.router
         try:
             actions = router.binary(session) if binary else router.handle(session, data)
@@ -216,17 +231,17 @@ class LobbyServer:
             actions = [Send(session, _internal_error())]
         if actions:
             self._execute(actions)
-        self._batch()
 
     def _batch(self) -> None:
-        """Make sure `_end_of_batch` runs at the end of this loop iteration."""
+        """Make sure `end_of_batch` runs soon (for frames sent outside `data_received`: timers,
+        commit confirmations, closes)."""
         if not self._batch_due:
             self._batch_due = True
-            asyncio.get_running_loop().call_soon(self._end_of_batch)
+            asyncio.get_running_loop().call_soon(self.end_of_batch)
 
-    def _end_of_batch(self) -> None:
-        """After the messages of one loop iteration: flush what was framed for each connection
-        in one write, and let the committer see the journal."""
+    def end_of_batch(self) -> None:
+        """Flush what was framed for each connection in one write, and let the committer see
+        the journal."""
         self._batch_due = False
         written, self._written = self._written, {}
         limit = self.settings.max_outbound_bytes
