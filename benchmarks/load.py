@@ -19,11 +19,16 @@ from typing import Any
 
 import orjson
 from websockets.asyncio.client import ClientConnection, connect
+from websockets.client import ClientProtocol
+from websockets.frames import Frame, Opcode
+from websockets.uri import parse_uri
 
 from benchmarks.harness import cpu_seconds, machine_busy_seconds, raise_fd_limit
 
 CAPABILITY = {"name": "echo", "description": "echo", "input_schema": {}, "output_schema": {}}
 WARMUP_ROUND_TRIPS = 20
+IN_FLIGHT = 100
+"""Handshakes a load process keeps under way while registering idle agents."""
 Pair = tuple[ClientConnection, str, str, ClientConnection, str, str]
 """(requester, its token, its id, responder, its token, its id)"""
 
@@ -234,27 +239,61 @@ def percentiles(values: list[float]) -> dict[str, float]:
     return {"p50": pick(0.5), "p99": pick(0.99), "p99.9": pick(0.999)}
 
 
+async def register_lean(url: str, agent_id: str) -> asyncio.StreamWriter:
+    """An idle agent, registered as cheaply as a client can: websockets' sans-I/O protocol
+    for the handshake, the REGISTER frame sent right behind the upgrade request (a client may),
+    and nothing else per connection (no keepalive task, no receive queue). So the load
+    generator costs the server's share of the machine as little as possible."""
+    uri = parse_uri(url)
+    client = ClientProtocol(uri)
+    client.send_request(client.connect())
+    frame = orjson.dumps(
+        {
+            "sender_id": agent_id,
+            "receiver_id": "global_lobby",
+            "message_type": "REGISTER",
+            "payload": {"capabilities": []},
+        }
+    )
+    reader, writer = await asyncio.open_connection(uri.host, uri.port)
+    writer.write(
+        b"".join(client.data_to_send())
+        + Frame(Opcode.TEXT, frame).serialize(mask=True, extensions=[])
+    )
+    while True:
+        data = await reader.read(65536)
+        if not data:
+            raise ConnectionError(f"{agent_id}: the server closed the connection")
+        client.receive_data(data)
+        for event in client.events_received():
+            if isinstance(event, Frame) and event.opcode is Opcode.TEXT:
+                return writer
+
+
 async def idle_agents(
     url: str, server_pid: int, count: int, tag: str, hold: float
 ) -> dict[str, Any]:
-    """Register `count` agents (100 handshakes at a time), keep them all connected `hold`
-    seconds (while the parent reads the server's RSS), then close them."""
+    """Register `count` agents (`IN_FLIGHT` handshakes at a time, `register_lean`), keep them all
+    connected `hold` seconds (while the parent reads the server's RSS), then drop them."""
     started, cpu0, own0, busy0 = (
         time.time(), cpu_seconds(server_pid), time.process_time(), machine_busy_seconds()
     )  # fmt: skip
-    sockets: list[ClientConnection] = []
+    sockets: list[asyncio.StreamWriter] = []
+    in_flight = asyncio.Semaphore(IN_FLIGHT)
+
+    async def one(agent_id: str) -> None:
+        async with in_flight:
+            sockets.append(await register_lean(url, agent_id))
+
     try:
-        for start in range(0, count, 100):
-            batch = await asyncio.gather(
-                *(register(url, f"{tag}{i}", []) for i in range(start, min(count, start + 100)))
-            )
-            sockets += [ws for ws, _ in batch]
+        await asyncio.gather(*(one(f"{tag}{i}") for i in range(count)))
         finished, cpu1, own1, busy1 = (
             time.time(), cpu_seconds(server_pid), time.process_time(), machine_busy_seconds()
         )  # fmt: skip
         await asyncio.sleep(hold)
     finally:
-        await close_all(sockets)
+        for writer in sockets:
+            writer.transport.abort()
     return {
         "registered": len(sockets),
         "started": started,

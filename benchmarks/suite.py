@@ -28,7 +28,7 @@ class Plan:
         default_factory=lambda: {200: 5.0, 1000: 4.0, 5000: 4.0}
     )
     agents: int = 10_000
-    agent_processes: int = 4
+    agent_processes: int = 2
     hold: float = 1.5
     """Seconds the idle agents stay connected after the last registered (RSS is sampled)."""
     discovery_sizes: tuple[int, ...] = (1000, 10_000, 100_000)
