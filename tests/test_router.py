@@ -126,10 +126,16 @@ def test_a_second_register_on_a_registered_connection_is_refused() -> None:
     "change",
     [{"auth_token": None}, {"auth_token": "not-the-token"}, {"sender_id": "someone_else"}],
 )
-def test_every_message_is_authenticated(change: dict[str, Any]) -> None:
+@pytest.mark.parametrize("proven_before", [False, True])
+def test_every_message_is_authenticated(change: dict[str, Any], proven_before: bool) -> None:
+    """Also after the connection proved its token once (a proven token is not hashed again,
+    but any other token still is)."""
     router = make_router()
     alice = join(router, "alice")
     bob = join(router, "bob", capabilities=[cap("c")])
+    if proven_before:
+        alice.send("DISCOVER_SERVICES", {})
+        assert alice.last()["message_type"] == "SERVICES_AVAILABLE"
     frame = {
         "sender_id": "alice",
         "receiver_id": "bob",

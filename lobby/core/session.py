@@ -20,7 +20,7 @@ class Session:
     touches it.
     """
 
-    __slots__ = ("agent", "host", "id", "link", "remote")
+    __slots__ = ("agent", "host", "id", "link", "proven", "remote")
 
     def __init__(self, remote: str = "", link: object = None, host: str = "") -> None:
         self.id = next(_session_ids)
@@ -29,6 +29,10 @@ class Session:
         """The peer's address without the port: registration attempts are counted by it."""
         self.link = link
         self.agent: AgentRecord | None = None
+        self.proven: tuple[AgentRecord, str] | None = None
+        """The agent and the token this connection last proved it holds (its hash matched):
+        the same token again is compared as it is, not hashed per message. Kept in memory for
+        the connection's life only; the store and the logs never see it."""
 
     def __repr__(self) -> str:
         agent_id = self.agent.agent_id if self.agent else None
