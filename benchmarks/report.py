@@ -211,7 +211,12 @@ def render(results: dict[str, Any]) -> str:
             "",
         ]
     if "latency" in results:
-        lines += ["### Latency: REQUEST->RESPONSE round trip, one pair, open loop", ""]
+        repeats = results["plan"]["repeats"]
+        lines += [
+            "### Latency: REQUEST->RESPONSE round trip, one pair, open loop "
+            f"(of {repeats} interleaved runs each, the one with the lowest p99)",
+            "",
+        ]
         lines += [*latency_table(results["latency"]), ""]
     if "connections" in results:
         lines += ["### Idle registered agents", "", *connections_table(results["connections"]), ""]
