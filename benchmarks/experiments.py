@@ -28,7 +28,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=2.0)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--window", type=int, default=32)
-    parser.add_argument("--patches", nargs="+", default=["coalesce", "gc", "coalesce,gc"])
+    parser.add_argument("--patches", nargs="+", default=["gc"])
     parser.add_argument("--latency", action="store_true", help="also p50/p99 at 5k msgs/s")
     args = parser.parse_args(argv)
     harness.QUIET.budget = 600.0

@@ -9,8 +9,8 @@ is what the transport itself costs on this machine.
 
 Run as `python -m benchmarks.relay PORT [--coalesce]`. With `--coalesce` (an experiment, see
 `benchmarks.experiments`), frames are written to each connection once per event-loop
-iteration instead of one `write()` per frame, as `benchmarks.patched coalesce` does for the
-lobby: the transport's limit if the lobby wrote that way.
+iteration instead of one `write()` per frame (still through websockets' receive queue and a
+handler task): a reference for what that one of the lobby's transport changes is worth.
 """
 
 from __future__ import annotations
