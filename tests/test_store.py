@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+from collections import deque
 from pathlib import Path
 
+import orjson
+
 from lobby.core import Router
-from lobby.store.sqlite import SqliteStore
+from lobby.store.base import DELIVERED
+from lobby.store.sqlite import SqliteStore, stored_messages
 from tests.routerkit import Clock, join, make_router
 
 
@@ -64,3 +68,30 @@ def test_compaction_forgets_only_what_is_acknowledged_and_old(tmp_path: Path) ->
     assert [seq for seq, _ in again.registry.agents["bob"].mailbox] == [2]
     # Both conversations are still open: the checkpoint kept the one whose REQUEST was deleted.
     assert sorted(k[2] for k in again.conversations) == ["new", "old"]
+
+
+def test_a_message_delivered_at_once_to_a_non_acknowledging_agent_is_stored_without_its_bytes(
+    tmp_path: Path,
+) -> None:
+    """It was written to its connection, which counts as delivered for an agent that does not
+    acknowledge: nothing will read its frame again. A held message keeps its frame."""
+    clock = Clock()
+    store = SqliteStore(tmp_path)
+    router = make_router(clock)
+    alice = join(router, "alice")
+    bob = join(router, "bob", capabilities=[CAP])
+    carol = join(router, "carol", capabilities=[CAP])
+    router.close(carol.session)
+    alice.to("bob", "REQUEST", {"capability_name": "c"}, conversation_id="k1")
+    alice.to("carol", "REQUEST", {"capability_name": "c"}, conversation_id="k2")
+    assert len(bob.take()) == 1
+    commit(router, store)
+
+    stored = {m.receiver: m for m in stored_messages(store._db)}
+    assert stored["bob"].frame == DELIVERED
+    assert orjson.loads(stored["carol"].frame)["conversation_id"] == "k2"
+    again = restarted(store, clock)
+    assert again.registry.agents["bob"].mailbox == deque()
+    assert [seq for seq, _ in again.registry.agents["carol"].mailbox] == [1]
+    # What the delivered REQUEST did survives: bob may still answer it.
+    assert ("alice", "bob", "k1") in again.conversations

@@ -22,7 +22,7 @@ from typing import Final
 
 from lobby.core.registry import AgentRecord
 from lobby.core.session import Action, Send, Session
-from lobby.store.base import Acked, Effect, MessageStored, Record, Snapshot
+from lobby.store.base import DELIVERED, Acked, Effect, MessageStored, Record, Snapshot
 from protocol.codec import encode
 from protocol.models import Message
 
@@ -105,6 +105,7 @@ class Delivery:
         msg.auth_token = None
         msg.redelivered = None
         frame = encode(msg)
+        session = target.session
         self.last_row += 1
         self.journal.append(
             MessageStored(
@@ -115,7 +116,7 @@ class Delivery:
                 msg.message_id,  # type: ignore[arg-type]  # set just above
                 msg.conversation_id,
                 effect,
-                frame,
+                DELIVERED if session is not None and not target.acks else frame,
                 now,
             )
         )
@@ -123,7 +124,6 @@ class Delivery:
             if sender_set_id is not None:
                 self.seen[(msg.sender_id, sender_set_id)] = now
             self.confirm(sender, msg.message_id)  # type: ignore[arg-type]
-        session = target.session
         if target.acks or session is None:
             target.mailbox.append((seq, frame))
         if session is None:

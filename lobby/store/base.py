@@ -12,7 +12,7 @@ memory; the store only appends rows and answers `load()`.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Final, Protocol
 
 
 @dataclass(slots=True)
@@ -41,10 +41,16 @@ class Effect:
     """A final RESPONSE: closes (receiver, sender, conversation_id)."""
 
 
+DELIVERED: Final = b"null"
+"""The `frame` of a message written at once to an agent that does not acknowledge: delivered
+then and never read again, so its record keeps what it did (seq, conversation effect, dedupe
+key) but not its bytes."""
+
+
 @dataclass(slots=True)
 class MessageStored:
     """A message accepted for `receiver`, with its per-receiver `seq`. `frame` is exactly what
-    is delivered (no token)."""
+    is delivered (no token), or `DELIVERED`."""
 
     row_id: int
     receiver: str
