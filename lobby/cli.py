@@ -34,6 +34,7 @@ _HELP = {
     "fsync": "sync every commit to disk",
     "dedupe_horizon": "seconds a sender's message_id is remembered for dedupe",
     "dedupe_max": "most message ids remembered for dedupe",
+    "commit_interval": "seconds between the starts of two group commits",
     "compact_interval": "seconds between store checkpoints",
     "dialogue_timeout": "seconds a dialogue may idle before it expires",
     "max_message_bytes": "largest accepted frame; larger ones close the connection with 1009",

@@ -35,10 +35,13 @@ class Settings:
     """Seconds a sender's message_id is remembered, so a resend is delivered once."""
     dedupe_max: int = DEFAULT_DEDUPE_MAX
     """At most this many message ids are remembered (the oldest are forgotten first)."""
+    commit_interval: float = 0.002
+    """Seconds between the starts of two group commits: the longest a message waits before
+    its commit starts (see the crash window in /healthz); longer means fewer, larger commits."""
     compact_interval: float = 10.0
+    """Seconds between store checkpoints that forget acknowledged messages."""
     dialogue_timeout: float = 3600.0
     """Seconds a negotiation dialogue may idle before the lobby ends it (DIALOGUE_EXPIRED)."""
-    """Seconds between store checkpoints that forget acknowledged messages."""
     message_rate: float = 10_000.0
     """Messages per second one agent may send (0: no limit); excess gets rate_limited."""
     message_burst: float = 20_000.0

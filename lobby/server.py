@@ -125,7 +125,9 @@ class LobbyServer:
             dedupe_max=settings.dedupe_max,
         )
         self.store: Store = store or open_store(settings)
-        self.committer = Committer(self.store, self.router.delivery, self._confirm)
+        self.committer = Committer(
+            self.store, self.router.delivery, self._confirm, interval=settings.commit_interval
+        )
         self._compactor: asyncio.Task[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._server: Server | None = None

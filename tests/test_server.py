@@ -238,3 +238,33 @@ async def test_a_message_in_the_same_packet_as_the_handshake_is_routed(
         assert ack["payload"]["status"] == "success_registered_finalized"
     finally:
         writer.close()
+
+
+async def test_a_message_is_confirmed_once_its_group_commit_is_done(tmp_path: Path) -> None:
+    """ACCEPTED comes after the commit that holds the message, which starts at most
+    `commit_interval` after it was accepted."""
+    async with (
+        running(tmp_path, commit_interval=0.3) as lobby,
+        connect(lobby.url) as sender,
+        connect(lobby.url) as receiver,
+    ):
+        assert lobby.health()["store"]["commit_interval_ms"] == 300
+        token = await token_of(sender, "sender", acks=True)
+        await token_of(receiver, "receiver", capabilities=[CAP])
+        started = asyncio.get_running_loop().time()
+        await sender.send(
+            frame(
+                "sender",
+                "REQUEST",
+                {"capability_name": "price"},
+                receiver_id="receiver",
+                conversation_id="c1",
+                message_id="m1",
+                auth_token=token,
+            )
+        )
+        assert (await reply(receiver))["message_type"] == "REQUEST"  # delivered at once
+        accepted = await reply(sender)
+        assert accepted["message_type"] == "ACCEPTED"
+        assert accepted["payload"] == {"message_id": "m1"}
+        assert asyncio.get_running_loop().time() - started >= 0.25
