@@ -248,7 +248,7 @@ async def test_a_message_is_confirmed_once_its_group_commit_is_done(tmp_path: Pa
         connect(lobby.url) as sender,
         connect(lobby.url) as receiver,
     ):
-        assert lobby.health()["store"]["commit_interval_ms"] == 300
+        assert lobby.committer.stats()["commit_interval_ms"] == 300
         token = await token_of(sender, "sender", acks=True)
         await token_of(receiver, "receiver", capabilities=[CAP])
         started = asyncio.get_running_loop().time()
