@@ -42,8 +42,8 @@ ORDER = [
     "router + delivery (auth, conversations, seq, journal)",
     "router: token SHA-256",
     "encode (orjson.dumps)",
-    "server glue (_handle_connection, _execute)",
-    "send: websockets framing + transport",
+    "server glue (received, _execute, the transport's callbacks)",
+    "send: framing + transport",
     "send: write() syscalls",
     "committer (event-loop side)",
     "asyncio",
@@ -59,7 +59,13 @@ ORDER = [
 ]
 _WAITS = ("pthread_cond_timedwait", "pthread_cond_wait", "PyThread_acquire_lock_timed", "sem_wait")
 _SYSCALLS = ("write", "writev", "send", "sendmsg", "__write", "__send")
-_SEND = ("LobbyServer._send", "LobbyServer._confirm", "broadcast", "Connection.send_data")
+_SEND = (
+    "LobbyServer._send",
+    "LobbyServer._confirm",
+    "LobbyServer.end_of_batch",
+    "broadcast",
+    "Connection.send_data",
+)
 _KNOWN = ("websockets/", "lobby/", "protocol/", "benchmarks/", "asyncio/", "concurrent/")
 _ROOTS = ("lobby/cli.py", "lobby/__main__.py", "asyncio/runners.py", "benchmarks/relay.py")
 
@@ -119,7 +125,7 @@ def classify(stack: list[str]) -> str:
             return "encode (orjson.dumps)"
         if leaf in _SYSCALLS:
             return "send: write() syscalls"
-        return "send: websockets framing + transport"
+        return "send: framing + transport"
     if where.startswith("protocol/codec.py"):
         if func in ("encode", "to_dict"):
             return "encode (orjson.dumps)"
@@ -134,8 +140,10 @@ def classify(stack: list[str]) -> str:
         if any(n.endswith("data_received") for n in names):
             return "websockets: read + parse frames (data_received)"
         return "websockets: recv() in the handler task"
-    if where.startswith("lobby/server.py") or (where == "benchmarks/relay.py" and func != "main"):
-        return "server glue (_handle_connection, _execute)"
+    if where.startswith(
+        ("lobby/server.py", "lobby/ws_transport.py", "lobby/picows_transport.py")
+    ) or (where == "benchmarks/relay.py" and func != "main"):
+        return "server glue (received, _execute, the transport's callbacks)"
     if not where or where.startswith(_ROOTS):
         if leaf in ("read", "recv", "readv", "__libc_read"):
             return "socket read() syscalls (uvloop)"

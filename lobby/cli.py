@@ -16,12 +16,12 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import fields
 from pathlib import Path
-from typing import Any
+from typing import Any, get_args
 
 import orjson
 
 from lobby import admin
-from lobby.config import Settings
+from lobby.config import LogFormat, Settings, StoreKind, TransportKind
 from lobby.logs import configure
 from lobby.server import LobbyServer
 from protocol.schema import all_schemas
@@ -31,6 +31,7 @@ _HELP = {
     "port": "port to listen on (0: any free port)",
     "data_dir": "directory for the lobby's data (the sqlite store)",
     "store": "sqlite (durable) or memory",
+    "transport": "websockets, or picows (pip install 'agent-lobby[picows]')",
     "fsync": "sync every commit to disk",
     "dedupe_horizon": "seconds a sender's message_id is remembered for dedupe",
     "dedupe_max": "most message ids remembered for dedupe",
@@ -92,10 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
             kwargs["action"] = argparse.BooleanOptionalAction
         else:
             kwargs["type"] = convert
-        if f.name == "log_format":
-            kwargs["choices"] = ["json", "console"]
-        if f.name == "store":
-            kwargs["choices"] = ["sqlite", "memory"]
+        choices = {"log_format": LogFormat, "store": StoreKind, "transport": TransportKind}
+        if f.name in choices:
+            kwargs["choices"] = list(get_args(choices[f.name]))
         serve.add_argument(option, default=_env_default(f.name, default, convert), **kwargs)
 
     schema = commands.add_parser("schema", help="print the JSON Schema of every message")

@@ -12,6 +12,7 @@ from lobby.core.router import DEFAULT_MAILBOX_LIMIT
 
 LogFormat = Literal["json", "console"]
 StoreKind = Literal["sqlite", "memory"]
+TransportKind = Literal["websockets", "picows"]
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)
@@ -22,6 +23,9 @@ class Settings:
     data_dir: Path = Path(".lobby")
     """Where the sqlite store keeps its file."""
     store: StoreKind = "sqlite"
+    transport: TransportKind = "websockets"
+    """The WebSocket implementation: websockets (the default) or picows (the optional
+    `agent-lobby[picows]` extra; C framing, faster)."""
     """sqlite (durable, the default) or memory (nothing survives the process)."""
     fsync: bool = False
     """Sync every commit to disk (survives power loss, costs throughput)."""

@@ -22,11 +22,17 @@ from lobby.server import LobbyServer
 SETTINGS = Settings(host="127.0.0.1", port=0, log_level="warning", registration_rate=0)
 
 
-@pytest.fixture
-async def lobby(tmp_path: Path) -> AsyncIterator[LobbyServer]:
+TRANSPORTS = ["websockets", "picows"]
+
+
+@pytest.fixture(params=TRANSPORTS)
+async def lobby(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[LobbyServer]:
     """A lobby in the test's own event loop, on a free port, with its sqlite store in a
-    fresh directory (the default store, as `lobby serve` runs it)."""
-    server = LobbyServer(replace(SETTINGS, data_dir=tmp_path / "lobby-data"))
+    fresh directory (the default store, as `lobby serve` runs it); every test that uses it
+    runs once on each transport."""
+    server = LobbyServer(
+        replace(SETTINGS, data_dir=tmp_path / "lobby-data", transport=request.param)
+    )
     await server.start()
     try:
         yield server

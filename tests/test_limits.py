@@ -13,6 +13,7 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
 from agent_sdk import Agent
+from tests.conftest import TRANSPORTS
 from tests.wsclient import frame, register, reply, running
 
 
@@ -53,9 +54,10 @@ async def test_capabilities_per_agent_are_limited(tmp_path: Path) -> None:
         assert sorted(lobby.router.registry.agents["greedy"].capabilities) == ["c0", "c1"]
 
 
-async def test_connections_are_limited(tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_connections_are_limited(tmp_path: Path, transport: str) -> None:
     async with (
-        running(tmp_path, max_connections=2) as lobby,
+        running(tmp_path, max_connections=2, transport=transport) as lobby,
         connect(lobby.url),
         connect(lobby.url),
     ):
@@ -64,8 +66,14 @@ async def test_connections_are_limited(tmp_path: Path) -> None:
         assert refused.value.response.status_code == 503
 
 
-async def test_a_connection_that_does_not_register_is_closed(tmp_path: Path) -> None:
-    async with running(tmp_path, handshake_timeout=0.2) as lobby, connect(lobby.url) as ws:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_connection_that_does_not_register_is_closed(
+    tmp_path: Path, transport: str
+) -> None:
+    async with (
+        running(tmp_path, handshake_timeout=0.2, transport=transport) as lobby,
+        connect(lobby.url) as ws,
+    ):
         with pytest.raises(ConnectionClosed):
             await asyncio.wait_for(ws.recv(), 5)
         assert ws.close_code == 1008
@@ -94,7 +102,8 @@ async def test_registration_key(tmp_path: Path) -> None:
         assert ok["payload"]["status"] == "success_registered_finalized"
 
 
-async def test_tls(tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_tls(tmp_path: Path, transport: str) -> None:
     authority = trustme.CA()
     cert = authority.issue_cert("127.0.0.1")
     cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
@@ -102,7 +111,9 @@ async def test_tls(tmp_path: Path) -> None:
     cert.private_key_pem.write_to_path(key_path)
     client_context = ssl.create_default_context()
     authority.configure_trust(client_context)
-    async with running(tmp_path / "data", tls_cert=cert_path, tls_key=key_path) as lobby:
+    async with running(
+        tmp_path / "data", tls_cert=cert_path, tls_key=key_path, transport=transport
+    ) as lobby:
         assert lobby.url.startswith("wss://")
         async with Agent("secure", lobby_url=lobby.url, ssl_context=client_context) as agent:
             assert await agent.discover() == []
@@ -111,10 +122,15 @@ async def test_tls(tmp_path: Path) -> None:
                 await plain.recv()
 
 
-async def test_a_stalled_receiver_is_dropped_and_loses_nothing(tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_stalled_receiver_is_dropped_and_loses_nothing(
+    tmp_path: Path, transport: str
+) -> None:
     big = "x" * 60_000
     async with (
-        running(tmp_path, max_outbound_bytes=200_000, max_message_bytes=1_000_000) as lobby,
+        running(
+            tmp_path, max_outbound_bytes=200_000, max_message_bytes=1_000_000, transport=transport
+        ) as lobby,
         connect(lobby.url, max_queue=1) as stalled,
         connect(lobby.url) as sender,
         connect(lobby.url) as bystander,

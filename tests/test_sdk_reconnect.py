@@ -7,11 +7,9 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from websockets.asyncio.server import ServerConnection
-
 import agent_sdk
 from agent_sdk import Agent, RequestContext, Status, capability
-from lobby.server import LobbyServer
+from lobby.server import Link, LobbyServer
 from tests.conftest import start_lobby_process
 
 
@@ -48,8 +46,10 @@ async def test_pending_request_survives_the_callers_reconnect(lobby: LobbyServer
         record = lobby.router.registry.get("caller")
         assert record is not None
         assert record.session is not None
-        link: ServerConnection = record.session.link  # type: ignore[assignment]
-        await link.close()
+        link: Link = record.session.link  # type: ignore[assignment]
+        closing = link.shut(1001, "dropped by the test")
+        if closing is not None:
+            await closing
         worker.release.set()
         assert await call == {"done": 7}
         assert caller.stats.reconnects == 1

@@ -17,6 +17,7 @@ from websockets.protocol import State
 from websockets.uri import parse_uri
 
 from lobby.server import LobbyServer
+from tests.conftest import TRANSPORTS, make_lobby
 from tests.wsclient import frame, register, reply, running
 
 CAP = {"name": "price", "description": "", "input_schema": {}, "output_schema": {}}
@@ -125,9 +126,12 @@ async def test_bad_input_gets_malformed_and_the_connection_stays_usable(
         assert (await reply(bystander))["message_type"] == "SERVICES_AVAILABLE"
 
 
-async def test_a_frame_over_the_limit_closes_only_that_connection(tmp_path: Path) -> None:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_frame_over_the_limit_closes_only_that_connection(
+    tmp_path: Path, transport: str
+) -> None:
     async with (
-        running(tmp_path, max_message_bytes=1000) as lobby,
+        running(tmp_path, max_message_bytes=1000, transport=transport) as lobby,
         connect(lobby.url) as big,
         connect(lobby.url) as other,
     ):
@@ -141,8 +145,14 @@ async def test_a_frame_over_the_limit_closes_only_that_connection(tmp_path: Path
         assert (await reply(other))["message_type"] == "SERVICES_AVAILABLE"
 
 
-async def test_a_fragmented_message_over_the_limit_closes_with_1009(tmp_path: Path) -> None:
-    async with running(tmp_path, max_message_bytes=1000) as lobby, connect(lobby.url) as big:
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_fragmented_message_over_the_limit_closes_with_1009(
+    tmp_path: Path, transport: str
+) -> None:
+    async with (
+        running(tmp_path, max_message_bytes=1000, transport=transport) as lobby,
+        connect(lobby.url) as big,
+    ):
         await token_of(big, "big")
         await big.send(["{" + " " * 600, " " * 600 + "}"])
         with pytest.raises(ConnectionClosed):
@@ -268,3 +278,18 @@ async def test_a_message_is_confirmed_once_its_group_commit_is_done(tmp_path: Pa
         assert accepted["message_type"] == "ACCEPTED"
         assert accepted["payload"] == {"message_id": "m1"}
         assert asyncio.get_running_loop().time() - started >= 0.25
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_stop_closes_every_connection_with_1001(tmp_path: Path, transport: str) -> None:
+    server = make_lobby(tmp_path, transport=transport)
+    await server.start()
+    try:
+        async with connect(server.url) as ws:
+            await token_of(ws, "leaving")
+            await server.stop()
+            with pytest.raises(ConnectionClosed):
+                await asyncio.wait_for(ws.recv(), 5)
+            assert ws.close_code == 1001
+    finally:
+        await server.stop()

@@ -1,0 +1,156 @@
+"""An optional transport on picows (`pip install 'agent-lobby[picows]'`, `lobby serve
+--transport picows`): WebSocket framing and parsing in C, behind the same `LobbyServer` and
+router as the default. Measured next to the default in BENCHMARKS.md.
+
+picows hands over frames, not messages: fragments are joined here (within
+`max_message_bytes`, past which the connection is closed with 1009), the client's CLOSE is
+answered here, and a frame that is the last of its read ends the batch (`end_of_batch`).
+Keepalive is picows' own auto-ping.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+from picows import (
+    WSFrame,
+    WSListener,
+    WSMsgType,
+    WSTransport,
+    WSUpgradeRequest,
+    WSUpgradeResponse,
+    WSUpgradeResponseWithListener,
+    ws_create_server,
+)
+
+from lobby.core.session import Session
+from lobby.server import LobbyServer, tls_context
+from protocol.models import CloseCode
+
+_TEXT, _BINARY, _CONT, _CLOSE = (
+    WSMsgType.TEXT,
+    WSMsgType.BINARY,
+    WSMsgType.CONTINUATION,
+    WSMsgType.CLOSE,
+)
+
+
+class PicowsLink(WSListener):
+    """One connection: picows' listener, and the lobby's `Link` to it."""
+
+    def __init__(self, lobby: LobbyServer, links: set[PicowsLink]) -> None:
+        self._lobby = lobby
+        self._links = links
+        self._transport: WSTransport | None = None
+        self.session: Session | None = None
+        self.remote = ""
+        self._fragments: list[bytes] = []
+        self._fragmented_size = 0
+        self._fragmented_binary = False
+
+    def on_ws_connected(self, transport: WSTransport) -> None:
+        self._transport = transport
+        self._links.add(self)
+        peer = transport.underlying_transport.get_extra_info("peername")
+        self.remote = f"{peer[0]}:{peer[1]}" if peer else ""
+        self.session = self._lobby.connected(self, peer[0] if peer else "")
+
+    def on_ws_disconnected(self, transport: WSTransport) -> None:
+        self._links.discard(self)
+        if self.session is not None:
+            self._lobby.disconnected(self.session)
+
+    def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
+        session = self.session
+        assert session is not None
+        msg_type = frame.msg_type
+        if msg_type is _TEXT or msg_type is _BINARY:
+            if frame.fin:
+                self._lobby.received(session, msg_type is _BINARY, frame.get_payload_as_bytes())
+            else:
+                self._fragments = [frame.get_payload_as_bytes()]
+                self._fragmented_size = frame.payload_size
+                self._fragmented_binary = msg_type is _BINARY
+        elif msg_type is _CONT:
+            self._fragmented_size += frame.payload_size
+            if self._fragmented_size > self._lobby.settings.max_message_bytes:
+                self._fragments = []
+                self.shut(CloseCode.MESSAGE_TOO_BIG, "message too big")
+            else:
+                self._fragments.append(frame.get_payload_as_bytes())
+                if frame.fin:
+                    data = b"".join(self._fragments)
+                    self._fragments = []
+                    self._lobby.received(session, self._fragmented_binary, data)
+        elif msg_type is _CLOSE:
+            transport.send_close(frame.get_close_code())
+            transport.disconnect()
+        if frame.last_in_buffer:
+            self._lobby.end_of_batch()
+
+    # -- Link -----------------------------------------------------------------------------
+
+    def put(self, frame: bytes) -> bool:
+        transport = self._transport
+        if transport is None or transport.is_close_frame_sent:
+            return False
+        transport.send(_TEXT, frame)  # framed in C and written at once
+        return True
+
+    def flush(self) -> int:
+        transport = self._transport
+        return 0 if transport is None else transport.underlying_transport.get_write_buffer_size()
+
+    def shut(self, code: int, reason: str) -> None:
+        transport = self._transport
+        if transport is not None and not transport.is_close_frame_sent:
+            transport.send_close(code, reason.encode())  # type: ignore[arg-type]  # any close code
+            transport.disconnect()
+
+
+class PicowsTransport:
+    def __init__(self) -> None:
+        self._server: asyncio.Server | None = None
+        self._links: set[PicowsLink] = set()
+
+    async def start(self, lobby: LobbyServer) -> int:
+        s = lobby.settings
+
+        def listener_for(request: WSUpgradeRequest) -> Any:
+            answer = lobby.admit(request.path.decode("latin-1"))
+            if answer is None:
+                return PicowsLink(lobby, self._links)
+            status, body = answer
+            headers = {"Content-Type": "application/json"}
+            if status < 400:
+                response = WSUpgradeResponse.create_ok_response(orjson.dumps(body), headers)
+            else:
+                response = WSUpgradeResponse.create_error_response(
+                    status, orjson.dumps(body), headers
+                )
+            return WSUpgradeResponseWithListener(response, None)
+
+        self._server = await ws_create_server(
+            listener_for,
+            s.host,
+            s.port,
+            websocket_handshake_timeout=s.handshake_timeout,
+            enable_auto_ping=s.ping_interval > 0,
+            auto_ping_idle_timeout=s.ping_interval,
+            auto_ping_reply_timeout=s.ping_timeout,
+            max_frame_size=s.max_message_bytes,
+            ssl=tls_context(s),
+        )
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        for link in list(self._links):
+            link.shut(CloseCode.GOING_AWAY, "the lobby is shutting down")
+        if self._server is not None:
+            self._server.close()
+            await self._server.wait_closed()
+
+
+__all__ = ["PicowsLink", "PicowsTransport"]

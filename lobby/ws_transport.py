@@ -1,0 +1,164 @@
+"""The default transport, on `websockets` (asyncio API).
+
+`LobbyConnection` takes messages from websockets' sans-I/O protocol as they are parsed, inside
+`data_received`, instead of through its receive queue and a handler task: a read that brings
+several frames routes them all in one go, and what they produced is flushed when the read is
+done, one `transport.write` per receiver. Control frames (ping, pong, close), the handshake,
+`max_size` over a whole fragmented message and keepalive stay websockets' own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from http import HTTPStatus
+from typing import Any
+
+import orjson
+from websockets.asyncio.server import Server, ServerConnection, serve
+from websockets.frames import Frame, Opcode
+from websockets.http11 import Request, Response
+from websockets.protocol import Event, State
+
+from lobby.core.session import Session
+from lobby.server import LobbyServer, tls_context
+
+_OPEN = State.OPEN
+_TEXT, _BINARY, _CONT = Opcode.TEXT, Opcode.BINARY, Opcode.CONT
+
+
+class LobbyConnection(ServerConnection):
+    """A connection whose messages go to the lobby as they are parsed; also the lobby's
+    `Link` to it."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.remote = ""
+        self.session: Session | None = None
+        self._lobby: LobbyServer | None = None
+        self._early: list[tuple[bool, bytes]] = []
+        """Messages that came with the handshake, before the lobby attached (rare)."""
+        self._fragments: list[bytes] = []
+        self._fragmented_binary = False
+
+    def attach(self, lobby: LobbyServer) -> Session:
+        address = self.remote_address
+        self.remote = f"{address[0]}:{address[1]}" if address else ""
+        self.session = session = lobby.connected(self, address[0] if address else "")
+        self._lobby = lobby
+        early, self._early = self._early, []
+        for binary, data in early:
+            lobby.received(session, binary, data)
+        lobby.end_of_batch()
+        return session
+
+    # -- Link -----------------------------------------------------------------------------
+
+    def put(self, frame: bytes) -> bool:
+        if self.protocol.state is not _OPEN:
+            return False
+        self.protocol.send_text(frame)
+        return True
+
+    def flush(self) -> int:
+        if self.protocol.state is not _OPEN:
+            self.send_data()  # websockets' own path also handles the end of the stream
+            return 0
+        transport = self.transport
+        transport.write(b"".join(self.protocol.data_to_send()))
+        return transport.get_write_buffer_size()
+
+    def shut(self, code: int, reason: str) -> asyncio.Task[None] | None:
+        if self.protocol.state is not _OPEN:
+            return None
+        return asyncio.get_running_loop().create_task(self.close(code, reason))
+
+    # -- receiving --------------------------------------------------------------------------
+
+    def data_received(self, data: bytes) -> None:
+        super().data_received(data)
+        # Everything this read brought is routed: write it out now, one write per receiver,
+        # rather than an event-loop iteration later (which would add to every round trip).
+        if self._lobby is not None:
+            self._lobby.end_of_batch()
+
+    def process_event(self, event: Event) -> None:
+        if self.request is None or type(event) is not Frame:
+            super().process_event(event)  # the handshake request
+            return
+        opcode = event.opcode
+        if opcode is _TEXT or opcode is _BINARY:
+            if event.fin:
+                self._message(opcode is _BINARY, event.data)
+            else:
+                self._fragments = [bytes(event.data)]
+                self._fragmented_binary = opcode is _BINARY
+        elif opcode is _CONT:
+            self._fragments.append(bytes(event.data))
+            if event.fin:
+                data = b"".join(self._fragments)
+                self._fragments = []
+                self._message(self._fragmented_binary, data)
+        else:
+            super().process_event(event)
+
+    def _message(self, binary: bool, data: Any) -> None:
+        session, lobby = self.session, self._lobby
+        if session is None or lobby is None:
+            self._early.append((binary, bytes(data)))
+        else:
+            lobby.received(session, binary, data)
+
+
+class WebsocketsTransport:
+    def __init__(self) -> None:
+        self._server: Server | None = None
+        self._lobby: LobbyServer | None = None
+
+    async def start(self, lobby: LobbyServer) -> int:
+        s = lobby.settings
+        self._lobby = lobby
+        self._server = await serve(
+            self._handle,
+            s.host,
+            s.port,
+            compression=None,
+            max_size=s.max_message_bytes,
+            ping_interval=s.ping_interval,
+            ping_timeout=s.ping_timeout,
+            # A peer that never answers our close frame is dropped in time for shutdown.
+            close_timeout=s.shutdown_timeout / 2,
+            process_request=self._process_request,
+            server_header=None,
+            ssl=tls_context(s),
+            create_connection=LobbyConnection,
+        )
+        return int(self._server.sockets[0].getsockname()[1])
+
+    async def stop(self) -> None:
+        if self._server is not None:
+            self._server.close(close_connections=True)
+            await self._server.wait_closed()
+
+    async def _handle(self, ws: ServerConnection) -> None:
+        assert isinstance(ws, LobbyConnection)
+        assert self._lobby is not None
+        session = ws.attach(self._lobby)
+        try:
+            await ws.wait_closed()
+        finally:
+            self._lobby.disconnected(session)
+
+    def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
+        assert self._lobby is not None
+        answer = self._lobby.admit(request.path)
+        if answer is None:
+            return None
+        status, body = answer
+        return _json(connection, status, body)
+
+
+def _json(connection: ServerConnection, status: HTTPStatus, body: object) -> Response:
+    response = connection.respond(status, orjson.dumps(body).decode())
+    del response.headers["Content-Type"]  # Headers is a multidict: replace, not add
+    response.headers["Content-Type"] = "application/json"
+    return response
