@@ -17,10 +17,17 @@ import orjson
 from benchmarks import harness, report, suite
 
 RESULTS = Path(__file__).parent / "results" / "latest.json"
-QUIET_BUDGET = {"throughput": 30.0, "latency": 15.0, "connections": 10.0, "sdk": 10.0}
+QUIET_BUDGET = {
+    "throughput": 30.0,
+    "transport": 10.0,
+    "latency": 15.0,
+    "connections": 10.0,
+    "sdk": 10.0,
+}
 """Seconds each phase may wait for other processes to leave the cores idle (`harness.Quiet`)."""
 PHASES: dict[str, Callable[[suite.Plan], dict[str, Any]]] = {
     "throughput": suite.throughput,
+    "transport": suite.transport,
     "latency": suite.latency,
     "connections": suite.connections,
     "discovery": suite.discovery,

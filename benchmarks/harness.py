@@ -179,6 +179,14 @@ def relay(coalesce: bool = False) -> Iterator[Server]:
     yield from _run(name, [*command, "--coalesce"] if coalesce else command, port)
 
 
+@contextlib.contextmanager
+def relay_picows() -> Iterator[Server]:
+    port = free_port()
+    yield from _run(
+        "relay-picows", [sys.executable, "-m", "benchmarks.relay_picows", str(port)], port
+    )
+
+
 def _run(name: str, command: list[str], port: int) -> Iterator[Server]:
     raise_fd_limit()  # the server inherits it: 10,000 connections need as many descriptors
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)

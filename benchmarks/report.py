@@ -198,6 +198,29 @@ def targets(results: dict[str, Any]) -> list[dict[str, str]]:
     return out
 
 
+def transport_table(t: dict[str, Any]) -> list[str]:
+    lines = [
+        "| server | msgs/s | vs its transport's relay | vs websockets relay "
+        "| server CPU us/msg | other CPU |",
+        "|---|---|---|---|---|---|",
+    ]
+    baseline = t["relay"]["messages_per_s"]
+    for name, relay, label in (
+        ("relay", "relay", "relay, websockets"),
+        ("relay_picows", "relay_picows", "relay, picows"),
+        ("lobby", "relay", "lobby (sqlite), websockets"),
+        ("lobby_picows", "relay_picows", "lobby (sqlite), picows"),
+    ):
+        r = t[name]
+        lines.append(
+            f"| {label} | {_n(r['messages_per_s'])} "
+            f"| {ratio(r['messages_per_s'], t[relay]['messages_per_s'])} "
+            f"| {ratio(r['messages_per_s'], baseline)} "
+            f"| {r['server_cpu_us_per_message']:.1f} | {_other(r)} |"
+        )
+    return lines
+
+
 def render(results: dict[str, Any]) -> str:
     plan = results["plan"]
     lines = [f"Machine: {describe(results['machine'])}", ""]
@@ -208,6 +231,14 @@ def render(results: dict[str, Any]) -> str:
             "per pair)",
             "",
             *throughput_table(results["throughput"]),
+            "",
+        ]
+    if "transport" in results:
+        lines += [
+            f"### Transports: websockets vs picows, {results['transport']['pairs']} pairs "
+            f"(best of {plan['repeats']} x {plan['seconds']:g} s)",
+            "",
+            *transport_table(results["transport"]),
             "",
         ]
     if "latency" in results:

@@ -7,7 +7,10 @@ lobby figure is measured next to the relay's in the same phase, on the same load
 
 from __future__ import annotations
 
+import contextlib
 import functools
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,6 +25,7 @@ class Plan:
     seconds: float = 2.0
     repeats: int = 3
     pair_counts: tuple[int, ...] = (1, 10, 100)
+    transport_pairs: int = 10
     window: int = 32
     latency_rates: tuple[float, ...] = (200, 1000, 5000)
     latency_seconds: dict[float, float] = field(
@@ -104,6 +108,28 @@ def throughput(plan: Plan) -> dict[str, Any]:
         row["runs"] = runs
         rows[str(pairs)] = row
     return rows
+
+
+def transport(plan: Plan) -> dict[str, Any]:
+    """The two transports side by side, `transport_pairs` pairs: the websockets relay and the
+    picows relay (each transport's own limit), the lobby (sqlite store) on each; all started at
+    once and run in turn, `repeats` times round, the best run of each kept."""
+    starts: dict[str, Callable[[], AbstractContextManager[harness.Server]]] = {
+        "relay": harness.relay,
+        "relay_picows": harness.relay_picows,
+        "lobby": functools.partial(harness.lobby, "sqlite"),
+        "lobby_picows": functools.partial(harness.lobby, "sqlite", "--transport", "picows"),
+    }
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in starts}
+    with contextlib.ExitStack() as stack:
+        servers = {name: stack.enter_context(start()) for name, start in starts.items()}
+        for _ in range(plan.repeats):
+            for name, server in servers.items():
+                runs[name].append(
+                    throughput_run(server, plan.transport_pairs, plan.seconds, plan.window)
+                )
+    best = {k: max(v, key=lambda r: float(r["messages_per_s"])) for k, v in runs.items()}
+    return {**best, "pairs": plan.transport_pairs, "runs": runs}
 
 
 def latency(plan: Plan) -> dict[str, Any]:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from benchmarks import report, suite
+from benchmarks import harness, report, suite
 
 
 def test_quick_throughput_measures_relay_and_lobby() -> None:
@@ -16,6 +16,12 @@ def test_quick_throughput_measures_relay_and_lobby() -> None:
         assert result["messages"] > 0, name
         assert result["messages_per_s"] > 0, name
         assert result["server_cpu_us_per_message"] > 0, name
+
+
+def test_the_picows_relay_forwards() -> None:
+    with harness.relay_picows() as relay:
+        result = suite.throughput_run(relay, 1, 0.5, 8, quiet=False)
+    assert result["messages"] > 0
 
 
 def test_the_report_renders_every_section_with_targets() -> None:
@@ -39,9 +45,14 @@ def test_the_report_renders_every_section_with_targets() -> None:
             "100000": {"agents": 1, "exact_name": found, "keyword": found, "lexical": found}
         },
         "sdk": {"sdk": run, "raw_client": run},
+        "transport": {
+            "pairs": 1,
+            **{k: run for k in ("relay", "relay_picows", "lobby", "lobby_picows")},
+        },
     }
     results["targets"] = report.targets(results)
     text = report.render(results)
     assert "1.00x" in text
+    assert "| lobby (sqlite), picows | 2 |" in text
     assert len(results["targets"]) == 9
     assert {t["status"] for t in results["targets"]} == {"met", "NOT MET"}
