@@ -14,7 +14,7 @@ import contextlib
 import itertools
 import time
 import uuid
-from collections.abc import Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 import orjson
@@ -102,40 +102,114 @@ async def close_all(sockets: list[ClientConnection]) -> None:
     await asyncio.gather(*(ws.wait_closed() for ws in sockets), return_exceptions=True)
 
 
+class LeanClient(asyncio.Protocol):
+    """A load-generating connection with as little client-side cost as a Python client can
+    have: websockets' sans-I/O protocol (masking in C), no receive queue, no task per
+    connection; each text frame goes to `on_message` as it is parsed, and what it sent in
+    reply is written once per read. So the server, not the load generator, is what a run
+    measures for as long as it can."""
+
+    def __init__(self, url: str, register: bytes) -> None:
+        self.client = ClientProtocol(parse_uri(url))
+        self.register = register
+        self.registered: asyncio.Future[bytes] = asyncio.get_running_loop().create_future()
+        self.on_message: Callable[[bytes], None] | None = None
+        self.transport: asyncio.Transport | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        self.client.send_request(self.client.connect())
+        frame = Frame(Opcode.TEXT, self.register).serialize(mask=True, extensions=[])
+        transport.write(b"".join(self.client.data_to_send()) + frame)  # type: ignore[attr-defined]
+
+    def data_received(self, data: bytes) -> None:
+        client = self.client
+        client.receive_data(data)
+        for event in client.events_received():
+            if isinstance(event, Frame) and event.opcode is Opcode.TEXT:
+                if self.on_message is not None:
+                    self.on_message(bytes(event.data))
+                elif not self.registered.done():
+                    self.registered.set_result(bytes(event.data))
+        self.flush()
+
+    def send(self, frame: bytes) -> None:
+        self.client.send_text(frame)
+
+    def flush(self) -> None:
+        data = self.client.data_to_send()
+        if data and self.transport is not None:
+            self.transport.write(b"".join(data))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if not self.registered.done():
+            self.registered.set_exception(ConnectionError("closed before REGISTER_ACK"))
+
+
+async def lean_connect(url: str, agent_id: str, capabilities: list[Any]) -> tuple[LeanClient, str]:
+    """A registered `LeanClient` and its token."""
+    register = orjson.dumps(
+        {
+            "sender_id": agent_id,
+            "receiver_id": "global_lobby",
+            "message_type": "REGISTER",
+            "payload": {"capabilities": capabilities},
+        }
+    )
+    uri = parse_uri(url)
+    _, lean = await asyncio.get_running_loop().create_connection(
+        lambda: LeanClient(url, register), uri.host, uri.port
+    )
+    ack = orjson.loads(await asyncio.wait_for(lean.registered, 60))
+    return lean, ack["payload"]["auth_token"]
+
+
 async def throughput(
     url: str, server_pid: int, pairs: int, seconds: float, window: int, warmup: float = 0.3
 ) -> dict[str, Any]:
-    """Each requester keeps `window` REQUESTs outstanding. Messages routed = REQUESTs received
-    by responders + RESPONSEs received by requesters inside the measured window."""
+    """Each requester keeps `window` REQUESTs outstanding (`LeanClient`s). Messages routed =
+    REQUESTs received by responders + RESPONSEs received by requesters inside the measured
+    window."""
     tag = uuid.uuid4().hex[:6]
-    made = await make_pairs(url, pairs, tag)
     routed = 0
+    clients: list[LeanClient] = []
 
-    async def respond(ws: ClientConnection, me: str, token: str) -> None:
-        nonlocal routed
-        async for raw in ws:
+    def responder(lean: LeanClient, me: str, token: str) -> Callable[[bytes], None]:
+        def on_message(raw: bytes) -> None:
+            nonlocal routed
             routed += 1
-            await ws.send(response(me, token, orjson.loads(raw)), text=True)
+            lean.send(response(me, token, orjson.loads(raw)))
 
-    async def drive(ws: ClientConnection, token: str, me: str, peer: str) -> None:
-        nonlocal routed
+        return on_message
+
+    def requester(lean: LeanClient, me: str, token: str, peer: str) -> Callable[[bytes], None]:
         counter = itertools.count()
-        for _ in range(window):
-            await ws.send(request(me, peer, token, next(counter)), text=True)
-        async for _ in ws:
-            routed += 1
-            await ws.send(request(me, peer, token, next(counter)), text=True)
 
-    tasks = [asyncio.create_task(respond(p[3], p[5], p[4])) for p in made]
-    tasks += [asyncio.create_task(drive(p[0], p[1], p[2], p[5])) for p in made]
+        def on_message(raw: bytes) -> None:
+            nonlocal routed
+            routed += 1
+            lean.send(request(me, peer, token, next(counter)))
+
+        for _ in range(window):
+            lean.send(request(me, peer, token, next(counter)))
+        return on_message
+
+    for i in range(pairs):
+        asker, atoken = await lean_connect(url, f"{tag}req{i}", [])
+        echo, etoken = await lean_connect(url, f"{tag}resp{i}", [CAPABILITY])
+        clients += [asker, echo]
+        echo.on_message = responder(echo, f"{tag}resp{i}", etoken)
+        asker.on_message = requester(asker, f"{tag}req{i}", atoken, f"{tag}resp{i}")
+    for lean in clients:
+        lean.flush()
     await asyncio.sleep(warmup)
     start = Snapshot(server_pid, routed)
     await asyncio.sleep(seconds)
     end = Snapshot(server_pid, routed)
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-    await close_all([ws for p in made for ws in (p[0], p[3])])
+    for lean in clients:
+        lean.on_message = lambda raw: None
+        if lean.transport is not None:
+            lean.transport.abort()
     return end.since(start)
 
 
