@@ -37,6 +37,10 @@ from protocol.models import LOBBY_ID, CloseCode, ErrorCode, Message, MessageType
 
 log = structlog.get_logger("lobby.server")
 
+FLUSH_EVERY = 8
+"""A long read is flushed every this many messages, not only at its end: its first messages
+go out (and their answers start) while the rest are routed."""
+
 
 class Link(Protocol):
     """One connection, as the transport gives it to the lobby (`Session.link`)."""
@@ -97,6 +101,8 @@ class LobbyServer:
         self._written: dict[Link, Session] = {}
         """Links with frames waiting to be flushed at the end of this batch."""
         self._batch_due = False
+        self._unflushed = 0
+        """Messages routed since the last flush."""
 
     @property
     def port(self) -> int:
@@ -182,11 +188,15 @@ class LobbyServer:
             actions = [Send(session, _internal_error())]
         if actions:
             self._execute(actions)
+        self._unflushed += 1
+        if self._unflushed >= FLUSH_EVERY:
+            self.end_of_batch()
 
     def end_of_batch(self) -> None:
         """Flush what was framed for each link in one write, and let the committer see the
         journal."""
         self._batch_due = False
+        self._unflushed = 0
         written, self._written = self._written, {}
         limit = self.settings.max_outbound_bytes
         for link, session in written.items():
