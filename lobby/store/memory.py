@@ -17,5 +17,8 @@ class MemoryStore:
     def compact(self, compaction: Compaction) -> None:
         pass
 
+    def checkpoint(self) -> int:
+        return 0
+
     def close(self) -> None:
         pass
