@@ -38,8 +38,6 @@ class Committer:
         self.delivery = delivery
         self._confirm = confirm
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lobby-store")
-        self._checkpointer = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lobby-ckpt")
-        self.wal_pages_waiting = 0
         self._in_flight: asyncio.Future[None] | None = None
         self.batches = 0
         self.records = 0
@@ -112,7 +110,6 @@ class Committer:
             "commit_interval_ms": self.interval * 1000,
             "max_commit_ms": round(self.max_write_s * 1000, 3),
             "crash_window_ms": round((self.interval + 2 * self.max_write_s) * 1000, 3),
-            "wal_pages_waiting": self.wal_pages_waiting,
         }
 
     async def flush(self) -> None:
@@ -138,16 +135,7 @@ class Committer:
             self._executor, self.store.compact, compaction
         )
 
-    async def checkpoint(self) -> None:
-        """Move committed pages into the database file, in a thread of its own, so commits
-        never wait for it (see `SqliteStore.checkpoint`)."""
-        loop = asyncio.get_running_loop()
-        self.wal_pages_waiting = await loop.run_in_executor(
-            self._checkpointer, self.store.checkpoint
-        )
-
     async def close(self) -> None:
         await self.flush()
-        await asyncio.to_thread(self._checkpointer.shutdown, True)
         await asyncio.get_running_loop().run_in_executor(self._executor, self.store.close)
         self._executor.shutdown(wait=True)

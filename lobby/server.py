@@ -37,8 +37,6 @@ from protocol.models import LOBBY_ID, CloseCode, ErrorCode, Message, MessageType
 
 log = structlog.get_logger("lobby.server")
 
-CHECKPOINT_INTERVAL = 1.0
-"""Seconds between store checkpoints (WAL into the database file, off the commit path)."""
 FLUSH_EVERY = 8
 """A long read is flushed every this many messages, not only at its end: its first messages
 go out (and their answers start) while the rest are routed."""
@@ -93,7 +91,8 @@ class LobbyServer:
         )
         self.transport = transport or _transport(settings.transport)
         self._port: int | None = None
-        self._background: list[asyncio.Task[None]] = []
+        self._compactor: asyncio.Task[None] | None = None
+        self._ticker: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._deadlines: dict[Session, asyncio.TimerHandle] = {}
         """Connections that have not registered yet: closed with 1008 when it runs out."""
@@ -121,14 +120,8 @@ class LobbyServer:
         self.router.restore(self.store.load())
         self._port = await self.transport.start(self)
         self._started = time.monotonic()
-        self._background = [
-            asyncio.create_task(periodic())
-            for periodic in (
-                self._compact_periodically,
-                self._tick_periodically,
-                self._checkpoint_periodically,
-            )
-        ]
+        self._compactor = asyncio.create_task(self._compact_periodically())
+        self._ticker = asyncio.create_task(self._tick_periodically())
         log.info("LOBBY_LISTENING", lobby_id=LOBBY_ID, host=s.host, port=self.port, url=self.url)
 
     async def stop(self) -> None:
@@ -144,10 +137,11 @@ class LobbyServer:
             log.warning("LOBBY_SHUTDOWN_TIMEOUT", pending_closes=len(self._tasks))
             for task in self._tasks:
                 task.cancel()
-        for background in self._background:
-            background.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await background
+        for background in (self._compactor, self._ticker):
+            if background is not None:
+                background.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await background
         await self.committer.close()
         self._port = None
         log.info("LOBBY_STOPPED")
@@ -292,14 +286,6 @@ class LobbyServer:
             except Exception:
                 log.exception("TICK_FAILED")
             self.committer.kick()
-
-    async def _checkpoint_periodically(self) -> None:
-        while True:
-            await asyncio.sleep(CHECKPOINT_INTERVAL)
-            try:
-                await self.committer.checkpoint()
-            except Exception:
-                log.exception("STORE_CHECKPOINT_FAILED")
 
     async def _compact_periodically(self) -> None:
         while True:

@@ -16,7 +16,6 @@ from websockets.frames import Frame, Opcode
 from websockets.protocol import State
 from websockets.uri import parse_uri
 
-from lobby import server as server_module
 from lobby.server import LobbyServer
 from tests.conftest import TRANSPORTS, make_lobby
 from tests.wsclient import frame, register, reply, running
@@ -294,21 +293,3 @@ async def test_stop_closes_every_connection_with_1001(tmp_path: Path, transport:
             assert ws.close_code == 1001
     finally:
         await server.stop()
-
-
-async def test_the_store_is_checkpointed_in_the_background(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """Commits only append to the WAL; the lobby moves it into the database file from its
-    own thread, on a timer."""
-    monkeypatch.setattr(server_module, "CHECKPOINT_INTERVAL", 0.05)
-    database = tmp_path / "lobby.sqlite3"
-    async with running(tmp_path) as lobby, connect(lobby.url) as ws:
-        created = database.stat().st_size  # the header: the tables are still in the WAL
-        await token_of(ws, "saved")
-        for _ in range(100):
-            if database.stat().st_size > created:
-                break
-            await asyncio.sleep(0.05)
-        assert database.stat().st_size > created
-        assert lobby.committer.stats()["wal_pages_waiting"] == 0

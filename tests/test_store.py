@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import threading
 from collections import deque
 from pathlib import Path
 
 import orjson
 
 from lobby.core import Router
-from lobby.store.base import DELIVERED, MessageStored, Record
+from lobby.store.base import DELIVERED
 from lobby.store.sqlite import SqliteStore, stored_messages
 from tests.routerkit import Clock, join, make_router
 
@@ -96,40 +95,3 @@ def test_a_message_delivered_at_once_to_a_non_acknowledging_agent_is_stored_with
     assert [seq for seq, _ in again.registry.agents["carol"].mailbox] == [1]
     # What the delivered REQUEST did survives: bob may still answer it.
     assert ("alice", "bob", "k1") in again.conversations
-
-
-def _batch(first_row: int, count: int) -> list[Record]:
-    frame = orjson.dumps({"payload": "x" * 500})
-    return [
-        MessageStored(row, "bob", row, "alice", f"m{row}", None, 0, frame, 1.0)
-        for row in range(first_row, first_row + count)
-    ]
-
-
-def test_commits_leave_checkpoints_to_checkpoint_which_runs_beside_them(tmp_path: Path) -> None:
-    """No commit copies the WAL into the database file (SQLite's automatic checkpoint is off:
-    it would stall the commit that trips it); `checkpoint()` does, from its own connection,
-    while commits go on in another thread."""
-    store = SqliteStore(tmp_path)
-    database = tmp_path / "lobby.sqlite3"
-    for n in range(200):  # more than SQLite's automatic checkpoint would let pile up
-        store.write(_batch(1 + 50 * n, 50))
-    before = database.stat().st_size
-    assert before < 1_000_000
-    assert (tmp_path / "lobby.sqlite3-wal").stat().st_size > 5_000_000  # all still in the WAL
-
-    def write_more() -> None:
-        for n in range(40):
-            store.write(_batch(10_001 + 50 * n, 50))
-
-    writing = threading.Thread(target=write_more)
-    writing.start()
-    store.checkpoint()
-    writing.join()
-    assert database.stat().st_size > before + 5_000_000
-    assert store.checkpoint() == 0  # nothing left once the writer is done
-    store.close()
-
-    again = SqliteStore(tmp_path)
-    rows = [m.row_id for m in stored_messages(again._db)]
-    assert rows == list(range(1, 12_001))

@@ -125,10 +125,4 @@ class Store(Protocol):
 
     def compact(self, compaction: Compaction) -> None: ...
 
-    def checkpoint(self) -> int:
-        """Move committed writes into the main database file off the writer's path (from its
-        own thread, alongside `write`); return the pages still waiting for it. A store with
-        nothing to move returns 0."""
-        ...
-
     def close(self) -> None: ...

@@ -17,8 +17,5 @@ class MemoryStore:
     def compact(self, compaction: Compaction) -> None:
         pass
 
-    def checkpoint(self) -> int:
-        return 0
-
     def close(self) -> None:
         pass

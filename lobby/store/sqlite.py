@@ -10,13 +10,6 @@ are small tables written as they change.
 Crash window: with `synchronous=NORMAL` in WAL mode a committed batch survives the lobby
 process being killed (the OS holds the written WAL pages); power loss or an OS crash may lose
 the last few batches. `fsync=True` (`--fsync`) syncs every commit and closes that window too.
-
-Checkpoints (copying the WAL back into the database file, with its fsyncs) do not run inside
-a commit, as SQLite's automatic checkpoint would, stalling it for as long as the disk takes:
-`checkpoint()` runs them from a second connection in another thread while commits go on. A
-passive checkpoint never waits for the writer; if commits keep it from ever catching up and
-the WAL passes `WAL_LIMIT` pages, one checkpoint waits for a gap between commits and restarts
-the WAL from its beginning, so it stays bounded.
 """
 
 from __future__ import annotations
@@ -39,9 +32,6 @@ from lobby.store.base import (
 )
 
 FILE_NAME = "lobby.sqlite3"
-WAL_LIMIT = 50_000
-"""Pages (of 4 KiB) the WAL may hold before a checkpoint waits for the writer to restart it."""
-BUSY_TIMEOUT = 120.0
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -82,15 +72,10 @@ class SqliteStore:
         data_dir.mkdir(parents=True, exist_ok=True)
         self.path = data_dir / FILE_NAME
         # One writer thread uses this connection after load(); never two threads at once.
-        # A generous busy timeout: a restarting checkpoint (see above) holds the writer back.
-        self._db = sqlite3.connect(
-            self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT
-        )
+        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         self._db.execute("PRAGMA journal_mode=WAL")
         self._db.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
-        self._db.execute("PRAGMA wal_autocheckpoint=0")  # checkpoint() does it, off this path
         self._db.executescript(_SCHEMA)
-        self._checkpointer: sqlite3.Connection | None = None
 
     def load(self) -> Snapshot:
         db = self._db
@@ -220,21 +205,7 @@ class SqliteStore:
             db.execute("ROLLBACK")
             raise
 
-    def checkpoint(self) -> int:
-        db = self._checkpointer
-        if db is None:
-            # Its own connection: a checkpoint from the writer's would wait for the writer.
-            db = self._checkpointer = sqlite3.connect(
-                self.path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT
-            )
-        _, pages, moved = db.execute("PRAGMA wal_checkpoint(PASSIVE)").fetchone()
-        if pages > WAL_LIMIT and moved < pages:
-            _, pages, moved = db.execute("PRAGMA wal_checkpoint(RESTART)").fetchone()
-        return max(0, int(pages) - int(moved))
-
     def close(self) -> None:
-        if self._checkpointer is not None:
-            self._checkpointer.close()
         self._db.close()
 
 
