@@ -50,6 +50,8 @@ class Settings:
     """Messages per second one agent may send (0: no limit); excess gets rate_limited."""
     message_burst: float = 20_000.0
     max_capabilities: int = 1_000
+    max_open_requests: int = 10_000
+    """REQUESTs one agent may have waiting for a final RESPONSE (0: no limit)."""
     max_connections: int = 20_000
     """Connections at once; more are refused with HTTP 503 during the handshake."""
     handshake_timeout: float = 10.0
@@ -73,6 +75,7 @@ class Settings:
             message_rate=self.message_rate,
             message_burst=self.message_burst,
             max_capabilities=self.max_capabilities,
+            max_open_requests=self.max_open_requests,
             registration_rate=self.registration_rate,
             registration_burst=self.registration_burst,
             registration_key=self.registration_key,

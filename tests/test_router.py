@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from lobby.core import Close, Router, Send
+from lobby.core.limits import Limits
 from tests.routerkit import Peer, join, make_router, world
 
 ERROR_KEYS = {"error", "code", "original_message_type", "original_conversation_id"}
@@ -367,3 +368,24 @@ def test_bad_frames_are_refused_and_the_session_stays_usable() -> None:
         assert error_code(alice) == "malformed"
     alice.send("DISCOVER_SERVICES", {})
     assert alice.last()["message_type"] == "SERVICES_AVAILABLE"
+
+
+def test_open_requests_per_agent_are_bounded_and_freed_by_final_responses() -> None:
+    """Every unanswered REQUEST is remembered (so its RESPONSE can be authorized): an agent may
+    have at most `max_open_requests` of them, or it could fill the lobby's memory."""
+    router = Router(limits=Limits(message_rate=0, registration_rate=0, max_open_requests=2))
+    alice = join(router, "alice")
+    bob = join(router, "bob", capabilities=[cap("c")])
+    request(alice, conversation="k1")
+    request(alice, conversation="k2")
+    assert len(bob.take()) == 2
+    request(alice, conversation="k3")
+    assert error_code(alice) == "limit_exceeded"
+    assert bob.take() == []
+    bob.to("alice", "RESPONSE", {"status": "in_progress"}, conversation_id="k1")
+    request(alice, conversation="k3")
+    assert error_code(alice) == "limit_exceeded"  # an in_progress RESPONSE answers nothing yet
+    bob.to("alice", "RESPONSE", {"status": "success"}, conversation_id="k1")
+    request(alice, conversation="k3")
+    assert [m["conversation_id"] for m in bob.take()] == ["k3"]
+    assert router.registry.agents["alice"].open_requests == 2

@@ -8,6 +8,7 @@ from pathlib import Path
 import orjson
 
 from lobby.core import Router
+from lobby.core.limits import Limits
 from lobby.store.base import DELIVERED
 from lobby.store.sqlite import SqliteStore, stored_messages
 from tests.routerkit import Clock, join, make_router
@@ -95,3 +96,18 @@ def test_a_message_delivered_at_once_to_a_non_acknowledging_agent_is_stored_with
     assert [seq for seq, _ in again.registry.agents["carol"].mailbox] == [1]
     # What the delivered REQUEST did survives: bob may still answer it.
     assert ("alice", "bob", "k1") in again.conversations
+
+
+def test_open_requests_are_counted_again_after_a_restart(tmp_path: Path) -> None:
+    limits = Limits(message_rate=0, registration_rate=0, max_open_requests=2)
+    store = SqliteStore(tmp_path)
+    router = Router(limits=limits, clock=Clock())
+    alice = join(router, "alice")
+    join(router, "bob", capabilities=[CAP])
+    for n in range(2):
+        alice.to("bob", "REQUEST", {"capability_name": "c"}, conversation_id=f"k{n}")
+    commit(router, store)
+
+    again = Router(limits=limits, clock=Clock())
+    again.restore(store.load())
+    assert again.registry.agents["alice"].open_requests == 2

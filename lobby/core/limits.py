@@ -15,6 +15,10 @@ class Limits:
     """Messages one agent may send at once before the rate applies."""
     max_capabilities: int = 1_000
     """Capabilities one agent may declare; more gets `limit_exceeded`."""
+    max_open_requests: int = 10_000
+    """REQUESTs one agent may have open at once (not yet answered with a final RESPONSE); more
+    gets `limit_exceeded`. Each open one is remembered until answered: without a bound, an agent
+    could fill the lobby's memory with REQUESTs that are never answered. 0: no limit."""
     registration_rate: float = 20.0
     """REGISTER attempts per second from one source address; excess gets `rate_limited`."""
     registration_burst: float = 100.0

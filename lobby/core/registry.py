@@ -53,6 +53,8 @@ class AgentRecord:
     delivered_seq: int = 0
     """The `seq` of the last message written to one of its connections."""
     acked_seq: int = 0
+    open_requests: int = 0
+    """Its REQUESTs not yet answered with a final RESPONSE (bounded by `max_open_requests`)."""
     bucket: TokenBucket | None = None
     """Its message rate limit, made on first use."""
 

@@ -153,6 +153,11 @@ class Router:
             capabilities = [Capability.model_validate(c) for c in orjson.loads(saved.capabilities)]
             self.registry.set_capabilities(record, capabilities)
         self.conversations = self.delivery.restore(snapshot, self.registry.agents)
+        agents = self.registry.agents
+        for (requester_id, _, _), count in self.conversations.items():
+            requester = agents.get(requester_id)
+            if requester is not None:
+                requester.open_requests += count
         transactions = [orjson.loads(t) for t in snapshot.state.get("transaction", [])]
         self.ledger.transactions = transactions
         self.negotiations.restore(snapshot.state.get("dialogue", []))
@@ -405,9 +410,17 @@ class Router:
         now = self.clock()
         if self.delivery.is_duplicate(msg, session, now):
             return []
+        limit = self.limits.max_open_requests
+        if limit and agent.open_requests >= limit:
+            raise Refusal(
+                ErrorCode.LIMIT_EXCEEDED,
+                f"agent {agent.agent_id!r} already has {limit} REQUESTs waiting for a final "
+                "RESPONSE; this one was not routed",
+            )
         actions = self.deliver(target, msg, session, Effect.OPENS, now)
         key = (agent.agent_id, target.agent_id, conversation_id)
         self.conversations[key] = self.conversations.get(key, 0) + 1
+        agent.open_requests += 1
         if self.trace:
             log.debug(
                 "REQUEST_AUTHORIZED",
@@ -444,6 +457,7 @@ class Router:
                 self.conversations[key] = open_requests - 1
             else:
                 del self.conversations[key]
+            target.open_requests = max(0, target.open_requests - 1)
         return actions
 
     def _deny(self, session: Session, msg: Message, code: ErrorCode, reason: str) -> list[Action]:
