@@ -18,11 +18,11 @@ from benchmarks import harness, report, suite
 
 RESULTS = Path(__file__).parent / "results" / "latest.json"
 QUIET_BUDGET = {
-    "throughput": 30.0,
-    "transport": 10.0,
-    "latency": 15.0,
-    "connections": 10.0,
-    "sdk": 10.0,
+    "throughput": 10.0,
+    "transport": 5.0,
+    "latency": 5.0,
+    "connections": 5.0,
+    "sdk": 5.0,
 }
 """Seconds each phase may wait for other processes to leave the cores idle (`harness.Quiet`)."""
 PHASES: dict[str, Callable[[suite.Plan], dict[str, Any]]] = {

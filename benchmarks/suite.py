@@ -22,14 +22,14 @@ LOAD_SLACK = 60.0
 
 @dataclass(frozen=True)
 class Plan:
-    seconds: float = 2.0
+    seconds: float = 1.5
     repeats: int = 3
     pair_counts: tuple[int, ...] = (1, 10, 100)
     transport_pairs: int = 10
     window: int = 32
     latency_rates: tuple[float, ...] = (200, 1000, 5000)
     latency_seconds: dict[float, float] = field(
-        default_factory=lambda: {200: 3.0, 1000: 2.0, 5000: 2.0}
+        default_factory=lambda: {200: 2.0, 1000: 2.0, 5000: 2.0}
     )
     agents: int = 10_000
     agent_processes: int = 2
