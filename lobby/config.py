@@ -52,6 +52,8 @@ class Settings:
     max_capabilities: int = 1_000
     max_open_requests: int = 10_000
     """REQUESTs one agent may have waiting for a final RESPONSE (0: no limit)."""
+    max_open_dialogues: int = 10_000
+    """Open negotiation dialogues one agent may have started (0: no limit)."""
     max_connections: int = 20_000
     """Connections at once; more are refused with HTTP 503 during the handshake."""
     handshake_timeout: float = 10.0
@@ -76,6 +78,7 @@ class Settings:
             message_burst=self.message_burst,
             max_capabilities=self.max_capabilities,
             max_open_requests=self.max_open_requests,
+            max_open_dialogues=self.max_open_dialogues,
             registration_rate=self.registration_rate,
             registration_burst=self.registration_burst,
             registration_key=self.registration_key,

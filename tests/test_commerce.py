@@ -7,6 +7,8 @@ from typing import Any
 
 import pytest
 
+from lobby.core import Router
+from lobby.core.limits import Limits
 from tests.routerkit import Clock, Peer, join, make_router, world
 
 
@@ -220,3 +222,24 @@ def test_fetch_messages_reads_the_same_mailbox_as_push() -> None:
     poller.send("FETCH_MESSAGES", {"since": rest["cursor"]})
     assert poller.last()["payload"]["messages"] == []
     assert not router.registry.agents["poller"].mailbox  # fetched = acknowledged
+
+
+def test_open_dialogues_an_agent_started_are_bounded() -> None:
+    clock = Clock()
+    router = Router(
+        limits=Limits(message_rate=0, registration_rate=0, max_open_dialogues=1), clock=clock
+    )
+    b, s = join(router, "b"), join(router, "s")
+    b.to("s", "CFP", {"query": {}, "reply_by": 5}, conversation_id="d1", message_id="1")
+    assert s.take()[0]["message_type"] == "CFP"
+    b.to("s", "CFP", {"query": {}}, conversation_id="d2", message_id="2")
+    refused = b.last()
+    assert refused["payload"]["code"] == "limit_exceeded"
+    assert s.take() == []
+    s.to("b", "CFP", {"query": {}}, conversation_id="d3", message_id="3")  # s has its own
+    assert b.take()[0]["message_type"] == "CFP"
+    clock.now += 6
+    world.deliver(router.tick())  # d1 expires: b may start another
+    b.take()
+    b.to("s", "CFP", {"query": {}}, conversation_id="d2", message_id="2")
+    assert [m["message_type"] for m in s.take()] == ["DIALOGUE_EXPIRED", "CFP"]

@@ -111,3 +111,15 @@ def test_open_requests_are_counted_again_after_a_restart(tmp_path: Path) -> None
     again = Router(limits=limits, clock=Clock())
     again.restore(store.load())
     assert again.registry.agents["alice"].open_requests == 2
+
+
+def test_open_dialogues_are_counted_again_after_a_restart(tmp_path: Path) -> None:
+    store = SqliteStore(tmp_path)
+    router = make_router(Clock())
+    b = join(router, "b")
+    join(router, "s")
+    b.to("s", "CFP", {"query": {}}, conversation_id="d1", message_id="1")
+    commit(router, store)
+
+    again = restarted(store, Clock())
+    assert again.negotiations.started == {"b": 1}

@@ -59,6 +59,8 @@ class Negotiations:
         self.timeout = timeout
         self.dialogues: dict[str, Dialogue] = {}
         self.open: dict[str, Dialogue] = {}
+        self.started: dict[str, int] = {}
+        """Per agent, the open dialogues it started (bounded by `max_open_dialogues`)."""
 
     def move(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
         router = self.router
@@ -72,6 +74,13 @@ class Negotiations:
         if msg.message_id is None:
             msg.message_id = router.delivery.new_message_id()
         dialogue = self.dialogues.get(dialogue_id)
+        limit = router.limits.max_open_dialogues
+        if dialogue is None and limit and self.started.get(agent.agent_id, 0) >= limit:
+            router.refuse(
+                ErrorCode.LIMIT_EXCEEDED,
+                f"agent {agent.agent_id!r} already has {limit} open dialogues it started; "
+                "this CFP was not routed",
+            )
         try:
             if dialogue is None:
                 dialogue = Dialogue.start(
@@ -96,6 +105,7 @@ class Negotiations:
         actions = router.deliver(target, msg, session, Effect.NONE, now)
         if started:
             self.dialogues[dialogue_id] = self.open[dialogue_id] = dialogue
+            self.started[agent.agent_id] = self.started.get(agent.agent_id, 0) + 1
         else:
             dialogue.apply(
                 agent.agent_id,
@@ -107,7 +117,7 @@ class Negotiations:
                 now,
             )
         if dialogue.is_over:
-            self.open.pop(dialogue_id, None)
+            self._ended(dialogue)
             actions += self._settle(dialogue, now)
         self._save(dialogue)
         return actions
@@ -150,7 +160,7 @@ class Negotiations:
             else:
                 continue
             dialogue.expire(now)
-            del self.open[dialogue.dialogue_id]
+            self._ended(dialogue)
             self._save(dialogue)
             actions += self.router.notify(
                 (dialogue.initiator, dialogue.responder),
@@ -167,6 +177,15 @@ class Negotiations:
             self.dialogues[dialogue.dialogue_id] = dialogue
             if not dialogue.is_over:
                 self.open[dialogue.dialogue_id] = dialogue
+                self.started[dialogue.initiator] = self.started.get(dialogue.initiator, 0) + 1
+
+    def _ended(self, dialogue: Dialogue) -> None:
+        if self.open.pop(dialogue.dialogue_id, None) is not None:
+            count = self.started.get(dialogue.initiator, 0) - 1
+            if count > 0:
+                self.started[dialogue.initiator] = count
+            else:
+                self.started.pop(dialogue.initiator, None)
 
     def _save(self, dialogue: Dialogue) -> None:
         data = orjson.dumps(dialogue.to_dict())

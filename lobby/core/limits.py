@@ -19,6 +19,9 @@ class Limits:
     """REQUESTs one agent may have open at once (not yet answered with a final RESPONSE); more
     gets `limit_exceeded`. Each open one is remembered until answered: without a bound, an agent
     could fill the lobby's memory with REQUESTs that are never answered. 0: no limit."""
+    max_open_dialogues: int = 10_000
+    """Negotiation dialogues one agent may have started and not yet ended (CFPs whose dialogue
+    is still open); more gets `limit_exceeded`. 0: no limit."""
     registration_rate: float = 20.0
     """REGISTER attempts per second from one source address; excess gets `rate_limited`."""
     registration_burst: float = 100.0
