@@ -177,8 +177,10 @@ class LobbyServer:
         return session
 
     def received(self, session: Session, binary: bool, data: bytes) -> None:
-        """One message from `session`, from within a read; `end_of_batch` follows it."""
-        self._batch_due = True  # that call is the flush: nothing to schedule
+        """One message from `session`, from within a read. The transport calls `end_of_batch`
+        when the read is done, so what it produced goes out at once; one is scheduled as well,
+        in case the transport never reports that end (picows answers a ping that ends a read
+        without handing it over), so the committer still sees the journal soon."""
         router = self.router
         try:
             actions = router.binary(session) if binary else router.handle(session, data)
@@ -188,6 +190,7 @@ class LobbyServer:
             actions = [Send(session, _internal_error())]
         if actions:
             self._execute(actions)
+        self._batch()
         self._unflushed += 1
         if self._unflushed >= FLUSH_EVERY:
             self.end_of_batch()
