@@ -127,8 +127,16 @@ async def test_bad_input_gets_malformed_and_the_connection_stays_usable(
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-async def test_a_frame_over_the_limit_closes_only_that_connection(
-    tmp_path: Path, transport: str
+@pytest.mark.parametrize(
+    "message",
+    [
+        frame("big", "DISCOVER_SERVICES", {"x": "y" * 5000}),
+        ["{" + " " * 600, " " * 600 + "}"],  # fragments, each under the limit
+    ],
+    ids=["one-frame", "fragmented"],
+)
+async def test_a_message_over_the_limit_closes_only_that_connection_with_1009(
+    tmp_path: Path, transport: str, message: str | list[str]
 ) -> None:
     async with (
         running(tmp_path, max_message_bytes=1000, transport=transport) as lobby,
@@ -137,27 +145,12 @@ async def test_a_frame_over_the_limit_closes_only_that_connection(
     ):
         await token_of(big, "big")
         other_token = await token_of(other, "other")
-        await big.send(frame("big", "DISCOVER_SERVICES", {"x": "y" * 5000}))
+        await big.send(message)
         with pytest.raises(ConnectionClosed):
             await asyncio.wait_for(big.recv(), 5)
         assert big.close_code == 1009
         await other.send(frame("other", "DISCOVER_SERVICES", {}, auth_token=other_token))
         assert (await reply(other))["message_type"] == "SERVICES_AVAILABLE"
-
-
-@pytest.mark.parametrize("transport", TRANSPORTS)
-async def test_a_fragmented_message_over_the_limit_closes_with_1009(
-    tmp_path: Path, transport: str
-) -> None:
-    async with (
-        running(tmp_path, max_message_bytes=1000, transport=transport) as lobby,
-        connect(lobby.url) as big,
-    ):
-        await token_of(big, "big")
-        await big.send(["{" + " " * 600, " " * 600 + "}"])
-        with pytest.raises(ConnectionClosed):
-            await asyncio.wait_for(big.recv(), 5)
-        assert big.close_code == 1009
 
 
 async def test_resume_closes_the_old_connection_with_4001(lobby: LobbyServer) -> None:
