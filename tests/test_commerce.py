@@ -243,3 +243,17 @@ def test_open_dialogues_an_agent_started_are_bounded() -> None:
     b.take()
     b.to("s", "CFP", {"query": {}}, conversation_id="d2", message_id="2")
     assert [m["message_type"] for m in s.take()] == ["DIALOGUE_EXPIRED", "CFP"]
+
+
+def test_a_dialogue_with_moves_expires_only_after_its_last_move_idles() -> None:
+    clock = Clock()
+    b, s, router = haggle_parties(clock, dialogue_timeout=10)
+    move(b, "s", "CFP", "1", None, query={})
+    clock.now += 8
+    move(s, "b", "PROPOSE", "2", "1", proposal={"price": 5})
+    clock.now += 4  # 12 s after the CFP, 4 after the last move
+    assert router.tick() == []
+    assert "d1" in router.negotiations.open
+    clock.now += 7  # 11 s after the last move
+    assert len(router.tick()) == 2
+    assert "d1" not in router.negotiations.open

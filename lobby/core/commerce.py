@@ -12,6 +12,7 @@ An illegal move or payment is refused to its sender alone (`invalid_dialogue`,
 
 from __future__ import annotations
 
+import heapq
 import itertools
 import uuid
 from typing import TYPE_CHECKING, Any
@@ -61,6 +62,10 @@ class Negotiations:
         self.open: dict[str, Dialogue] = {}
         self.started: dict[str, int] = {}
         """Per agent, the open dialogues it started (bounded by `max_open_dialogues`)."""
+        self._due: list[tuple[float, str]] = []
+        """A heap of (when it expires, dialogue id), one entry per open dialogue, so a tick
+        looks at the earliest only. A move only ever puts a dialogue's expiry later: its entry
+        is moved on when it comes due, not at every move."""
 
     def move(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
         router = self.router
@@ -106,6 +111,7 @@ class Negotiations:
         if started:
             self.dialogues[dialogue_id] = self.open[dialogue_id] = dialogue
             self.started[agent.agent_id] = self.started.get(agent.agent_id, 0) + 1
+            self._schedule(dialogue)
         else:
             dialogue.apply(
                 agent.agent_id,
@@ -152,13 +158,20 @@ class Negotiations:
     def expire_due(self, now: float) -> list[Action]:
         """End dialogues whose CFP deadline passed unanswered or that idled too long."""
         actions: list[Action] = []
-        for dialogue in list(self.open.values()):
+        due = self._due
+        while due and due[0][0] < now:
+            at, dialogue_id = heapq.heappop(due)
+            dialogue = self.open.get(dialogue_id)
+            if dialogue is None:
+                continue  # it ended
+            expiry = self._expiry(dialogue)
+            if expiry > at:  # moves came since: not yet
+                heapq.heappush(due, (expiry, dialogue_id))
+                continue
             if dialogue.reply_by is not None and now > dialogue.reply_by:
                 reason = "the CFP's reply_by passed with no reply"
-            elif now - dialogue.updated_at > self.timeout:
-                reason = f"no move for {self.timeout:g} s"
             else:
-                continue
+                reason = f"no move for {self.timeout:g} s"
             dialogue.expire(now)
             self._ended(dialogue)
             self._save(dialogue)
@@ -178,6 +191,15 @@ class Negotiations:
             if not dialogue.is_over:
                 self.open[dialogue.dialogue_id] = dialogue
                 self.started[dialogue.initiator] = self.started.get(dialogue.initiator, 0) + 1
+                self._schedule(dialogue)
+
+    def _expiry(self, dialogue: Dialogue) -> float:
+        """When `dialogue` expires unless a move comes first."""
+        idle = dialogue.updated_at + self.timeout
+        return idle if dialogue.reply_by is None else min(idle, dialogue.reply_by)
+
+    def _schedule(self, dialogue: Dialogue) -> None:
+        heapq.heappush(self._due, (self._expiry(dialogue), dialogue.dialogue_id))
 
     def _ended(self, dialogue: Dialogue) -> None:
         if self.open.pop(dialogue.dialogue_id, None) is not None:
