@@ -11,7 +11,7 @@ from lobby.core import Router
 from lobby.core.limits import Limits
 from lobby.store.base import DELIVERED
 from lobby.store.sqlite import SqliteStore, stored_messages
-from tests.routerkit import Clock, join, make_router
+from tests.routerkit import Clock, join, make_router, world
 
 
 def commit(router: Router, store: SqliteStore) -> None:
@@ -123,3 +123,27 @@ def test_open_dialogues_are_counted_again_after_a_restart(tmp_path: Path) -> Non
 
     again = restarted(store, Clock())
     assert again.negotiations.started == {"b": 1}
+
+
+def test_an_ended_dialogue_is_forgotten_after_the_dedupe_horizon(tmp_path: Path) -> None:
+    """Until then its conversation_id cannot start another dialogue; then it is gone, from
+    memory and from the store, so ended dialogues do not pile up forever."""
+    clock = Clock()
+    store = SqliteStore(tmp_path)
+    router = make_router(clock, dedupe_horizon=100)
+    b, s = join(router, "b"), join(router, "s")
+    b.to("s", "CFP", {"query": {}}, conversation_id="d1", message_id="1")
+    s.to("b", "DECLINE", {}, conversation_id="d1", message_id="2", in_reply_to="1")
+    clock.now += 50
+    world.deliver(router.tick())
+    b.to("s", "CFP", {"query": {}}, conversation_id="d1", message_id="3")
+    assert "rule: dialogue_over" in b.last()["payload"]["error"]
+    commit(router, store)
+
+    clock.now += 51
+    world.deliver(router.tick())
+    commit(router, store)
+    assert "d1" not in router.negotiations.dialogues
+    assert "d1" not in restarted(store, clock).negotiations.dialogues
+    b.to("s", "CFP", {"query": {}}, conversation_id="d1", message_id="4")
+    assert s.take()[-1]["message_type"] == "CFP"

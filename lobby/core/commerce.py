@@ -19,9 +19,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON
 from lobby.core.registry import AgentRecord
 from lobby.core.session import Action, Session
-from lobby.store.base import Effect, StateSaved
+from lobby.store.base import Effect, StateRemoved, StateSaved
 from protocol.fipa import Dialogue, IllegalMove
 from protocol.market import (
     InvalidOrder,
@@ -55,11 +56,22 @@ class Ledger:
 
 
 class Negotiations:
-    def __init__(self, router: Router, *, timeout: float = DEFAULT_DIALOGUE_TIMEOUT) -> None:
+    def __init__(
+        self,
+        router: Router,
+        *,
+        timeout: float = DEFAULT_DIALOGUE_TIMEOUT,
+        remember: float = DEFAULT_DEDUPE_HORIZON,
+    ) -> None:
         self.router = router
         self.timeout = timeout
+        self.remember = remember
+        """Seconds an ended dialogue is kept (its conversation_id cannot start another one
+        meanwhile); then it is forgotten, so ended dialogues do not pile up forever."""
         self.dialogues: dict[str, Dialogue] = {}
         self.open: dict[str, Dialogue] = {}
+        self.ended: dict[str, float] = {}
+        """Ended dialogues -> when they ended, oldest first."""
         self.started: dict[str, int] = {}
         """Per agent, the open dialogues it started (bounded by `max_open_dialogues`)."""
         self._due: list[tuple[float, str]] = []
@@ -188,7 +200,9 @@ class Negotiations:
         for document in documents:
             dialogue = Dialogue.from_dict(orjson.loads(document))
             self.dialogues[dialogue.dialogue_id] = dialogue
-            if not dialogue.is_over:
+            if dialogue.is_over:
+                self.ended[dialogue.dialogue_id] = dialogue.updated_at
+            else:
                 self.open[dialogue.dialogue_id] = dialogue
                 self.started[dialogue.initiator] = self.started.get(dialogue.initiator, 0) + 1
                 self._schedule(dialogue)
@@ -201,7 +215,19 @@ class Negotiations:
     def _schedule(self, dialogue: Dialogue) -> None:
         heapq.heappush(self._due, (self._expiry(dialogue), dialogue.dialogue_id))
 
+    def forget_ended(self, now: float) -> None:
+        """Forget the dialogues that ended more than `remember` seconds ago."""
+        ended, cutoff = self.ended, now - self.remember
+        while ended:
+            dialogue_id, at = next(iter(ended.items()))
+            if at >= cutoff:
+                break
+            del ended[dialogue_id]
+            self.dialogues.pop(dialogue_id, None)
+            self.router.delivery.journal.append(StateRemoved("dialogue", dialogue_id))
+
     def _ended(self, dialogue: Dialogue) -> None:
+        self.ended[dialogue.dialogue_id] = dialogue.updated_at
         if self.open.pop(dialogue.dialogue_id, None) is not None:
             count = self.started.get(dialogue.initiator, 0) - 1
             if count > 0:

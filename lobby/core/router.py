@@ -118,7 +118,7 @@ class Router:
         )
         self.clock = clock
         self.ledger = Ledger()
-        self.negotiations = Negotiations(self, timeout=dialogue_timeout)
+        self.negotiations = Negotiations(self, timeout=dialogue_timeout, remember=dedupe_horizon)
         self.market = Marketplace(self)
         move = self.negotiations.move
         self._routed: dict[MessageType, Callable[[Session, AgentRecord, Message], list[Action]]]
@@ -314,8 +314,11 @@ class Router:
         return []
 
     def tick(self) -> list[Action]:
-        """Time passed: end the dialogues whose deadline is gone. Call about once a second."""
-        return self.negotiations.expire_due(self.clock())
+        """Time passed: end the dialogues whose deadline is gone, forget those that ended
+        longer ago than the dedupe horizon. Call about once a second."""
+        now = self.clock()
+        self.negotiations.forget_ended(now)
+        return self.negotiations.expire_due(now)
 
     def _list_transactions(
         self, session: Session, agent: AgentRecord, msg: Message

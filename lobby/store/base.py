@@ -81,7 +81,15 @@ class StateSaved:
     data: bytes
 
 
-Record = AgentSaved | AgentRemoved | MessageStored | Acked | StateSaved
+@dataclass(slots=True)
+class StateRemoved:
+    """The piece of state saved under (kind, key) is no longer needed."""
+
+    kind: str
+    key: str
+
+
+Record = AgentSaved | AgentRemoved | MessageStored | Acked | StateSaved | StateRemoved
 
 
 @dataclass(slots=True)

@@ -28,6 +28,7 @@ from lobby.store.base import (
     MessageStored,
     Record,
     Snapshot,
+    StateRemoved,
     StateSaved,
 )
 
@@ -157,6 +158,10 @@ class SqliteStore:
                 "INSERT INTO state (kind, key, data) VALUES (?, ?, ?)"
                 " ON CONFLICT (kind, key) DO UPDATE SET data = excluded.data",
                 (record.kind, record.key, record.data),
+            )
+        elif isinstance(record, StateRemoved):
+            self._db.execute(
+                "DELETE FROM state WHERE kind = ? AND key = ?", (record.kind, record.key)
             )
         elif isinstance(record, AgentSaved):
             self._db.execute(
