@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import uuid
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar
 
@@ -135,7 +134,7 @@ class Caller(AgentCore):
         """Send a message and return the lobby's answer in its conversation; `LobbyError` if
         it is an ERROR. Usually to the lobby itself; a PAYMENT goes to the payee and the
         lobby answers with PAYMENT_CONFIRMED."""
-        conversation_id = str(uuid.uuid4())
+        conversation_id = self.new_id()
         future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
         self._lobby_replies[conversation_id] = future
         try:
@@ -158,7 +157,7 @@ class Caller(AgentCore):
         stream: bool,
     ) -> tuple[str, Call]:
         data = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
-        conversation_id = str(uuid.uuid4())
+        conversation_id = self.new_id()
         call = Call(agent_id, capability, stream=stream)
         self._calls[conversation_id] = call
         try:

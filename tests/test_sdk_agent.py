@@ -327,3 +327,17 @@ async def test_fetch_messages_and_text_callbacks(lobby: LobbyServer) -> None:
         rest, cursor = await reader.fetch_messages(since=cursor)
         assert [m.payload["content"] for m in rest] == ["three"]
         reader.release.set()
+
+
+async def test_a_new_agent_object_under_the_same_id_is_not_taken_for_a_resend(
+    lobby: LobbyServer,
+) -> None:
+    """The lobby drops a message_id it has seen from the same sender_id for a day: an agent
+    that registers again under its old id (a restarted process, say) must not reuse one."""
+    async with Echo("echoer", lobby_url=lobby.url) as echo:
+        async with Agent("asker", lobby_url=lobby.url) as first:
+            assert await first.request("echoer", "echo", {"n": 1}) == {"n": 1}
+            await first.unregister()
+        async with Agent("asker", lobby_url=lobby.url) as second:
+            assert await second.request("echoer", "echo", {"n": 2}, timeout=5) == {"n": 2}
+        assert echo.echoed == 2
