@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 from pydantic import BaseModel
 from websockets.asyncio.client import connect
+from websockets.asyncio.server import ServerConnection
 
 from agent_sdk import (
     Agent,
@@ -27,6 +29,7 @@ from agent_sdk import (
     capability,
 )
 from lobby.server import LobbyServer
+from tests.wsclient import running
 
 
 class PriceQuery(BaseModel):
@@ -341,3 +344,65 @@ async def test_a_new_agent_object_under_the_same_id_is_not_taken_for_a_resend(
         async with Agent("asker", lobby_url=lobby.url) as second:
             assert await second.request("echoer", "echo", {"n": 2}, timeout=5) == {"n": 2}
         assert echo.echoed == 2
+
+
+async def test_a_burst_of_sends_arrives_whole_and_in_order(
+    lobby: LobbyServer,
+) -> None:
+    """Sends of one event-loop iteration go out together, in one write, in order."""
+
+    class Collector(Agent):
+        def __init__(self) -> None:
+            super().__init__("collector", lobby_url=lobby.url)
+            self.texts: list[str] = []
+
+        async def on_text(self, message: Message, content: str) -> None:
+            self.texts.append(content)
+
+    async with Collector() as collector, Agent("bulk", lobby_url=lobby.url) as bulk:
+        body = "x" * 20_000
+        await asyncio.gather(*(bulk.send_text("collector", f"{n}:{body}") for n in range(60)))
+        async with asyncio.timeout(10):
+            while len(collector.texts) < 60:
+                await asyncio.sleep(0.02)
+        assert [t.split(":", 1)[0] for t in collector.texts] == [str(n) for n in range(60)]
+
+
+async def test_a_sender_waits_for_a_full_write_buffer_and_a_flooded_agent_stops_at_once(
+    tmp_path: Path,
+) -> None:
+    """While the lobby reads nothing from it, an agent sending one message after another
+    stops once its write buffer is past its bound (nothing piles up without limit), and goes
+    on when reading resumes."""
+    async with (
+        running(tmp_path) as lobby,
+        Agent("bulk", lobby_url=lobby.url) as bulk,
+        Agent("sink", lobby_url=lobby.url),
+    ):
+        record = lobby.router.registry.get("bulk")
+        assert record is not None
+        assert record.session is not None
+        server_side: ServerConnection = record.session.link  # type: ignore[assignment]
+        server_side.transport.pause_reading()
+        body = "x" * 50_000
+        sent = 0
+
+        async def pump() -> None:
+            nonlocal sent
+            for n in range(200):
+                await bulk.send_text("sink", f"{n}:{body}")
+                sent += 1
+
+        sending = asyncio.create_task(pump())
+        await asyncio.sleep(0.5)
+        assert sent < 200  # 10 MB: more than the socket buffers take
+        client_side = bulk._link._ws.transport  # type: ignore[union-attr]
+        assert client_side.get_write_buffer_size() < 1_000_000
+        server_side.transport.resume_reading()
+        async with asyncio.timeout(20):
+            await sending
+        assert sent == 200
+        stopping = asyncio.get_running_loop().time()
+    # The sink stops first, with the lobby still sending to it: its close is answered at once
+    # rather than after websockets' close timeout (10 s).
+    assert asyncio.get_running_loop().time() - stopping < 3
