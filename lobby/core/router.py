@@ -22,6 +22,7 @@ import orjson
 import structlog
 
 from lobby.core.commerce import DEFAULT_DIALOGUE_TIMEOUT, Ledger, Marketplace, Negotiations
+from lobby.core.conversations import ConversationKey, Conversations
 from lobby.core.delivery import (
     DEFAULT_DEDUPE_HORIZON,
     DEFAULT_DEDUPE_MAX,
@@ -53,7 +54,6 @@ from protocol.models import (
     Message,
     MessageType,
     RegisterPayload,
-    ResponseStatus,
     UpdateCapabilitiesPayload,
 )
 
@@ -67,8 +67,6 @@ _P = TypeVar(
 )
 
 DEFAULT_MAILBOX_LIMIT: Final = 10_000
-ConversationKey = tuple[str, str, str]
-"""(requester, responder, conversation_id) of an open REQUEST."""
 
 _LOBBY_ONLY: Final = frozenset(
     {
@@ -107,7 +105,7 @@ class Router:
         (even a filtered-out structlog call costs about a microsecond)."""
         self.limits = limits or Limits()
         self.registrar = Registrar(self, self.limits)
-        self.conversations: dict[ConversationKey, int] = {}
+        self.requests = Conversations(self)
         """Open REQUESTs: how many final RESPONSEs each key still expects."""
         # Lobby-assigned message ids: unique per process start, cheap to make.
         self.delivery = Delivery(
@@ -152,12 +150,7 @@ class Router:
             self.registry.add(record)
             capabilities = [Capability.model_validate(c) for c in orjson.loads(saved.capabilities)]
             self.registry.set_capabilities(record, capabilities)
-        self.conversations = self.delivery.restore(snapshot, self.registry.agents)
-        agents = self.registry.agents
-        for (requester_id, _, _), count in self.conversations.items():
-            requester = agents.get(requester_id)
-            if requester is not None:
-                requester.open_requests += count
+        self.requests.restore(self.delivery.restore(snapshot, self.registry.agents))
         transactions = [orjson.loads(t) for t in snapshot.state.get("transaction", [])]
         self.ledger.transactions = transactions
         self.negotiations.restore(snapshot.state.get("dialogue", []))
@@ -166,7 +159,7 @@ class Router:
             "LOBBY_RESTORED",
             agents=len(snapshot.agents),
             held_messages=sum(len(a.mailbox) for a in self.registry.agents.values()),
-            open_conversations=len(self.conversations),
+            open_conversations=len(self.requests.open),
         )
 
     def compaction(self) -> Compaction:
@@ -176,11 +169,16 @@ class Router:
         delivery.forget_old(now)
         self.registrar.forget_idle(now)
         return Compaction(
-            conversations=dict(self.conversations),
+            conversations=dict(self.requests.open),
             upto_row=delivery.last_row,
             acked={a.agent_id: a.acked_seq for a in self.registry.agents.values()},
             forget_before=now - delivery.dedupe_horizon,
         )
+
+    @property
+    def conversations(self) -> dict[ConversationKey, int]:
+        """Open REQUEST conversations -> REQUESTs waiting for a final RESPONSE."""
+        return self.requests.open
 
     # -- connection lifecycle -------------------------------------------------------------
 
@@ -254,9 +252,9 @@ class Router:
         try:
             mtype = msg.message_type
             if mtype is MessageType.REQUEST:
-                return self._request(session, agent, msg)
+                return self.requests.request(session, agent, msg)
             if mtype is MessageType.RESPONSE:
-                return self._response(session, agent, msg)
+                return self.requests.response(session, agent, msg)
             routed = self._routed.get(mtype)
             if routed is not None:
                 return routed(session, agent, msg)
@@ -374,102 +372,6 @@ class Router:
         self.delivery.journal.append(AgentRemoved(agent.agent_id))
         log.info("AGENT_UNREGISTERED", agent_id=agent.agent_id, dropped=len(agent.mailbox))
         return [Close(session, CloseCode.UNREGISTERED, "unregistered")]
-
-    # -- REQUEST / RESPONSE ---------------------------------------------------------------
-
-    def _request(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
-        conversation_id = msg.conversation_id
-        if conversation_id is None:
-            raise Refusal(ErrorCode.MALFORMED, "a REQUEST needs a conversation_id")
-        name = msg.payload.get("capability_name")
-        if type(name) is not str:
-            raise Refusal(ErrorCode.MALFORMED, "a REQUEST payload needs a string 'capability_name'")
-        target = self.registry.agents.get(msg.receiver_id)
-        if target is None:
-            raise Refusal(ErrorCode.UNKNOWN_RECEIVER, unknown_receiver(msg.receiver_id))
-        entry = target.capabilities.get(name)
-        if entry is None:
-            return self._deny(
-                session,
-                msg,
-                ErrorCode.CAPABILITY_NOT_FOUND,
-                f"Capability '{name}' not found on agent '{target.agent_id}'.",
-            )
-        if entry.allowed is not None and agent.agent_id not in entry.allowed:
-            log.info(
-                "REQUEST_DENIED_AUTHORIZATION",
-                requester=agent.agent_id,
-                responder=target.agent_id,
-                capability=name,
-                conversation_id=conversation_id,
-            )
-            return self._deny(
-                session,
-                msg,
-                ErrorCode.UNAUTHORIZED,
-                f"Unauthorized: Agent '{agent.agent_id}' is not authorized to call capability "
-                f"'{name}' on agent '{target.agent_id}'.",
-            )
-        now = self.clock()
-        if self.delivery.is_duplicate(msg, session, now):
-            return []
-        limit = self.limits.max_open_requests
-        if limit and agent.open_requests >= limit:
-            raise Refusal(
-                ErrorCode.LIMIT_EXCEEDED,
-                f"agent {agent.agent_id!r} already has {limit} REQUESTs waiting for a final "
-                "RESPONSE; this one was not routed",
-            )
-        actions = self.deliver(target, msg, session, Effect.OPENS, now)
-        key = (agent.agent_id, target.agent_id, conversation_id)
-        self.conversations[key] = self.conversations.get(key, 0) + 1
-        agent.open_requests += 1
-        if self.trace:
-            log.debug(
-                "REQUEST_AUTHORIZED",
-                requester=agent.agent_id,
-                responder=target.agent_id,
-                capability=name,
-                conversation_id=conversation_id,
-            )
-        return actions
-
-    def _response(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
-        status = msg.payload.get("status")
-        if type(status) is not str:
-            raise Refusal(ErrorCode.MALFORMED, "a RESPONSE payload needs a string 'status'")
-        key = (msg.receiver_id, agent.agent_id, msg.conversation_id or "")
-        open_requests = self.conversations.get(key)
-        if open_requests is None:
-            raise Refusal(
-                ErrorCode.UNKNOWN_CONVERSATION,
-                f"no open REQUEST from {msg.receiver_id!r} to {agent.agent_id!r} in conversation "
-                f"{msg.conversation_id!r}",
-            )
-        target = self.registry.agents.get(msg.receiver_id)
-        if target is None:
-            del self.conversations[key]
-            raise Refusal(ErrorCode.UNKNOWN_RECEIVER, unknown_receiver(msg.receiver_id))
-        now = self.clock()
-        if self.delivery.is_duplicate(msg, session, now):
-            return []
-        final = status != ResponseStatus.IN_PROGRESS
-        actions = self.deliver(target, msg, session, Effect.CLOSES if final else Effect.NONE, now)
-        if final:
-            if open_requests > 1:
-                self.conversations[key] = open_requests - 1
-            else:
-                del self.conversations[key]
-            target.open_requests = max(0, target.open_requests - 1)
-        return actions
-
-    def _deny(self, session: Session, msg: Message, code: ErrorCode, reason: str) -> list[Action]:
-        """The seed's answer to a refused REQUEST: an error RESPONSE in the same conversation."""
-        payload = {"status": ResponseStatus.ERROR, "code": code, "error": reason}
-        frame = self.from_lobby(
-            msg.sender_id, MessageType.RESPONSE, payload, msg.conversation_id, msg.message_id
-        )
-        return [Send(session, frame)]
 
     # -- delivery -------------------------------------------------------------------------
 

@@ -1,0 +1,143 @@
+"""REQUEST and RESPONSE: authorization by capability, and the open conversations.
+
+A REQUEST is forwarded only to a capability its receiver declares, and only for a requester
+that capability authorizes; it then opens (requester, responder, conversation_id). A RESPONSE
+is forwarded only to the requester of such an open conversation, and a final one (any status
+but `in_progress`) closes it. Refused REQUESTs get the seed's error RESPONSE; refused RESPONSEs
+an ERROR. This is the hot path: dict lookups, one `deliver`.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+import structlog
+
+from lobby.core.refusal import Refusal, unknown_receiver
+from lobby.core.registry import AgentRecord
+from lobby.core.session import Action, Send, Session
+from lobby.store.base import Effect
+from protocol.models import ErrorCode, Message, MessageType, ResponseStatus
+
+if TYPE_CHECKING:
+    from lobby.core.router import Router
+
+log = structlog.get_logger("lobby")
+
+ConversationKey = tuple[str, str, str]
+"""(requester, responder, conversation_id) of an open REQUEST."""
+
+
+class Conversations:
+    def __init__(self, router: Router) -> None:
+        self.router = router
+        self.open: dict[ConversationKey, int] = {}
+        """Open conversations -> how many REQUESTs in each wait for a final RESPONSE."""
+
+    def restore(self, conversations: dict[ConversationKey, int]) -> None:
+        """The open conversations after a restart; each requester's count follows."""
+        self.open = conversations
+        agents = self.router.registry.agents
+        for (requester_id, _, _), count in conversations.items():
+            requester = agents.get(requester_id)
+            if requester is not None:
+                requester.open_requests += count
+
+    def request(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
+        """Authorize by capability (and its `authorized_requester_ids`), forward, and open
+        the conversation its RESPONSEs will answer."""
+        router = self.router
+        conversation_id = msg.conversation_id
+        if conversation_id is None:
+            raise Refusal(ErrorCode.MALFORMED, "a REQUEST needs a conversation_id")
+        name = msg.payload.get("capability_name")
+        if type(name) is not str:
+            raise Refusal(ErrorCode.MALFORMED, "a REQUEST payload needs a string 'capability_name'")
+        target = router.registry.agents.get(msg.receiver_id)
+        if target is None:
+            raise Refusal(ErrorCode.UNKNOWN_RECEIVER, unknown_receiver(msg.receiver_id))
+        entry = target.capabilities.get(name)
+        if entry is None:
+            return self._deny(
+                session,
+                msg,
+                ErrorCode.CAPABILITY_NOT_FOUND,
+                f"Capability '{name}' not found on agent '{target.agent_id}'.",
+            )
+        if entry.allowed is not None and agent.agent_id not in entry.allowed:
+            log.info(
+                "REQUEST_DENIED_AUTHORIZATION",
+                requester=agent.agent_id,
+                responder=target.agent_id,
+                capability=name,
+                conversation_id=conversation_id,
+            )
+            return self._deny(
+                session,
+                msg,
+                ErrorCode.UNAUTHORIZED,
+                f"Unauthorized: Agent '{agent.agent_id}' is not authorized to call capability "
+                f"'{name}' on agent '{target.agent_id}'.",
+            )
+        now = router.clock()
+        if router.delivery.is_duplicate(msg, session, now):
+            return []
+        limit = router.limits.max_open_requests
+        if limit and agent.open_requests >= limit:
+            raise Refusal(
+                ErrorCode.LIMIT_EXCEEDED,
+                f"agent {agent.agent_id!r} already has {limit} REQUESTs waiting for a final "
+                "RESPONSE; this one was not routed",
+            )
+        actions = router.deliver(target, msg, session, Effect.OPENS, now)
+        key = (agent.agent_id, target.agent_id, conversation_id)
+        self.open[key] = self.open.get(key, 0) + 1
+        agent.open_requests += 1
+        if router.trace:
+            log.debug(
+                "REQUEST_AUTHORIZED",
+                requester=agent.agent_id,
+                responder=target.agent_id,
+                capability=name,
+                conversation_id=conversation_id,
+            )
+        return actions
+
+    def response(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
+        """Forward a RESPONSE to an open REQUEST of its receiver's; a final one closes it."""
+        router = self.router
+        status = msg.payload.get("status")
+        if type(status) is not str:
+            raise Refusal(ErrorCode.MALFORMED, "a RESPONSE payload needs a string 'status'")
+        key = (msg.receiver_id, agent.agent_id, msg.conversation_id or "")
+        open_requests = self.open.get(key)
+        if open_requests is None:
+            raise Refusal(
+                ErrorCode.UNKNOWN_CONVERSATION,
+                f"no open REQUEST from {msg.receiver_id!r} to {agent.agent_id!r} in conversation "
+                f"{msg.conversation_id!r}",
+            )
+        target = router.registry.agents.get(msg.receiver_id)
+        if target is None:
+            del self.open[key]
+            raise Refusal(ErrorCode.UNKNOWN_RECEIVER, unknown_receiver(msg.receiver_id))
+        now = router.clock()
+        if router.delivery.is_duplicate(msg, session, now):
+            return []
+        final = status != ResponseStatus.IN_PROGRESS
+        actions = router.deliver(target, msg, session, Effect.CLOSES if final else Effect.NONE, now)
+        if final:
+            if open_requests > 1:
+                self.open[key] = open_requests - 1
+            else:
+                del self.open[key]
+            target.open_requests = max(0, target.open_requests - 1)
+        return actions
+
+    def _deny(self, session: Session, msg: Message, code: ErrorCode, reason: str) -> list[Action]:
+        """The seed's answer to a refused REQUEST: an error RESPONSE in the same conversation."""
+        payload = {"status": ResponseStatus.ERROR, "code": code, "error": reason}
+        frame = self.router.from_lobby(
+            msg.sender_id, MessageType.RESPONSE, payload, msg.conversation_id, msg.message_id
+        )
+        return [Send(session, frame)]
