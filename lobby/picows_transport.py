@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 from picows import (
+    WSCloseCode,
     WSFrame,
     WSListener,
     WSMsgType,
@@ -85,7 +86,10 @@ class PicowsLink(WSListener):
                     self._fragments = []
                     self._lobby.received(session, self._fragmented_binary, data)
         elif msg_type is _CLOSE:
-            transport.send_close(frame.get_close_code())
+            # Echo the peer's code; a close without one is answered 1000 (picows would put
+            # NO_INFO, 0, on the wire).
+            code = frame.get_close_code()
+            transport.send_close(WSCloseCode.OK if code is WSCloseCode.NO_INFO else code)
             transport.disconnect()
         if frame.last_in_buffer:
             self._lobby.end_of_batch()

@@ -12,7 +12,7 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.client import ClientProtocol
 from websockets.exceptions import ConnectionClosed
-from websockets.frames import Frame, Opcode
+from websockets.frames import Close, Frame, Opcode
 from websockets.protocol import State
 from websockets.uri import parse_uri
 
@@ -286,3 +286,28 @@ async def test_stop_closes_every_connection_with_1001(tmp_path: Path, transport:
             assert ws.close_code == 1001
     finally:
         await server.stop()
+
+
+async def test_a_close_without_a_code_is_answered_with_a_valid_close(lobby: LobbyServer) -> None:
+    """Echoing "no code" must not put an invalid code (0) on the wire."""
+    client = ClientProtocol(parse_uri(lobby.url))
+    client.send_request(client.connect())
+    reader, writer = await asyncio.open_connection(lobby.settings.host, lobby.port)
+    try:
+        writer.write(b"".join(client.data_to_send()))
+        while client.state is not State.OPEN:
+            client.receive_data(await asyncio.wait_for(reader.read(65536), 5))
+        client.events_received()
+        client.send_close()  # no code: an empty close frame
+        writer.write(b"".join(client.data_to_send()))
+        closes: list[Frame] = []
+        while not closes:
+            data = await asyncio.wait_for(reader.read(65536), 5)
+            assert data, "the lobby dropped the connection without a close frame"
+            client.receive_data(data)
+            closes = [e for e in client.events_received() if isinstance(e, Frame)]
+        assert closes[0].opcode is Opcode.CLOSE
+        # Close.parse refuses invalid codes; an empty frame reads as 1005.
+        assert Close.parse(bytes(closes[0].data)).code in (1000, 1005)
+    finally:
+        writer.close()
