@@ -206,6 +206,8 @@ class Negotiations:
                 self.open[dialogue.dialogue_id] = dialogue
                 self.started[dialogue.initiator] = self.started.get(dialogue.initiator, 0) + 1
                 self._schedule(dialogue)
+        # Saved in the order they started; `forget_ended` wants them in the order they ended.
+        self.ended = dict(sorted(self.ended.items(), key=lambda item: item[1]))
 
     def _expiry(self, dialogue: Dialogue) -> float:
         """When `dialogue` expires unless a move comes first."""
