@@ -313,51 +313,21 @@ def percentiles(values: list[float]) -> dict[str, float]:
     return {"p50": pick(0.5), "p99": pick(0.99), "p99.9": pick(0.999)}
 
 
-async def register_lean(url: str, agent_id: str) -> asyncio.StreamWriter:
-    """An idle agent, registered as cheaply as a client can: websockets' sans-I/O protocol
-    for the handshake, the REGISTER frame sent right behind the upgrade request (a client may),
-    and nothing else per connection (no keepalive task, no receive queue). So the load
-    generator costs the server's share of the machine as little as possible."""
-    uri = parse_uri(url)
-    client = ClientProtocol(uri)
-    client.send_request(client.connect())
-    frame = orjson.dumps(
-        {
-            "sender_id": agent_id,
-            "receiver_id": "global_lobby",
-            "message_type": "REGISTER",
-            "payload": {"capabilities": []},
-        }
-    )
-    reader, writer = await asyncio.open_connection(uri.host, uri.port)
-    writer.write(
-        b"".join(client.data_to_send())
-        + Frame(Opcode.TEXT, frame).serialize(mask=True, extensions=[])
-    )
-    while True:
-        data = await reader.read(65536)
-        if not data:
-            raise ConnectionError(f"{agent_id}: the server closed the connection")
-        client.receive_data(data)
-        for event in client.events_received():
-            if isinstance(event, Frame) and event.opcode is Opcode.TEXT:
-                return writer
-
-
 async def idle_agents(
     url: str, server_pid: int, count: int, tag: str, hold: float
 ) -> dict[str, Any]:
-    """Register `count` agents (`IN_FLIGHT` handshakes at a time, `register_lean`), keep them all
+    """Register `count` agents (`IN_FLIGHT` handshakes at a time, `LeanClient`s), keep them all
     connected `hold` seconds (while the parent reads the server's RSS), then drop them."""
     started, cpu0, own0, busy0 = (
         time.time(), cpu_seconds(server_pid), time.process_time(), machine_busy_seconds()
     )  # fmt: skip
-    sockets: list[asyncio.StreamWriter] = []
+    sockets: list[LeanClient] = []
     in_flight = asyncio.Semaphore(IN_FLIGHT)
 
     async def one(agent_id: str) -> None:
         async with in_flight:
-            sockets.append(await register_lean(url, agent_id))
+            lean, _ = await lean_connect(url, agent_id, [])
+            sockets.append(lean)
 
     try:
         await asyncio.gather(*(one(f"{tag}{i}") for i in range(count)))
@@ -366,8 +336,9 @@ async def idle_agents(
         )  # fmt: skip
         await asyncio.sleep(hold)
     finally:
-        for writer in sockets:
-            writer.transport.abort()
+        for lean in sockets:
+            if lean.transport is not None:
+                lean.transport.abort()
     return {
         "registered": len(sockets),
         "started": started,

@@ -235,10 +235,10 @@ class LobbyServer:
 
     def _execute(self, actions: Iterable[Action]) -> None:
         for action in actions:
-            link: Link = action.session.link  # type: ignore[assignment]
             if isinstance(action, Send):
                 self._send(action.session, action.frame)
             else:
+                link: Link = action.session.link  # type: ignore[assignment]
                 self._close(link, action.code, action.reason)
 
     def _send(self, session: Session, frame: bytes) -> None:
