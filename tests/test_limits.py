@@ -54,6 +54,54 @@ async def test_capabilities_per_agent_are_limited(tmp_path: Path) -> None:
         assert sorted(lobby.router.registry.agents["greedy"].capabilities) == ["c0", "c1"]
 
 
+async def test_open_requests_and_dialogues_per_agent_are_limited(tmp_path: Path) -> None:
+    async with (
+        running(tmp_path, max_open_requests=1, max_open_dialogues=1) as lobby,
+        connect(lobby.url) as asker,
+        connect(lobby.url) as server,
+    ):
+        token = (await register(asker, "asker"))["payload"]["auth_token"]
+        server_token = (await register(server, "server", capabilities=[capability("c")]))[
+            "payload"
+        ]["auth_token"]
+
+        def to_server(kind: str, payload: dict[str, Any], conversation: str) -> str:
+            return frame(
+                "asker",
+                kind,
+                payload,
+                receiver_id="server",
+                conversation_id=conversation,
+                message_id=f"{kind}-{conversation}",
+                auth_token=token,
+            )
+
+        await asker.send(to_server("REQUEST", {"capability_name": "c"}, "k1"))
+        assert (await reply(server))["conversation_id"] == "k1"
+        await asker.send(to_server("REQUEST", {"capability_name": "c"}, "k2"))
+        assert (await reply(asker))["payload"]["code"] == "limit_exceeded"
+        await server.send(
+            frame(
+                "server",
+                "RESPONSE",
+                {"status": "success"},
+                receiver_id="asker",
+                conversation_id="k1",
+                auth_token=server_token,
+            )
+        )
+        assert (await reply(asker))["message_type"] == "RESPONSE"
+        await asker.send(to_server("REQUEST", {"capability_name": "c"}, "k2"))
+        assert (await reply(server))["conversation_id"] == "k2"  # k1 answered: room again
+
+        await asker.send(to_server("CFP", {"query": {}}, "d1"))
+        assert (await reply(server))["message_type"] == "CFP"
+        await asker.send(to_server("CFP", {"query": {}}, "d2"))
+        refused = await reply(asker)
+        assert refused["payload"]["code"] == "limit_exceeded"
+        assert refused["payload"]["original_message_type"] == "CFP"
+
+
 @pytest.mark.parametrize("transport", TRANSPORTS)
 async def test_connections_are_limited(tmp_path: Path, transport: str) -> None:
     async with (
