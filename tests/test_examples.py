@@ -42,7 +42,7 @@ def test_price_hunter_script_runs_against_a_lobby_process(lobby_process: LobbyPr
 
 
 async def test_echo_agent(lobby: LobbyServer) -> None:
-    async with EchoAgent(lobby_url=lobby.url), Agent("caller", lobby_url=lobby.url) as caller:
+    async with EchoAgent(lobby_url=lobby.url), Agent("my_client", lobby_url=lobby.url) as caller:
         assert await caller.request("echo", "echo", {"text": "hello"}) == {
             "text": "hello",
             "length": 5,

@@ -23,7 +23,11 @@ class EchoReply(BaseModel):
 class EchoAgent(Agent):
     agent_id = "echo"
 
-    @capability("echo", description="Returns the text it is given, with its length.")
+    @capability(
+        "echo",
+        description="Returns the text it is given, with its length.",
+        authorized=["my_client", "minimal_client"],  # the README's caller and PROTOCOL.md's
+    )
     async def echo(self, request: EchoRequest, ctx: RequestContext) -> EchoReply:
         return EchoReply(text=request.text, length=len(request.text))
 
