@@ -72,6 +72,12 @@ class Settings:
     log_format: LogFormat = "json"
     log_level: str = "info"
 
+    @property
+    def close_timeout(self) -> float:
+        """Seconds a closing connection has to finish the closing handshake before it is cut
+        off (half the shutdown bound, so shutdown still ends in time)."""
+        return self.shutdown_timeout / 2
+
     def limits(self) -> Limits:
         return Limits(
             message_rate=self.message_rate,

@@ -67,7 +67,11 @@ class PicowsLink(WSListener):
         session = self.session
         assert session is not None
         msg_type = frame.msg_type
-        if msg_type is _TEXT or msg_type is _BINARY:
+        if frame.rsv1 or frame.rsv2 or frame.rsv3:
+            # No extension is negotiated, so a reserved bit is a protocol error (RFC 6455 5.2);
+            # picows leaves that check to its user.
+            self._fail(CloseCode.PROTOCOL_ERROR, "reserved bits set")
+        elif msg_type is _TEXT or msg_type is _BINARY:
             if frame.fin:
                 self._lobby.received(session, msg_type is _BINARY, frame.get_payload_as_bytes())
             else:
@@ -78,7 +82,7 @@ class PicowsLink(WSListener):
             self._fragmented_size += frame.payload_size
             if self._fragmented_size > self._lobby.settings.max_message_bytes:
                 self._fragments = []
-                self.shut(CloseCode.MESSAGE_TOO_BIG, "message too big")
+                self._fail(CloseCode.MESSAGE_TOO_BIG, "message too big")
             else:
                 self._fragments.append(frame.get_payload_as_bytes())
                 if frame.fin:
@@ -89,10 +93,17 @@ class PicowsLink(WSListener):
             # Echo the peer's code; a close without one is answered 1000 (picows would put
             # NO_INFO, 0, on the wire).
             code = frame.get_close_code()
+            self._lobby.closing(session, None if code is None else int(code))
             transport.send_close(WSCloseCode.OK if code is WSCloseCode.NO_INFO else code)
             transport.disconnect()
         if frame.last_in_buffer:
             self._lobby.end_of_batch()
+
+    def _fail(self, code: int, reason: str) -> None:
+        """Close for a fault of the peer's: its agent goes offline at once."""
+        assert self.session is not None
+        self._lobby.closing(self.session, code)
+        self.shut(code, reason)
 
     # -- Link -----------------------------------------------------------------------------
 
@@ -108,10 +119,14 @@ class PicowsLink(WSListener):
         return 0 if transport is None else transport.underlying_transport.get_write_buffer_size()
 
     def shut(self, code: int, reason: str) -> None:
+        """Send the close frame and close TCP once what is buffered is written; a peer that
+        does not read it within `close_timeout` is cut off."""
         transport = self._transport
         if transport is not None and not transport.is_close_frame_sent:
             transport.send_close(code, reason.encode())  # type: ignore[arg-type]  # any close code
             transport.disconnect()
+            close_timeout = self._lobby.settings.close_timeout
+            asyncio.get_running_loop().call_later(close_timeout, transport.disconnect, False)
 
 
 class PicowsTransport:

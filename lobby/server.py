@@ -212,16 +212,24 @@ class LobbyServer:
                 # Detach at once so nothing more is written to it: an acknowledging agent finds
                 # its unacknowledged messages in its mailbox when it resumes.
                 log.warning("CONNECTION_TOO_SLOW", remote=link.remote)
-                self._execute(self.router.close(session))
-                self._close(link, CloseCode.TOO_SLOW, "too slow: outbound queue overflowed")
+                self._close(session, CloseCode.TOO_SLOW, "too slow: outbound queue overflowed")
         self.committer.kick()
 
-    def disconnected(self, session: Session) -> None:
+    def closing(self, session: Session, code: int | None) -> None:
+        """The connection of `session` stopped being open (its peer sent a close frame, or the
+        transport failed it: 1009, 1002, ...), though TCP may stay up a while longer: its agent
+        goes offline now, so what is sent to it from here on is held for its resume instead of
+        being written to a closing connection. The transport aborts the connection if the
+        closing handshake does not finish in time."""
+        self._execute(self.router.close(session, code))
+
+    def disconnected(self, session: Session, code: int | None = None) -> None:
+        """The connection of `session` is gone (TCP closed or aborted)."""
         deadline = self._deadlines.pop(session, None)
         if deadline is not None:
             deadline.cancel()
         self.connections -= 1
-        self._execute(self.router.close(session))
+        self._execute(self.router.close(session, code))
         self._batch()
 
     # -- carrying out the router's actions --------------------------------------------------
@@ -238,8 +246,7 @@ class LobbyServer:
             if isinstance(action, Send):
                 self._send(action.session, action.frame)
             else:
-                link: Link = action.session.link  # type: ignore[assignment]
-                self._close(link, action.code, action.reason)
+                self._close(action.session, action.code, action.reason)
 
     def _send(self, session: Session, frame: bytes) -> None:
         link: Link = session.link  # type: ignore[assignment]
@@ -255,9 +262,14 @@ class LobbyServer:
     def _registration_deadline(self, session: Session) -> None:
         self._deadlines.pop(session, None)
         if session.agent is None:
-            self._close(session.link, CloseCode.POLICY_VIOLATION, "no REGISTER in time")  # type: ignore[arg-type]
+            self._close(session, CloseCode.POLICY_VIOLATION, "no REGISTER in time")
 
-    def _close(self, link: Link, code: int, reason: str) -> None:
+    def _close(self, session: Session, code: int, reason: str) -> None:
+        """Close `session`'s connection. Its agent goes offline at the decision, not when the
+        peer finishes the closing handshake: nothing sent to it after this is written to the
+        closing connection (or, for an agent without acks, counted as delivered)."""
+        self._execute(self.router.close(session, code))
+        link: Link = session.link  # type: ignore[assignment]
         closing = link.shut(code, reason)
         if closing is not None:
             task = asyncio.ensure_future(closing)

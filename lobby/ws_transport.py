@@ -39,6 +39,9 @@ class LobbyConnection(ServerConnection):
         """Messages that came with the handshake, before the lobby attached (rare)."""
         self._fragments: list[bytes] = []
         self._fragmented_binary = False
+        self._closing = False
+        """Set once the lobby knows this connection is no longer open."""
+        self._abort: asyncio.TimerHandle | None = None
 
     def attach(self, lobby: LobbyServer) -> Session:
         address = self.remote_address
@@ -68,18 +71,48 @@ class LobbyConnection(ServerConnection):
         return transport.get_write_buffer_size()
 
     def shut(self, code: int, reason: str) -> asyncio.Task[None] | None:
+        """Send the close frame; the connection is aborted if it is not gone within
+        `close_timeout` (websockets' own `close` waits that long for the peer, but first for
+        the write buffer to drain, which a peer that stopped reading never lets happen)."""
+        self._closing = True
+        self._abort_later()
         if self.protocol.state is not _OPEN:
             return None
         return asyncio.get_running_loop().create_task(self.close(code, reason))
+
+    def _abort_later(self) -> None:
+        if self._abort is None and self.close_timeout is not None:
+            self._abort = self.loop.call_later(self.close_timeout, self.transport.abort)
 
     # -- receiving --------------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
-        # Everything this read brought is routed: write it out now, one write per receiver,
-        # rather than an event-loop iteration later (which would add to every round trip).
-        if self._lobby is not None:
-            self._lobby.end_of_batch()
+        lobby = self._lobby
+        if lobby is not None:
+            if self.protocol.state is not _OPEN and not self._closing:
+                self._peer_closing(lobby)
+            # Everything this read brought is routed: write it out now, one write per
+            # receiver, rather than an event-loop iteration later (which would add to every
+            # round trip).
+            lobby.end_of_batch()
+
+    def _peer_closing(self, lobby: LobbyServer) -> None:
+        """The peer sent a close frame, or websockets failed the connection (1009 for a
+        message over `max_size`, 1002 for a frame that breaks RFC 6455) and sent its own:
+        the agent goes offline now. websockets then waits for the peer to close TCP, which a
+        client may leave to the server (RFC 6455 7.1.1), and nothing here would wait on it but
+        keepalive: so the connection is aborted once `close_timeout` has passed."""
+        self._closing = True
+        assert self.session is not None
+        close = self.protocol.close_sent or self.protocol.close_rcvd
+        lobby.closing(self.session, None if close is None else int(close.code))
+        self._abort_later()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        if self._abort is not None:
+            self._abort.cancel()
+        super().connection_lost(exc)
 
     def process_event(self, event: Event) -> None:
         if self.request is None or type(event) is not Frame:
@@ -126,7 +159,7 @@ class WebsocketsTransport:
             ping_interval=s.ping_interval,
             ping_timeout=s.ping_timeout,
             # A peer that never answers our close frame is dropped in time for shutdown.
-            close_timeout=s.shutdown_timeout / 2,
+            close_timeout=s.close_timeout,
             process_request=self._process_request,
             server_header=None,
             ssl=tls_context(s),
@@ -146,7 +179,8 @@ class WebsocketsTransport:
         try:
             await ws.wait_closed()
         finally:
-            self._lobby.disconnected(session)
+            code = ws.protocol.close_code
+            self._lobby.disconnected(session, None if code is None else int(code))
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         assert self._lobby is not None

@@ -26,6 +26,7 @@ from protocol.models import (
     ServicesAvailablePayload,
     UnregisterPayload,
     UpdateCapabilitiesPayload,
+    close_code_name,
 )
 
 __all__ = [
@@ -51,6 +52,7 @@ __all__ = [
     "ServicesAvailablePayload",
     "UnregisterPayload",
     "UpdateCapabilitiesPayload",
+    "close_code_name",
     "decode",
     "encode",
     "to_dict",

@@ -80,13 +80,40 @@ class ErrorCode(StrEnum):
 class CloseCode:
     """WebSocket close codes the lobby uses (PROTOCOL.md, "Close codes")."""
 
+    NORMAL: Final = 1000
     GOING_AWAY: Final = 1001
+    PROTOCOL_ERROR: Final = 1002
+    """A frame that breaks RFC 6455 (a reserved bit set, say)."""
     POLICY_VIOLATION: Final = 1008
     """No REGISTER within the handshake timeout."""
     MESSAGE_TOO_BIG: Final = 1009
     REPLACED: Final = 4001
     TOO_SLOW: Final = 4002
     UNREGISTERED: Final = 4003
+
+
+CLOSE_CODE_NAMES: Final[dict[int, str]] = {
+    1000: "normal",
+    1001: "going_away",
+    1002: "protocol_error",
+    1005: "no_status",
+    1006: "abnormal",
+    1007: "invalid_data",
+    1008: "policy_violation",
+    1009: "message_too_big",
+    1011: "internal_error",
+    4001: "replaced",
+    4002: "too_slow",
+    4003: "unregistered",
+}
+"""What a close code means, as log lines name it (`close_code=4003 close="unregistered"`)."""
+
+
+def close_code_name(code: int | None) -> str:
+    """The name of a WebSocket close code: those above, else "unknown" (or "none")."""
+    if code is None:
+        return "none"
+    return CLOSE_CODE_NAMES.get(code, "unknown")
 
 
 class RegisterStatus(StrEnum):

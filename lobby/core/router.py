@@ -55,6 +55,7 @@ from protocol.models import (
     MessageType,
     RegisterPayload,
     UpdateCapabilitiesPayload,
+    close_code_name,
 )
 
 log = structlog.get_logger("lobby")
@@ -185,13 +186,20 @@ class Router:
     def open(self, remote: str = "", link: object = None, host: str = "") -> Session:
         return Session(remote, link, host)
 
-    def close(self, session: Session) -> list[Action]:
-        """The connection of `session` is gone: its agent (if any) goes offline."""
+    def close(self, session: Session, code: int | None = None) -> list[Action]:
+        """The connection of `session` is closing or gone (`code`: the close code, when one is
+        known): its agent (if any) goes offline at once, so what is sent to it from now on is
+        held for its resume. Safe to call more than once."""
         agent = session.agent
         session.agent = None
         if agent is not None and agent.session is session:
             agent.session = None
-            log.info("AGENT_DISCONNECTED", agent_id=agent.agent_id)
+            log.info(
+                "AGENT_DISCONNECTED",
+                agent_id=agent.agent_id,
+                close_code=code,
+                close=close_code_name(code),
+            )
         return []
 
     # -- frames ---------------------------------------------------------------------------
