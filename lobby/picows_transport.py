@@ -93,7 +93,7 @@ class PicowsLink(WSListener):
             # Echo the peer's code; a close without one is answered 1000 (picows would put
             # NO_INFO, 0, on the wire).
             code = frame.get_close_code()
-            self._lobby.closing(session, None if code is None else int(code))
+            self._lobby.closing(session, None if code is None else code.value)
             transport.send_close(WSCloseCode.OK if code is WSCloseCode.NO_INFO else code)
             transport.disconnect()
         if frame.last_in_buffer:
