@@ -1,10 +1,4 @@
-"""The smallest useful agent: one capability that returns what it is given.
-
-Run a lobby (`make run`), then:  python -m examples.echo.echo_agent
-Call it from another agent:      await agent.request("echo", "echo", {"text": "hi"})
-"""
-
-from __future__ import annotations
+"""The smallest useful agent: one capability that returns what it is given."""
 
 from pydantic import BaseModel
 
@@ -26,11 +20,12 @@ class EchoAgent(Agent):
     @capability(
         "echo",
         description="Returns the text it is given, with its length.",
-        authorized=["my_client", "minimal_client"],  # the README's caller and PROTOCOL.md's
+        authorized=["my_client", "minimal_client"],  # only these agents may call it
     )
     async def echo(self, request: EchoRequest, ctx: RequestContext) -> EchoReply:
+        await ctx.progress({"step": "measuring"})  # optional: an in_progress RESPONSE
         return EchoReply(text=request.text, length=len(request.text))
 
 
 if __name__ == "__main__":
-    EchoAgent().run_forever()  # lobby_url from $LOBBY_URL, else ws://127.0.0.1:8765/
+    EchoAgent().run_forever()  # connects to $LOBBY_URL, else ws://127.0.0.1:8765/

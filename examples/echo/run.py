@@ -1,0 +1,29 @@
+"""The echo agent and the README's caller in one process: the caller discovers the echo
+capability, calls it, and prints the answer.
+
+    .venv/bin/python -m examples.echo.run [--lobby-url ws://127.0.0.1:8765/]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+
+from agent_sdk import Agent
+from examples.echo.echo_agent import EchoAgent, EchoReply
+
+
+async def main(lobby_url: str) -> EchoReply:
+    async with EchoAgent(lobby_url=lobby_url), Agent("my_client", lobby_url=lobby_url) as me:
+        services = await me.discover("echo")
+        print("found:", ", ".join(service.agent_id for service in services))
+        answer = await me.request("echo", "echo", {"text": "hi"}, output_type=EchoReply, timeout=5)
+    print(f"echo answered: {answer.text!r} ({answer.length} characters)")
+    return answer
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--lobby-url", default=os.environ.get("LOBBY_URL", "ws://127.0.0.1:8765/"))
+    asyncio.run(main(parser.parse_args().lobby_url))
