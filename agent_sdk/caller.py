@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from typing import Any, TypeVar
+from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel
 
@@ -23,6 +23,28 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class Caller(AgentCore):
+    @overload
+    async def request(
+        self,
+        agent_id: str,
+        capability: str,
+        payload: dict[str, Any] | BaseModel | None = None,
+        *,
+        timeout: float | None = None,
+        output_type: type[M],
+    ) -> M: ...
+
+    @overload
+    async def request(
+        self,
+        agent_id: str,
+        capability: str,
+        payload: dict[str, Any] | BaseModel | None = None,
+        *,
+        timeout: float | None = None,
+        output_type: None = None,
+    ) -> Any: ...
+
     async def request(
         self,
         agent_id: str,
