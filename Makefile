@@ -2,17 +2,28 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-STAMP := $(VENV)/.installed
+RUN_STAMP := $(VENV)/.installed-run
+STAMP := $(VENV)/.installed-dev
 
 .PHONY: run test lint bench schema clean
 
-$(STAMP): pyproject.toml
+$(BIN)/python:
+	@echo "make: creating $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e '.[dev]'
-	touch $(STAMP)
 
-run: $(STAMP)
+# `make run` installs what the lobby needs, nothing more.
+$(RUN_STAMP): pyproject.toml | $(BIN)/python
+	@echo "make: installing the lobby into $(VENV)"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
+	touch $(RUN_STAMP)
+
+# Every other target also needs the test and lint tools.
+$(STAMP): pyproject.toml | $(BIN)/python
+	@echo "make: installing the lobby and its development tools into $(VENV)"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
+	touch $(STAMP) $(RUN_STAMP)
+
+run: $(RUN_STAMP)
 	$(BIN)/lobby serve
 
 lint: $(STAMP)

@@ -23,6 +23,10 @@ class StoreNotFound(Exception):
     pass
 
 
+class UnknownAgent(Exception):
+    pass
+
+
 def open_readonly(data_dir: Path) -> sqlite3.Connection:
     path = data_dir / FILE_NAME
     if not path.exists():
@@ -55,6 +59,8 @@ def agents(db: sqlite3.Connection) -> list[dict[str, Any]]:
 
 
 def mailbox(db: sqlite3.Connection, agent_id: str) -> list[dict[str, Any]]:
+    if db.execute("SELECT 1 FROM agents WHERE agent_id = ?", (agent_id,)).fetchone() is None:
+        raise UnknownAgent(f"no agent {agent_id!r} is registered in this store (see lobby agents)")
     return [
         {
             "seq": m.seq,

@@ -1,7 +1,9 @@
-"""`lobby serve | schema`: the daemon's command line.
+"""`lobby serve | schema | agents | mailbox | transactions`: the daemon's command line.
 
-Every `serve` flag can also come from an environment variable: `--max-message-bytes` from
-`LOBBY_MAX_MESSAGE_BYTES`, and so on; a flag given on the command line wins.
+`serve` takes its settings from flags, `LOBBY_*` variables and a TOML file (`lobby.options`).
+A bad setting or a start that cannot happen (the port in use, the data dir held by another
+lobby) is one line on stderr and a non-zero exit (2 for a bad setting, 1 otherwise), with no
+new data dir left behind; never a traceback.
 """
 
 from __future__ import annotations
@@ -9,101 +11,56 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import os
 import resource
+import shutil
 import signal
+import socket
+import sqlite3
+import ssl
 import sys
-from collections.abc import Callable, Coroutine, Sequence
-from dataclasses import fields
+from collections.abc import Coroutine, Sequence
+from importlib import metadata
 from pathlib import Path
-from typing import Any, get_args
+from typing import Any, NoReturn
 
 import orjson
 
 from lobby import admin
-from lobby.config import LogFormat, Settings, StoreKind, TransportKind
+from lobby.config import SettingError, Settings
 from lobby.logs import configure
+from lobby.options import add_serve_options, settings_from
 from lobby.server import LobbyServer
+from lobby.store.sqlite import FILE_NAME, StoreLocked
 from protocol.schema import all_schemas
 
-_HELP = {
-    "host": "address to listen on",
-    "port": "port to listen on (0: any free port)",
-    "data_dir": "directory for the lobby's data (the sqlite store)",
-    "store": "sqlite (durable) or memory",
-    "transport": "websockets, or picows (pip install 'agent-lobby[picows]')",
-    "fsync": "sync every commit to disk",
-    "dedupe_horizon": "seconds a sender's message_id is remembered for dedupe",
-    "dedupe_max": "most message ids remembered for dedupe",
-    "commit_interval": "seconds between the starts of two group commits",
-    "compact_interval": "seconds between store checkpoints",
-    "dialogue_timeout": "seconds a dialogue may idle before it expires",
-    "max_message_bytes": "largest accepted frame; larger ones close the connection with 1009",
-    "max_outbound_bytes": "bytes queued for one slow receiver before it is closed with 4002",
-    "mailbox_limit": "messages held for one offline agent before senders get mailbox_full",
-    "message_rate": "messages per second one agent may send (0: no limit)",
-    "message_burst": "messages one agent may send at once",
-    "max_capabilities": "capabilities one agent may declare",
-    "max_open_requests": "REQUESTs one agent may have waiting for a final RESPONSE (0: no limit)",
-    "max_open_dialogues": "open negotiation dialogues one agent may have started (0: no limit)",
-    "max_connections": "connections at once (more get HTTP 503)",
-    "handshake_timeout": "seconds a connection has to REGISTER (then closed with 1008)",
-    "registration_rate": "REGISTER attempts per second per source address (0: no limit)",
-    "registration_burst": "REGISTER attempts at once per source address",
-    "registration_key": "secret REGISTER payloads must carry as registration_key",
-    "tls_cert": "PEM certificate file: serve wss:// (with --tls-key)",
-    "tls_key": "PEM private key file for --tls-cert",
-    "ping_interval": "seconds between keepalive pings",
-    "ping_timeout": "seconds to wait for a pong before dropping the connection",
-    "shutdown_timeout": "seconds to close every connection on SIGINT/SIGTERM",
-    "log_format": "json (one object a line) or console",
-    "log_level": "debug, info, warning or error",
-}
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, but a usage error is one line (and exit status 2), not a usage dump."""
 
-_OPTIONAL: dict[str, Callable[[str], Any]] = {
-    "registration_key": str,
-    "tls_cert": Path,
-    "tls_key": Path,
-}
-
-
-def _env_default(name: str, default: Any, convert: Callable[[str], Any]) -> Any:
-    raw = os.environ.get(f"LOBBY_{name.upper()}")
-    return default if raw is None else convert(raw)
-
-
-def _flag(raw: str) -> bool:
-    return raw.strip().lower() in {"1", "true", "yes", "on"}
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="lobby", description="The Agent Lobby daemon.")
-    commands = parser.add_subparsers(dest="command", required=True)
+    parser = _Parser(prog="lobby", description="The Agent Lobby daemon.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
+    commands = parser.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    serve = commands.add_parser("serve", help="run the lobby")
+    serve = commands.add_parser(
+        "serve",
+        help="run the lobby",
+        description="Run the lobby. Each option can also be set as LOBBY_<OPTION> in the "
+        "environment (LOBBY_MAX_MESSAGE_BYTES=1000) or in a --config file; a flag wins.",
+    )
+    add_serve_options(serve)
     defaults = Settings()
-    for f in fields(Settings):
-        default = getattr(defaults, f.name)
-        convert: Callable[[str], Any] = _flag if isinstance(default, bool) else type(default)
-        if default is None:
-            convert = _OPTIONAL[f.name]
-        option = "--" + f.name.replace("_", "-")
-        shown = " (%(default)s)" if f.name != "registration_key" else ""
-        kwargs: dict[str, Any] = {"help": _HELP[f.name] + shown}
-        if isinstance(default, bool):
-            kwargs["action"] = argparse.BooleanOptionalAction
-        else:
-            kwargs["type"] = convert
-        choices = {"log_format": LogFormat, "store": StoreKind, "transport": TransportKind}
-        if f.name in choices:
-            kwargs["choices"] = list(get_args(choices[f.name]))
-        serve.add_argument(option, default=_env_default(f.name, default, convert), **kwargs)
 
     schema = commands.add_parser("schema", help="print the JSON Schema of every message")
     schema.add_argument("--write", type=Path, metavar="DIR", help="write one file a message")
 
-    data_dir = _env_default("data_dir", defaults.data_dir, Path)
+    data_dir = Path(os.environ.get("LOBBY_DATA_DIR") or defaults.data_dir)
     for name, help_text in (
         ("agents", "list registered agents, from the store"),
         ("mailbox", "list the messages held for one agent, from the store"),
@@ -123,10 +80,34 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _schema(args.write)
     if args.command in ("agents", "mailbox", "transactions"):
         return _admin(args)
-    settings = Settings(**{f.name: getattr(args, f.name) for f in fields(Settings)})
+    try:
+        settings = settings_from(args, os.environ)
+    except SettingError as bad:
+        sys.stderr.write(f"lobby: {bad}\n")
+        return 2
     configure(log_format=settings.log_format, level=settings.log_level)
-    _run(_serve(settings))
+    created = _first_missing(settings.data_dir) if settings.store == "sqlite" else None
+    try:
+        _run(_serve(settings))
+    except StartFailed as failed:
+        if created is not None:  # a failed start leaves nothing behind
+            shutil.rmtree(created, ignore_errors=True)
+        sys.stderr.write(f"lobby: {failed}\n")
+        return 1
     return 0
+
+
+def _first_missing(path: Path) -> Path | None:
+    """The outermost directory of `path` that does not exist yet (what starting creates)."""
+    missing = None
+    path = path.absolute()
+    while not path.exists():
+        missing, path = path, path.parent
+    return missing
+
+
+class StartFailed(Exception):
+    """The lobby could not start, for a reason one line tells."""
 
 
 def _admin(args: argparse.Namespace) -> int:
@@ -139,7 +120,11 @@ def _admin(args: argparse.Namespace) -> int:
         if args.command == "agents":
             rows = admin.agents(db)
         elif args.command == "mailbox":
-            rows = admin.mailbox(db, args.agent_id)
+            try:
+                rows = admin.mailbox(db, args.agent_id)
+            except admin.UnknownAgent as exc:
+                sys.stderr.write(f"lobby: {exc}\n")
+                return 1
         else:
             rows = admin.transactions(db)
     sys.stdout.write(admin.render(rows, as_json=args.json) + "\n")
@@ -168,7 +153,43 @@ async def _serve(settings: Settings) -> None:
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
-    await LobbyServer(settings).serve_until(stop)
+    try:
+        server = LobbyServer(settings)
+    except StoreLocked as locked:
+        raise StartFailed(str(locked)) from None
+    except sqlite3.DatabaseError as exc:
+        path = settings.data_dir / FILE_NAME
+        raise StartFailed(f"cannot open the store {str(path)!r}: {exc}") from None
+    try:
+        await server.start()
+    except ssl.SSLError as exc:  # before OSError, of which it is a kind
+        raise StartFailed(
+            f"cannot load --tls-cert {settings.tls_cert} with --tls-key {settings.tls_key}: "
+            f"not a PEM certificate chain and its private key ({exc.reason or exc})"
+        ) from None
+    except OSError as exc:
+        raise StartFailed(_listen_failure(settings, exc)) from None
+    try:
+        await stop.wait()
+    finally:
+        await server.stop()
+
+
+def _listen_failure(settings: Settings, exc: OSError) -> str:
+    where = f"{settings.host}:{settings.port}"
+    if exc.errno == errno.EADDRINUSE:
+        return (
+            f"port {settings.port} is in use on {settings.host} (another lobby?): stop it, "
+            "or choose another --port"
+        )
+    if exc.errno == errno.EACCES:
+        return (
+            f"not allowed to listen on {where} (ports below 1024 need privileges): "
+            "choose another --port"
+        )
+    if exc.errno in (errno.EADDRNOTAVAIL, errno.EAFNOSUPPORT) or isinstance(exc, socket.gaierror):
+        return f"cannot listen on --host {settings.host!r}: not an address of this machine"
+    return f"cannot listen on {where}: {exc.strerror or exc}"
 
 
 def _raise_open_files_limit() -> None:
@@ -187,3 +208,10 @@ def _run(main: Coroutine[Any, Any, None]) -> None:
     else:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             runner.run(main)
+
+
+def _version() -> str:
+    try:
+        return metadata.version("agent-lobby")
+    except metadata.PackageNotFoundError:  # run from a source tree that is not installed
+        return "unknown"

@@ -1,82 +1,146 @@
-"""The daemon's settings: one frozen dataclass, filled from flags or `LOBBY_*` variables."""
+"""The daemon's settings: one frozen dataclass that says, per setting, its default, its help
+text and what values it allows; `Settings.check()` holds every value to that before anything
+is opened. `lobby.options` fills it from flags, `LOBBY_*` variables and a TOML file."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import os
+from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON, DEFAULT_DEDUPE_MAX
 from lobby.core.limits import Limits
 from lobby.core.router import DEFAULT_MAILBOX_LIMIT
 
 LogFormat = Literal["json", "console"]
+LogLevel = Literal["debug", "info", "warning", "error"]
 StoreKind = Literal["sqlite", "memory"]
 TransportKind = Literal["websockets", "picows"]
 
 
+class SettingError(ValueError):
+    """A setting's value is not allowed: `str()` is one line naming the setting, the value,
+    what is wrong and what is allowed."""
+
+    def __init__(self, name: str, problem: str) -> None:
+        super().__init__(f"{name}: {problem}")
+        self.name = name
+        self.problem = problem
+
+
+def _setting(
+    default: Any, help: str, *, minimum: float | None = None, above: float | None = None
+) -> Any:
+    """A setting: `minimum` is the least allowed value, `above` a bound it must exceed."""
+    return field(default=default, metadata={"help": help, "minimum": minimum, "above": above})
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Settings:
-    host: str = "127.0.0.1"
-    port: int = 8765
-    """0 picks a free port; the one bound is logged as LOBBY_LISTENING."""
-    data_dir: Path = Path(".lobby")
-    """Where the sqlite store keeps its file."""
-    store: StoreKind = "sqlite"
-    transport: TransportKind = "websockets"
-    """The WebSocket implementation: websockets (the default) or picows (the optional
-    `agent-lobby[picows]` extra; C framing, faster)."""
-    """sqlite (durable, the default) or memory (nothing survives the process)."""
-    fsync: bool = False
-    """Sync every commit to disk (survives power loss, costs throughput)."""
-    max_message_bytes: int = 256 * 1024
-    """A larger frame closes its connection with 1009."""
-    max_outbound_bytes: int = 4 * 1024 * 1024
-    """Bytes waiting to be written to one connection; past this it is closed with 4002."""
-    mailbox_limit: int = DEFAULT_MAILBOX_LIMIT
-    """Messages held for one offline agent; past this senders get `mailbox_full`."""
-    dedupe_horizon: float = DEFAULT_DEDUPE_HORIZON
-    """Seconds a sender's message_id is remembered, so a resend is delivered once."""
-    dedupe_max: int = DEFAULT_DEDUPE_MAX
-    """At most this many message ids are remembered (the oldest are forgotten first)."""
-    commit_interval: float = 0.002
-    """Seconds between the starts of two group commits: the longest a message waits before
-    its commit starts (see the crash window in /healthz); longer means fewer, larger commits."""
-    compact_interval: float = 10.0
-    """Seconds between store checkpoints that forget acknowledged messages."""
-    dialogue_timeout: float = 3600.0
-    """Seconds a negotiation dialogue may idle before the lobby ends it (DIALOGUE_EXPIRED)."""
-    message_rate: float = 10_000.0
-    """Messages per second one agent may send (0: no limit); excess gets rate_limited."""
-    message_burst: float = 20_000.0
-    max_capabilities: int = 1_000
-    max_open_requests: int = 10_000
-    """REQUESTs one agent may have waiting for a final RESPONSE (0: no limit)."""
-    max_open_dialogues: int = 10_000
-    """Open negotiation dialogues one agent may have started (0: no limit)."""
-    max_connections: int = 20_000
-    """Connections at once; more are refused with HTTP 503 during the handshake."""
-    handshake_timeout: float = 10.0
-    """Seconds a new connection has to REGISTER before it is closed with 1008."""
-    registration_rate: float = 20.0
-    """REGISTER attempts per second from one source address (0: no limit)."""
-    registration_burst: float = 100.0
-    registration_key: str | None = None
-    """When set, REGISTER payloads must carry it as `registration_key`."""
-    tls_cert: Path | None = None
-    """PEM certificate (chain): with `tls_key`, agents connect with wss://."""
-    tls_key: Path | None = None
-    ping_interval: float = 20.0
-    ping_timeout: float = 20.0
-    shutdown_timeout: float = 2.0
-    log_format: LogFormat = "json"
-    log_level: str = "info"
+    host: str = _setting("127.0.0.1", "address to listen on")
+    port: int = _setting(8765, "port to listen on, 0-65535 (0: any free port)", minimum=0)
+    data_dir: Path = _setting(Path(".lobby"), "directory for the lobby's data (the sqlite store)")
+    store: StoreKind = _setting("sqlite", "sqlite (durable) or memory (nothing survives)")
+    transport: TransportKind = _setting(
+        "websockets", "websockets, or picows (pip install 'agent-lobby[picows]')"
+    )
+    fsync: bool = _setting(False, "sync every commit to disk (survives power loss)")
+    max_message_bytes: int = _setting(
+        256 * 1024, "largest accepted frame; a larger one closes its connection with 1009", above=0
+    )
+    max_outbound_bytes: int = _setting(
+        4 * 1024 * 1024, "bytes waiting for one receiver before it is closed with 4002", above=0
+    )
+    mailbox_limit: int = _setting(
+        DEFAULT_MAILBOX_LIMIT,
+        "messages held for one agent before senders get mailbox_full",
+        above=0,
+    )
+    dedupe_horizon: float = _setting(
+        DEFAULT_DEDUPE_HORIZON, "seconds a sender's message_id is remembered for dedupe", above=0
+    )
+    dedupe_max: int = _setting(
+        DEFAULT_DEDUPE_MAX, "most message ids remembered for dedupe (oldest forgotten)", above=0
+    )
+    commit_interval: float = _setting(
+        0.002,
+        "seconds between the starts of two group commits (the longest a message waits for its"
+        " commit to start)",
+        above=0,
+    )
+    compact_interval: float = _setting(
+        10.0, "seconds between store checkpoints that forget acknowledged messages", above=0
+    )
+    dialogue_timeout: float = _setting(
+        3600.0, "seconds a dialogue may idle before the lobby ends it (DIALOGUE_EXPIRED)", above=0
+    )
+    message_rate: float = _setting(
+        10_000.0, "messages per second one agent may send (0: no limit)", minimum=0
+    )
+    message_burst: float = _setting(20_000.0, "messages one agent may send at once", above=0)
+    max_capabilities: int = _setting(1_000, "capabilities one agent may declare", above=0)
+    max_open_requests: int = _setting(
+        10_000, "REQUESTs one agent may have waiting for a final RESPONSE (0: no limit)", minimum=0
+    )
+    max_open_dialogues: int = _setting(
+        10_000, "open negotiation dialogues one agent may have started (0: no limit)", minimum=0
+    )
+    max_connections: int = _setting(
+        20_000, "connections at once; more are refused with HTTP 503", above=0
+    )
+    handshake_timeout: float = _setting(
+        10.0, "seconds a new connection has to REGISTER (then closed with 1008)", above=0
+    )
+    registration_rate: float = _setting(
+        20.0, "REGISTER attempts per second per source address (0: no limit)", minimum=0
+    )
+    registration_burst: float = _setting(
+        100.0, "REGISTER attempts at once per source address", above=0
+    )
+    registration_key: str | None = _setting(
+        None, "a secret every REGISTER payload must carry as registration_key (default: none)"
+    )
+    tls_cert: Path | None = _setting(
+        None, "PEM certificate (chain) file: agents connect with wss:// (needs --tls-key)"
+    )
+    tls_key: Path | None = _setting(None, "PEM private key file for --tls-cert")
+    ping_interval: float = _setting(20.0, "seconds between keepalive pings", above=0)
+    ping_timeout: float = _setting(
+        20.0, "seconds to wait for a pong before dropping the connection", above=0
+    )
+    shutdown_timeout: float = _setting(
+        2.0, "seconds to close every connection on SIGINT/SIGTERM", above=0
+    )
+    log_format: LogFormat = _setting("json", "json (one object a line) or console (for people)")
+    log_level: LogLevel = _setting("info", "debug, info, warning or error")
 
     @property
     def close_timeout(self) -> float:
         """Seconds a closing connection has to finish the closing handshake before it is cut
         off (half the shutdown bound, so shutdown still ends in time)."""
         return self.shutdown_timeout / 2
+
+    def check(self) -> None:
+        """Raise `SettingError` for the first value that is not allowed. Looks at files, never
+        creates one."""
+        for f in fields(self):
+            value = getattr(self, f.name)
+            minimum, above = f.metadata.get("minimum"), f.metadata.get("above")
+            if minimum is not None and value < minimum:
+                raise SettingError(f.name, f"must be at least {minimum:g}")
+            if above is not None and value <= above:
+                raise SettingError(f.name, f"must be above {above:g}")
+        if self.port > 65535:
+            raise SettingError("port", "not a port (0-65535)")
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise SettingError("tls_cert", "--tls-cert and --tls-key go together: give both")
+        for name in ("tls_cert", "tls_key"):
+            path: Path | None = getattr(self, name)
+            if path is not None and not (path.is_file() and os.access(path, os.R_OK)):
+                raise SettingError(name, "not a readable file")
+        if self.store == "sqlite":
+            _check_data_dir(self.data_dir)
 
     def limits(self) -> Limits:
         return Limits(
@@ -89,3 +153,20 @@ class Settings:
             registration_burst=self.registration_burst,
             registration_key=self.registration_key,
         )
+
+
+def _check_data_dir(data_dir: Path) -> None:
+    """The directory must be one the lobby can write, or one it can create."""
+    if data_dir.exists():
+        if not data_dir.is_dir():
+            raise SettingError("data_dir", "exists and is not a directory")
+        if not os.access(data_dir, os.W_OK | os.X_OK):
+            raise SettingError("data_dir", "not writable by this user")
+        return
+    parent = data_dir.absolute().parent
+    while not parent.exists():
+        parent = parent.parent
+    if not parent.is_dir():
+        raise SettingError("data_dir", f"cannot be created: {parent} is a file")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise SettingError("data_dir", f"cannot be created: {parent} is not writable by this user")

@@ -27,7 +27,8 @@ def configure(*, log_format: LogFormat = "json", level: str = "info") -> None:
     ]
     logger_factory: Callable[..., Any]
     if log_format == "console":
-        processors.append(structlog.dev.ConsoleRenderer())
+        # Colour codes only for a terminal, never into a file or a pipe.
+        processors.append(structlog.dev.ConsoleRenderer(colors=sys.stdout.isatty()))
         logger_factory = structlog.PrintLoggerFactory(sys.stdout)
     else:
         processors.append(structlog.processors.JSONRenderer(serializer=orjson.dumps))

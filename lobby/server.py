@@ -118,7 +118,11 @@ class LobbyServer:
     async def start(self) -> None:
         s = self.settings
         self.router.restore(self.store.load())
-        self._port = await self.transport.start(self)
+        try:
+            self._port = await self.transport.start(self)
+        except BaseException:
+            await self.committer.close()  # a lobby that could not listen lets go of its store
+            raise
         self._started = time.monotonic()
         self._compactor = asyncio.create_task(self._compact_periodically())
         self._ticker = asyncio.create_task(self._tick_periodically())

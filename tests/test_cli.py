@@ -96,3 +96,131 @@ def test_committed_schemas_match_the_models() -> None:
     assert sorted(committed) == sorted(expected), "run `make schema` and commit the result"
     for name, content in expected.items():
         assert committed[name] == content, f"{name} is stale: run `make schema`"
+
+
+def lobby_cli(
+    *args: str, cwd: Path, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "lobby", *args],
+        cwd=cwd,
+        env={**os.environ, **(env or {})},
+        capture_output=True,
+        text=True,
+        timeout=30,
+    )
+
+
+def one_line(done: subprocess.CompletedProcess[str]) -> str:
+    assert "Traceback" not in done.stderr, done.stderr
+    lines = done.stderr.splitlines()
+    assert len(lines) == 1, done.stderr
+    assert lines[0].startswith("lobby"), lines[0]
+    return lines[0]
+
+
+@pytest.mark.parametrize(
+    ("args", "env", "names"),
+    [
+        (["--port", "99999"], {}, "--port 99999"),
+        ([], {"LOBBY_PORT": "abc"}, "LOBBY_PORT='abc'"),
+        ([], {"LOBBY_STORE": "bogus"}, "LOBBY_STORE='bogus'"),
+        ([], {"LOBBY_FSYNC": "maybe"}, "LOBBY_FSYNC='maybe'"),
+        ([], {"LOBBY_LOG_FORMAT": "xml"}, "LOBBY_LOG_FORMAT='xml'"),
+        ([], {"LOBBY_MAX_MESSAGE_BYTES": "-5"}, "LOBBY_MAX_MESSAGE_BYTES='-5'"),
+        (["--log-level", "verbose"], {}, "--log-level"),
+        (["--data-dir", "a_file"], {}, "--data-dir a_file"),
+        (["--tls-cert", "nope.pem", "--tls-key", "nope.pem"], {}, "--tls-cert nope.pem"),
+        (["--config", "nope.toml"], {}, "nope.toml"),
+    ],
+)
+def test_a_bad_setting_is_one_line_exit_2_and_creates_nothing(
+    tmp_path: Path, args: list[str], env: dict[str, str], names: str
+) -> None:
+    (tmp_path / "a_file").write_text("")
+    done = lobby_cli("serve", "--data-dir", "data", *args, cwd=tmp_path, env=env)
+    assert done.returncode == 2
+    assert names in one_line(done)
+    assert [p.name for p in tmp_path.iterdir()] == ["a_file"]
+
+
+def test_a_port_in_use_is_one_line_and_leaves_no_data_dir(tmp_path: Path) -> None:
+    first = start_lobby_process(tmp_path / "first")
+    try:
+        port = str(first.port)
+        done = lobby_cli("serve", "--port", port, "--data-dir", "second/data", cwd=tmp_path)
+        assert done.returncode == 1
+        assert f"port {port} is in use" in one_line(done)
+        assert not (tmp_path / "second").exists()
+    finally:
+        first.signal(signal.SIGTERM)
+        first.wait(5)
+
+
+def test_a_second_lobby_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
+    first = start_lobby_process(tmp_path / "data")
+    try:
+        done = lobby_cli("serve", "--port", "0", "--data-dir", "data", cwd=tmp_path)
+        assert done.returncode == 1
+        line = one_line(done)
+        assert f"another lobby (pid {first.process.pid}) is running on data dir 'data'" in line
+        assert first.process.poll() is None
+    finally:
+        first.signal(signal.SIGTERM)
+        first.wait(5)
+    # Once the first has stopped, the data dir is free again.
+    second = start_lobby_process(tmp_path / "data")
+    second.signal(signal.SIGTERM)
+    assert second.wait(5) == 0
+
+
+def test_a_tls_cert_that_is_not_pem_is_one_line(tmp_path: Path) -> None:
+    (tmp_path / "cert.pem").write_text("not a certificate")
+    done = lobby_cli(
+        *("serve", "--port", "0", "--data-dir", "data"),
+        *("--tls-cert", "cert.pem", "--tls-key", "cert.pem"),
+        cwd=tmp_path,
+    )
+    assert done.returncode == 1
+    assert "cannot load --tls-cert cert.pem" in one_line(done)
+    assert not (tmp_path / "data").exists()
+
+
+def test_mailbox_of_an_unknown_agent_fails_with_a_sentence(tmp_path: Path) -> None:
+    lobby = start_lobby_process(tmp_path / "data")
+    lobby.signal(signal.SIGTERM)
+    lobby.wait(5)
+    done = lobby_cli("mailbox", "nosuch", "--data-dir", "data", cwd=tmp_path)
+    assert done.returncode == 1
+    assert "no agent 'nosuch' is registered" in one_line(done)
+
+
+def test_version_and_help_show_readable_defaults(tmp_path: Path) -> None:
+    version = lobby_cli("--version", cwd=tmp_path)
+    assert version.returncode == 0
+    assert version.stdout.startswith("lobby 0.")
+    helped = lobby_cli("serve", "--help", cwd=tmp_path).stdout
+    assert "(default: sqlite)" in helped
+    assert "(None)" not in helped
+
+
+def test_console_logs_written_to_a_file_carry_no_colour_codes(tmp_path: Path) -> None:
+    log_path = tmp_path / "lobby.log"
+    with log_path.open("wb") as log_file:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "lobby", "serve", "--port", "0", "--log-format", "console"],
+            cwd=tmp_path,
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+        )
+    try:
+        deadline = time.monotonic() + 15
+        while "LOBBY_LISTENING" not in log_path.read_text():
+            assert time.monotonic() < deadline, log_path.read_text()
+            time.sleep(0.02)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(5) == 0
+    text = log_path.read_text()
+    assert "LOBBY_STOPPED" in text
+    assert "\x1b[" not in text

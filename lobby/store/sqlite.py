@@ -14,6 +14,9 @@ the last few batches. `fsync=True` (`--fsync`) syncs every commit and closes tha
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import os
 import sqlite3
 from collections.abc import Iterator
 from pathlib import Path
@@ -66,17 +69,29 @@ CREATE TABLE IF NOT EXISTS conversations (
 """
 
 
+LOCK_NAME = "lobby.lock"
+
+
+class StoreLocked(Exception):
+    """Another lobby holds this data dir."""
+
+
 class SqliteStore:
     durable = True
 
     def __init__(self, data_dir: Path, *, fsync: bool = False) -> None:
         data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock = _lock(data_dir)
         self.path = data_dir / FILE_NAME
-        # One writer thread uses this connection after load(); never two threads at once.
-        self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
-        self._db.execute("PRAGMA journal_mode=WAL")
-        self._db.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
-        self._db.executescript(_SCHEMA)
+        try:
+            # One writer thread uses this connection after load(); never two threads at once.
+            self._db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
+            self._db.executescript(_SCHEMA)
+        except BaseException:
+            os.close(self._lock)
+            raise
 
     def load(self) -> Snapshot:
         db = self._db
@@ -212,6 +227,28 @@ class SqliteStore:
 
     def close(self) -> None:
         self._db.close()
+        os.close(self._lock)  # releases the lock
+
+
+def _lock(data_dir: Path) -> int:
+    """Hold `data_dir/lobby.lock` (an advisory lock, released when the process ends however it
+    ends) so that a second lobby on the same data dir is refused instead of writing beside the
+    first; the holder's pid is in the file, for the error."""
+    path = data_dir / LOCK_NAME
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        holder = os.read(fd, 32).decode(errors="replace").strip() or "?"
+        os.close(fd)
+        raise StoreLocked(
+            f"another lobby (pid {holder}) is running on data dir {str(data_dir)!r}: stop it, "
+            "or give this one another --data-dir"
+        ) from None
+    with contextlib.suppress(OSError):
+        os.ftruncate(fd, 0)
+        os.write(fd, str(os.getpid()).encode())
+    return fd
 
 
 def stored_messages(db: sqlite3.Connection) -> Iterator[MessageStored]:
