@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import itertools
 import os
 import signal
 import ssl
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -28,13 +26,11 @@ import structlog
 from pydantic import BaseModel
 
 from agent_sdk.calls import Call, SeenMessages
-from agent_sdk.capability import CapabilitySpec, collect_capabilities
+from agent_sdk.capability import CapabilitySpec, collect_capabilities, error_response_to
 from agent_sdk.connection import Link, Registration, registered_links
 from agent_sdk.delivery import Inbound, Outbound
-from agent_sdk.errors import (
-    AgentSDKError,
-    NotConnectedError,
-)
+from agent_sdk.errors import AgentSDKError, NotConnectedError
+from agent_sdk.stats import AgentStats, Status
 from protocol.codec import decode, encode
 from protocol.errors import DecodeError
 from protocol.models import (
@@ -44,7 +40,6 @@ from protocol.models import (
     ErrorCode,
     Message,
     MessageType,
-    ResponseStatus,
 )
 
 log = structlog.get_logger("agent_sdk")
@@ -53,27 +48,6 @@ DEFAULT_LOBBY_URL = "ws://127.0.0.1:8765/"
 ACK_DELAY = 0.005
 """Seconds to gather finished messages into one ACK."""
 M = TypeVar("M", bound=BaseModel)
-
-
-class Status(enum.StrEnum):
-    IDLE = "idle"
-    CONNECTING = "connecting"
-    CONNECTED = "connected"
-    RECONNECTING = "reconnecting"
-    STOPPED = "stopped"
-
-
-@dataclass(slots=True)
-class AgentStats:
-    connects: int = 0
-    reconnects: int = 0
-    resumes: int = 0
-    messages_received: int = 0
-    messages_sent: int = 0
-    duplicates_dropped: int = 0
-    handler_errors: int = 0
-    overflow_dropped: int = 0
-    resent: int = 0
 
 
 class AgentCore:
@@ -508,7 +482,7 @@ class AgentCore:
             self.stats.overflow_dropped += 1
             log.warning("AGENT_OVERLOADED", agent_id=self.agent_id, type=message.message_type)
             if message.message_type is MessageType.REQUEST:
-                reply = self._error_response(
+                reply = error_response_to(
                     message, ErrorCode.RATE_LIMITED, f"agent {self.agent_id!r} is overloaded"
                 )
                 self._spawn_unbounded(self._send_quietly(reply))
@@ -535,21 +509,6 @@ class AgentCore:
             # Done (even if it failed: a failure was answered or logged, not to be retried).
             self._inbound.done(seq, epoch)
             self._schedule_ack()
-
-    def _response(self, request: Message, payload: dict[str, Any]) -> Message:
-        return Message(
-            self.agent_id,
-            request.sender_id,
-            MessageType.RESPONSE,
-            payload,
-            request.conversation_id,
-            in_reply_to=request.message_id,
-        )
-
-    def _error_response(self, request: Message, code: str, error: str) -> Message:
-        return self._response(
-            request, {"status": ResponseStatus.ERROR, "code": code, "error": error}
-        )
 
     async def _serve_request(self, message: Message) -> None:
         """Answer a REQUEST with the capability's handler (`serving.CapabilityServer`)."""
