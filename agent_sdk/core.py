@@ -29,7 +29,8 @@ from agent_sdk.calls import Call, SeenMessages
 from agent_sdk.capability import CapabilitySpec, collect_capabilities, error_response_to
 from agent_sdk.connection import Link, Registration, registered_links
 from agent_sdk.delivery import Inbound, Outbound
-from agent_sdk.errors import AgentSDKError, NotConnectedError
+from agent_sdk.errors import AgentSDKError, NotConnectedError, RegistrationError, ReplacedError
+from agent_sdk.identity import DEFAULT_TOKEN_STORE, Identity, TokenStore
 from agent_sdk.stats import AgentStats, Status
 from protocol.codec import decode, encode
 from protocol.errors import DecodeError
@@ -58,7 +59,9 @@ class AgentCore:
     calls, `reconnect` (False: `run()` returns when the connection drops), `reconnect_max_delay`
     cap of the backoff, `dedupe_window` message ids remembered to drop redeliveries,
     `max_unconfirmed` messages sent but not yet confirmed by the lobby (sending waits past it),
-    `ssl_context` to trust a wss:// lobby's certificate (default: the system's).
+    `ssl_context` to trust a wss:// lobby's certificate (default: the system's), `token` to
+    resume with and `token_store` to keep it across restarts (`agent_sdk.identity`),
+    `stop_timeout` seconds a clean stop waits for the lobby to confirm what was sent.
     """
 
     agent_id: str = ""
@@ -77,6 +80,9 @@ class AgentCore:
         dedupe_window: int = 10_000,
         max_unconfirmed: int = 1000,
         ssl_context: ssl.SSLContext | None = None,
+        token: str | None = None,
+        token_store: TokenStore | None = DEFAULT_TOKEN_STORE,
+        stop_timeout: float = 2.0,
     ) -> None:
         self.agent_id = agent_id or type(self).agent_id
         if not self.agent_id:
@@ -87,6 +93,8 @@ class AgentCore:
         self.reconnect_max_delay = reconnect_max_delay
         self.connect_timeout = connect_timeout
         self.ssl_context = ssl_context
+        self.stop_timeout = stop_timeout
+        self._identity = Identity(self.agent_id, self.lobby_url, token, token_store)
         self.status = Status.IDLE
         self.stats = AgentStats()
         self.capabilities: dict[str, CapabilitySpec] = collect_capabilities(type(self))
@@ -104,6 +112,7 @@ class AgentCore:
         self._link: Link | None = None
         self._connected = asyncio.Event()
         self._stopping = asyncio.Event()
+        self._closing = False  # from a stop's last ACK on, nothing is sent
         self._runner: asyncio.Task[None] | None = None
         self._calls: dict[str, Call] = {}
         self._lobby_replies: dict[str, asyncio.Future[Message]] = {}
@@ -138,11 +147,14 @@ class AgentCore:
             raise RuntimeError(f"agent {self.agent_id!r} is already running")
         self._runner = current
         self._stopping.clear()
+        self._closing = False
         await self._hook(self.on_start)
         serve = asyncio.create_task(self._serve())
         stop = asyncio.create_task(self._stopping.wait())
         try:
             await asyncio.wait({serve, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if not serve.done():
+                await self._settle_before_stop()
         finally:
             stop.cancel()
             serve.cancel()
@@ -155,7 +167,8 @@ class AgentCore:
             serve.result()  # re-raise what ended it (e.g. RegistrationError)
 
     async def stop(self) -> None:
-        """Stop serving: close the connection, cancel handlers, fail waiting calls."""
+        """Stop serving: wait up to `stop_timeout` for the lobby to confirm what was sent,
+        acknowledge what was processed, close the connection, cancel handlers, fail calls."""
         self._stopping.set()
         runner = self._runner
         if runner is not None and runner is not asyncio.current_task():
@@ -247,6 +260,7 @@ class AgentCore:
 
     async def _serve(self) -> None:
         self.status = Status.CONNECTING
+        self._token = self._token or await self._identity.load()
         links = registered_links(
             self.lobby_url,
             agent_id=self.agent_id,
@@ -257,11 +271,15 @@ class AgentCore:
             ssl_context=self.ssl_context,
         )
         async with contextlib.aclosing(links):
-            await self._serve_links(links)
+            try:
+                await self._serve_links(links)
+            except RegistrationError as exc:
+                raise self._identity.refusal(exc, self._token) from None
 
     async def _serve_links(self, links: AsyncIterator[tuple[Link, Registration]]) -> None:
         async for link, registration in links:
             self._token = registration.token
+            await self._identity.keep(registration.token)
             if not registration.resumed:
                 self._inbound.reset()
             if not await self._resend_unconfirmed(link):
@@ -283,13 +301,35 @@ class AgentCore:
             await self._hook(self.on_disconnected)
             if link.close_code == CloseCode.UNREGISTERED:
                 self._token = None
+                await self._identity.forget()
                 return  # unregistered (or token revoked): coming back would be a new agent
+            if link.close_code == CloseCode.REPLACED:
+                # Another process resumed with our token; coming back would start a tug of war.
+                raise ReplacedError(f"agent {self.agent_id!r} was resumed by another connection")
             if not self.reconnect:
                 return
             self.status = Status.RECONNECTING
             self.stats.reconnects += 1
 
+    async def _settle_before_stop(self) -> None:
+        """A clean stop: wait (up to `stop_timeout`) for the lobby's ACCEPTED of all sent, then
+        ACK what was processed. Handlers may send until then, never after (an ACK must not
+        cover a REQUEST whose RESPONSE could not go out)."""
+        try:
+            async with asyncio.timeout(self.stop_timeout):
+                while len(self._outbound):
+                    self._room.clear()  # set by each ACCEPTED or refusal
+                    await self._room.wait()
+        except TimeoutError:
+            log.warning("STOPPED_UNCONFIRMED", agent_id=self.agent_id, count=len(self._outbound))
+        self._closing = True
+        up_to, link = self._inbound.ack_due(), self._link
+        if up_to is not None and link is not None:
+            self._inbound.acked = up_to
+            await self._send_ack(link, up_to)
+
     async def _shutdown(self) -> None:
+        self._closing = True
         link = self._link
         if link is not None:
             await link.close()
@@ -315,7 +355,7 @@ class AgentCore:
     async def _send(self, message: Message) -> None:
         """Send `message` once connected (waiting up to `request_timeout`). A message for
         another agent is kept until the lobby confirms it, and resent after a reconnect."""
-        if self._stopping.is_set() or self._runner is None:
+        if self._closing or self._runner is None:
             raise NotConnectedError(f"agent {self.agent_id!r} is not running")
         deadline = asyncio.get_running_loop().time() + self.request_timeout
         tracked = message.receiver_id != LOBBY_ID
@@ -376,14 +416,14 @@ class AgentCore:
         self._ack_timer = None
         up_to = self._inbound.ack_due()
         link = self._link
-        if up_to is None or link is None:
+        if up_to is None or link is None or self._closing:
             return  # on resume the lobby redelivers what was not acknowledged
         self._inbound.acked = up_to
+        self._spawn_unbounded(self._send_ack(link, up_to))
+
+    async def _send_ack(self, link: Link, up_to: int) -> None:
         ack = Message(self.agent_id, LOBBY_ID, MessageType.ACK, {"up_to": up_to})
         ack.auth_token = self._token
-        self._spawn_unbounded(self._send_ack(link, ack))
-
-    async def _send_ack(self, link: Link, ack: Message) -> None:
         with contextlib.suppress(Exception):
             await link.send(encode(ack))
 
@@ -438,6 +478,7 @@ class AgentCore:
                 return True
             if message.in_reply_to is not None:
                 self._outbound.refused(message.in_reply_to)
+                self._room.set()
         if mtype is MessageType.RESPONSE:
             call = self._calls.get(message.conversation_id or "")
             if call is not None and message.sender_id in (call.receiver_id, LOBBY_ID):
