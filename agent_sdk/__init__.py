@@ -11,7 +11,8 @@
 
     Echo().run_forever()
 
-The exception tree is drawn in `agent_sdk.errors`.
+The exception tree is drawn in `agent_sdk.errors`; how an agent keeps its identity (its token)
+across restarts is in `agent_sdk.identity`.
 """
 
 from agent_sdk.agent import Agent, AgentStats, Status
@@ -19,6 +20,7 @@ from agent_sdk.auction import AgentBid, BidResponse, TaskResult, TaskRFP
 from agent_sdk.bidder import Bidder
 from agent_sdk.capability import CapabilitySpec, RequestContext, capability
 from agent_sdk.errors import (
+    AgentIdTakenError,
     AgentSDKError,
     CapabilityError,
     CapabilityNotFoundError,
@@ -27,12 +29,15 @@ from agent_sdk.errors import (
     NotConnectedError,
     RegistrationError,
     RemoteError,
+    ReplacedError,
     RequestError,
     RequestRefusedError,
     RequestTimeoutError,
+    TokenRefusedError,
     UnauthorizedError,
     UnknownReceiverError,
 )
+from agent_sdk.identity import EnvTokenStore, FileTokenStore, MemoryTokenStore, TokenStore
 from agent_sdk.market import Order
 from agent_sdk.negotiation import DialogueHandle, Move
 from protocol.models import Capability, Message, MessageType, ServiceRecord
@@ -40,6 +45,7 @@ from protocol.models import Capability, Message, MessageType, ServiceRecord
 __all__ = [
     "Agent",
     "AgentBid",
+    "AgentIdTakenError",
     "AgentSDKError",
     "AgentStats",
     "BidResponse",
@@ -49,8 +55,11 @@ __all__ = [
     "CapabilityNotFoundError",
     "CapabilitySpec",
     "DialogueHandle",
+    "EnvTokenStore",
+    "FileTokenStore",
     "InvalidInputError",
     "LobbyError",
+    "MemoryTokenStore",
     "Message",
     "MessageType",
     "Move",
@@ -58,6 +67,7 @@ __all__ = [
     "Order",
     "RegistrationError",
     "RemoteError",
+    "ReplacedError",
     "RequestContext",
     "RequestError",
     "RequestRefusedError",
@@ -66,6 +76,8 @@ __all__ = [
     "Status",
     "TaskRFP",
     "TaskResult",
+    "TokenRefusedError",
+    "TokenStore",
     "UnauthorizedError",
     "UnknownReceiverError",
     "capability",

@@ -17,10 +17,10 @@ from __future__ import annotations
 from typing import Any
 
 from agent_sdk.auction import Auctioneer
-from agent_sdk.core import AgentStats, Status
 from agent_sdk.market import Trader
 from agent_sdk.negotiation import DialogueHandle
 from agent_sdk.serving import CapabilityServer
+from agent_sdk.stats import AgentStats, Status
 from protocol.models import Message
 
 

@@ -164,3 +164,20 @@ class RequestContext:
                 in_reply_to=self.message.message_id,
             )
         )
+
+
+def response_to(request: Message, payload: dict[str, Any]) -> Message:
+    """The RESPONSE its receiver sends to `request`, carrying `payload`."""
+    return Message(
+        request.receiver_id,
+        request.sender_id,
+        MessageType.RESPONSE,
+        payload,
+        request.conversation_id,
+        in_reply_to=request.message_id,
+    )
+
+
+def error_response_to(request: Message, code: str, error: str) -> Message:
+    """A RESPONSE with status `error` to `request`."""
+    return response_to(request, {"status": ResponseStatus.ERROR, "code": code, "error": error})

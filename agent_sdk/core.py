@@ -13,14 +13,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import enum
 import itertools
 import os
 import signal
 import ssl
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
-from dataclasses import dataclass
 from types import TracebackType
 from typing import Any, Self, TypeVar
 
@@ -28,13 +26,12 @@ import structlog
 from pydantic import BaseModel
 
 from agent_sdk.calls import Call, SeenMessages
-from agent_sdk.capability import CapabilitySpec, collect_capabilities
+from agent_sdk.capability import CapabilitySpec, collect_capabilities, error_response_to
 from agent_sdk.connection import Link, Registration, registered_links
 from agent_sdk.delivery import Inbound, Outbound
-from agent_sdk.errors import (
-    AgentSDKError,
-    NotConnectedError,
-)
+from agent_sdk.errors import AgentSDKError, NotConnectedError, RegistrationError, ReplacedError
+from agent_sdk.identity import DEFAULT_TOKEN_STORE, Identity, TokenStore
+from agent_sdk.stats import AgentStats, Status
 from protocol.codec import decode, encode
 from protocol.errors import DecodeError
 from protocol.models import (
@@ -44,7 +41,6 @@ from protocol.models import (
     ErrorCode,
     Message,
     MessageType,
-    ResponseStatus,
 )
 
 log = structlog.get_logger("agent_sdk")
@@ -55,27 +51,6 @@ ACK_DELAY = 0.005
 M = TypeVar("M", bound=BaseModel)
 
 
-class Status(enum.StrEnum):
-    IDLE = "idle"
-    CONNECTING = "connecting"
-    CONNECTED = "connected"
-    RECONNECTING = "reconnecting"
-    STOPPED = "stopped"
-
-
-@dataclass(slots=True)
-class AgentStats:
-    connects: int = 0
-    reconnects: int = 0
-    resumes: int = 0
-    messages_received: int = 0
-    messages_sent: int = 0
-    duplicates_dropped: int = 0
-    handler_errors: int = 0
-    overflow_dropped: int = 0
-    resent: int = 0
-
-
 class AgentCore:
     """Subclass, set `agent_id` (or pass it), declare capabilities, run.
 
@@ -84,7 +59,9 @@ class AgentCore:
     calls, `reconnect` (False: `run()` returns when the connection drops), `reconnect_max_delay`
     cap of the backoff, `dedupe_window` message ids remembered to drop redeliveries,
     `max_unconfirmed` messages sent but not yet confirmed by the lobby (sending waits past it),
-    `ssl_context` to trust a wss:// lobby's certificate (default: the system's).
+    `ssl_context` to trust a wss:// lobby's certificate (default: the system's), `token` to
+    resume with and `token_store` to keep it across restarts (`agent_sdk.identity`),
+    `stop_timeout` seconds a clean stop waits for the lobby to confirm what was sent.
     """
 
     agent_id: str = ""
@@ -103,6 +80,9 @@ class AgentCore:
         dedupe_window: int = 10_000,
         max_unconfirmed: int = 1000,
         ssl_context: ssl.SSLContext | None = None,
+        token: str | None = None,
+        token_store: TokenStore | None = DEFAULT_TOKEN_STORE,
+        stop_timeout: float = 2.0,
     ) -> None:
         self.agent_id = agent_id or type(self).agent_id
         if not self.agent_id:
@@ -113,6 +93,8 @@ class AgentCore:
         self.reconnect_max_delay = reconnect_max_delay
         self.connect_timeout = connect_timeout
         self.ssl_context = ssl_context
+        self.stop_timeout = stop_timeout
+        self._identity = Identity(self.agent_id, self.lobby_url, token, token_store)
         self.status = Status.IDLE
         self.stats = AgentStats()
         self.capabilities: dict[str, CapabilitySpec] = collect_capabilities(type(self))
@@ -130,6 +112,7 @@ class AgentCore:
         self._link: Link | None = None
         self._connected = asyncio.Event()
         self._stopping = asyncio.Event()
+        self._closing = False  # from a stop's last ACK on, nothing is sent
         self._runner: asyncio.Task[None] | None = None
         self._calls: dict[str, Call] = {}
         self._lobby_replies: dict[str, asyncio.Future[Message]] = {}
@@ -164,11 +147,14 @@ class AgentCore:
             raise RuntimeError(f"agent {self.agent_id!r} is already running")
         self._runner = current
         self._stopping.clear()
+        self._closing = False
         await self._hook(self.on_start)
         serve = asyncio.create_task(self._serve())
         stop = asyncio.create_task(self._stopping.wait())
         try:
             await asyncio.wait({serve, stop}, return_when=asyncio.FIRST_COMPLETED)
+            if not serve.done():
+                await self._settle_before_stop()
         finally:
             stop.cancel()
             serve.cancel()
@@ -181,7 +167,8 @@ class AgentCore:
             serve.result()  # re-raise what ended it (e.g. RegistrationError)
 
     async def stop(self) -> None:
-        """Stop serving: close the connection, cancel handlers, fail waiting calls."""
+        """Stop serving: wait up to `stop_timeout` for the lobby to confirm what was sent,
+        acknowledge what was processed, close the connection, cancel handlers, fail calls."""
         self._stopping.set()
         runner = self._runner
         if runner is not None and runner is not asyncio.current_task():
@@ -273,6 +260,7 @@ class AgentCore:
 
     async def _serve(self) -> None:
         self.status = Status.CONNECTING
+        self._token = self._token or await self._identity.load()
         links = registered_links(
             self.lobby_url,
             agent_id=self.agent_id,
@@ -283,11 +271,15 @@ class AgentCore:
             ssl_context=self.ssl_context,
         )
         async with contextlib.aclosing(links):
-            await self._serve_links(links)
+            try:
+                await self._serve_links(links)
+            except RegistrationError as exc:
+                raise self._identity.refusal(exc, self._token) from None
 
     async def _serve_links(self, links: AsyncIterator[tuple[Link, Registration]]) -> None:
         async for link, registration in links:
             self._token = registration.token
+            await self._identity.keep(registration.token)
             if not registration.resumed:
                 self._inbound.reset()
             if not await self._resend_unconfirmed(link):
@@ -309,13 +301,35 @@ class AgentCore:
             await self._hook(self.on_disconnected)
             if link.close_code == CloseCode.UNREGISTERED:
                 self._token = None
+                await self._identity.forget()
                 return  # unregistered (or token revoked): coming back would be a new agent
+            if link.close_code == CloseCode.REPLACED:
+                # Another process resumed with our token; coming back would start a tug of war.
+                raise ReplacedError(f"agent {self.agent_id!r} was resumed by another connection")
             if not self.reconnect:
                 return
             self.status = Status.RECONNECTING
             self.stats.reconnects += 1
 
+    async def _settle_before_stop(self) -> None:
+        """A clean stop: wait (up to `stop_timeout`) for the lobby's ACCEPTED of all sent, then
+        ACK what was processed. Handlers may send until then, never after (an ACK must not
+        cover a REQUEST whose RESPONSE could not go out)."""
+        try:
+            async with asyncio.timeout(self.stop_timeout):
+                while len(self._outbound):
+                    self._room.clear()  # set by each ACCEPTED or refusal
+                    await self._room.wait()
+        except TimeoutError:
+            log.warning("STOPPED_UNCONFIRMED", agent_id=self.agent_id, count=len(self._outbound))
+        self._closing = True
+        up_to, link = self._inbound.ack_due(), self._link
+        if up_to is not None and link is not None:
+            self._inbound.acked = up_to
+            await self._send_ack(link, up_to)
+
     async def _shutdown(self) -> None:
+        self._closing = True
         link = self._link
         if link is not None:
             await link.close()
@@ -341,7 +355,7 @@ class AgentCore:
     async def _send(self, message: Message) -> None:
         """Send `message` once connected (waiting up to `request_timeout`). A message for
         another agent is kept until the lobby confirms it, and resent after a reconnect."""
-        if self._stopping.is_set() or self._runner is None:
+        if self._closing or self._runner is None:
             raise NotConnectedError(f"agent {self.agent_id!r} is not running")
         deadline = asyncio.get_running_loop().time() + self.request_timeout
         tracked = message.receiver_id != LOBBY_ID
@@ -402,14 +416,14 @@ class AgentCore:
         self._ack_timer = None
         up_to = self._inbound.ack_due()
         link = self._link
-        if up_to is None or link is None:
+        if up_to is None or link is None or self._closing:
             return  # on resume the lobby redelivers what was not acknowledged
         self._inbound.acked = up_to
+        self._spawn_unbounded(self._send_ack(link, up_to))
+
+    async def _send_ack(self, link: Link, up_to: int) -> None:
         ack = Message(self.agent_id, LOBBY_ID, MessageType.ACK, {"up_to": up_to})
         ack.auth_token = self._token
-        self._spawn_unbounded(self._send_ack(link, ack))
-
-    async def _send_ack(self, link: Link, ack: Message) -> None:
         with contextlib.suppress(Exception):
             await link.send(encode(ack))
 
@@ -464,6 +478,7 @@ class AgentCore:
                 return True
             if message.in_reply_to is not None:
                 self._outbound.refused(message.in_reply_to)
+                self._room.set()
         if mtype is MessageType.RESPONSE:
             call = self._calls.get(message.conversation_id or "")
             if call is not None and message.sender_id in (call.receiver_id, LOBBY_ID):
@@ -508,7 +523,7 @@ class AgentCore:
             self.stats.overflow_dropped += 1
             log.warning("AGENT_OVERLOADED", agent_id=self.agent_id, type=message.message_type)
             if message.message_type is MessageType.REQUEST:
-                reply = self._error_response(
+                reply = error_response_to(
                     message, ErrorCode.RATE_LIMITED, f"agent {self.agent_id!r} is overloaded"
                 )
                 self._spawn_unbounded(self._send_quietly(reply))
@@ -535,21 +550,6 @@ class AgentCore:
             # Done (even if it failed: a failure was answered or logged, not to be retried).
             self._inbound.done(seq, epoch)
             self._schedule_ack()
-
-    def _response(self, request: Message, payload: dict[str, Any]) -> Message:
-        return Message(
-            self.agent_id,
-            request.sender_id,
-            MessageType.RESPONSE,
-            payload,
-            request.conversation_id,
-            in_reply_to=request.message_id,
-        )
-
-    def _error_response(self, request: Message, code: str, error: str) -> Message:
-        return self._response(
-            request, {"status": ResponseStatus.ERROR, "code": code, "error": error}
-        )
 
     async def _serve_request(self, message: Message) -> None:
         """Answer a REQUEST with the capability's handler (`serving.CapabilityServer`)."""

@@ -2,7 +2,10 @@
 
     AgentSDKError
      ├── NotConnectedError        the agent is not running, or stopped while waiting to connect
-     ├── RegistrationError        the lobby refused REGISTER (e.g. `agent_id_taken`); not retried
+     ├── RegistrationError        the lobby refused REGISTER (e.g. `auth_failed`); not retried
+     │    └── AgentIdTakenError   the id is registered under a token this agent does not have
+     │         └── TokenRefusedError         the token it resumed with was refused
+     ├── ReplacedError            another connection resumed this agent (close 4001); not retried
      ├── LobbyError               the lobby answered with an ERROR (`code` says which)
      ├── RequestError             a `request()` did not succeed
      │    ├── RemoteError         the RESPONSE had status `error` (`code`, `error`, `payload`)
@@ -41,6 +44,27 @@ class RegistrationError(AgentSDKError):
         super().__init__(f"{code}: {message}")
         self.code = code
         self.message = message
+
+
+class AgentIdTakenError(RegistrationError):
+    """`agent_id_taken`: the lobby holds this agent id under a token this agent does not have
+    (see `agent_sdk.identity` for what to do)."""
+
+    def __init__(self, message: str, *, agent_id: str, source: str | None) -> None:
+        super().__init__(ErrorCode.AGENT_ID_TAKEN, message)
+        self.agent_id = agent_id
+        self.source = source
+        """Where the refused token came from (a file, a variable, ...); None if there was none."""
+
+
+class TokenRefusedError(AgentIdTakenError):
+    """The lobby refused the token this agent resumed with (saved, given or from the
+    environment): it is not the one the lobby holds for this id."""
+
+
+class ReplacedError(AgentSDKError):
+    """Another connection resumed this agent with its token (close code 4001): another
+    process runs the same agent with the same token store. The older one stops."""
 
 
 class LobbyError(AgentSDKError):

@@ -7,7 +7,7 @@ import asyncio
 import structlog
 from pydantic import ValidationError
 
-from agent_sdk.capability import RequestContext
+from agent_sdk.capability import RequestContext, error_response_to, response_to
 from agent_sdk.core import AgentCore
 from agent_sdk.errors import CapabilityError
 from protocol.models import ErrorCode, Message, ResponseStatus
@@ -21,7 +21,7 @@ class CapabilityServer(AgentCore):
         name = str(payload.get("capability_name"))
         spec = self.capabilities.get(name)
         if spec is None:
-            reply = self._error_response(
+            reply = error_response_to(
                 message,
                 ErrorCode.CAPABILITY_NOT_FOUND,
                 f"Capability '{name}' not found on agent '{self.agent_id}'.",
@@ -32,7 +32,7 @@ class CapabilityServer(AgentCore):
         try:
             argument = spec.parse_input(data)
         except ValidationError as exc:
-            reply = self._error_response(message, ErrorCode.INVALID_INPUT, _summary(exc))
+            reply = error_response_to(message, ErrorCode.INVALID_INPUT, _summary(exc))
             await self._send_quietly(reply)
             return
         ctx = RequestContext(
@@ -63,7 +63,7 @@ class CapabilityServer(AgentCore):
                 "code": ErrorCode.INTERNAL,
                 "error": f"capability '{name}' failed with an internal error",
             }
-        await self._send_quietly(self._response(message, output))
+        await self._send_quietly(response_to(message, output))
 
 
 def _summary(exc: ValidationError) -> str:

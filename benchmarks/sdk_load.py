@@ -28,9 +28,10 @@ async def throughput(
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     tag = uuid.uuid4().hex[:6]
     round_trips = 0
+    options: dict[str, Any] = {"reconnect": False, "token_store": None}  # fresh ids: keep no files
     async with (
-        Echo(f"{tag}echo", lobby_url=url, max_concurrency=window * 2, reconnect=False),
-        Agent(f"{tag}caller", lobby_url=url, reconnect=False) as caller,
+        Echo(f"{tag}echo", lobby_url=url, max_concurrency=window * 2, **options),
+        Agent(f"{tag}caller", lobby_url=url, **options) as caller,
     ):
 
         async def worker() -> None:

@@ -25,6 +25,15 @@ SETTINGS = Settings(host="127.0.0.1", port=0, log_level="warning", registration_
 TRANSPORTS = ["websockets", "picows"]
 
 
+@pytest.fixture(autouse=True)
+def agent_state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every test's agents keep their tokens in the test's own directory (never the real
+    home), and child processes inherit it."""
+    state = tmp_path / "agent-state"
+    monkeypatch.setenv("AGENT_LOBBY_STATE_DIR", str(state))
+    return state
+
+
 @pytest.fixture(params=TRANSPORTS)
 async def lobby(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterator[LobbyServer]:
     """A lobby in the test's own event loop, on a free port, with its sqlite store in a

@@ -29,16 +29,28 @@ async def test_price_hunter_scenario(lobby: LobbyServer) -> None:
     )
 
 
-def test_price_hunter_script_runs_against_a_lobby_process(lobby_process: LobbyProcess) -> None:
-    done = subprocess.run(
-        [sys.executable, "-m", "examples.price_hunter.run", "--lobby-url", lobby_process.url],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    assert "Search complete." in done.stdout
-    assert "rogue_007 <- lobby: Unauthorized" in done.stdout
+def test_price_hunter_and_fipa_haggle_scripts_run_twice_against_one_lobby_process(
+    lobby_process: LobbyProcess,
+) -> None:
+    """Scripts as a user runs them; the second run resumes every agent of the first (their
+    tokens were saved) and ends the same way."""
+    expected = {
+        "price_hunter": ["Search complete.", "rogue_007 <- lobby: Unauthorized"],
+        "fipa_haggle": ["TRANSACTION_CONFIRMED: b buys {'r': 1} from s at 15.00"],
+    }
+    for _ in range(2):
+        for example, lines in expected.items():
+            done = subprocess.run(
+                [sys.executable, "-m", f"examples.{example}.run", "--lobby-url", lobby_process.url],
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert done.returncode == 0, done.stderr[-2000:]
+            for line in lines:
+                assert line in done.stdout
+    resumed = {e["agent_id"] for e in lobby_process.events() if e["event"] == "AGENT_RESUMED"}
+    assert resumed == {"shopper", "item_search_agent", "price_hunter_A2_v2", "rogue_007", "s", "b"}
 
 
 async def test_echo_agent(lobby: LobbyServer) -> None:

@@ -14,6 +14,7 @@ from websockets.asyncio.server import ServerConnection
 
 from agent_sdk import (
     Agent,
+    AgentIdTakenError,
     CapabilityError,
     CapabilityNotFoundError,
     InvalidInputError,
@@ -283,11 +284,15 @@ async def test_unsolicited_messages_reach_on_message(lobby: LobbyServer) -> None
 
 
 async def test_a_taken_agent_id_is_a_registration_error(lobby: LobbyServer) -> None:
+    """A second agent with the same id and no token for it (another machine, say)."""
     async with Echo("twin", lobby_url=lobby.url):
         with pytest.raises(RegistrationError) as caught:
-            async with Echo("twin", lobby_url=lobby.url):
+            async with Echo("twin", lobby_url=lobby.url, token_store=None):
                 pass
         assert caught.value.code == "agent_id_taken"
+        assert isinstance(caught.value, AgentIdTakenError)
+        assert "has no token for it" in str(caught.value)
+        assert "another id" in str(caught.value)
 
 
 async def test_two_hundred_agents_in_one_process_call_concurrently(lobby: LobbyServer) -> None:

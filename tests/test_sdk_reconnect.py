@@ -91,6 +91,13 @@ async def test_killed_lobby_restarts_and_agents_come_back_by_themselves(tmp_path
 
 def test_public_api_is_exactly_the_documented_names() -> None:
     assert set(agent_sdk.__all__) == {
+        "TokenStore",
+        "TokenRefusedError",
+        "ReplacedError",
+        "MemoryTokenStore",
+        "FileTokenStore",
+        "EnvTokenStore",
+        "AgentIdTakenError",
         "Agent",
         "AgentBid",
         "AgentSDKError",
