@@ -41,6 +41,7 @@ from protocol.models import (
     ErrorCode,
     Message,
     MessageType,
+    close_code_name,
 )
 
 log = structlog.get_logger("agent_sdk")
@@ -297,7 +298,12 @@ class AgentCore:
             finally:
                 self._connected.clear()
                 self._link = None
-            log.info("AGENT_DISCONNECTED", agent_id=self.agent_id, close_code=link.close_code)
+            log.info(
+                "AGENT_DISCONNECTED",
+                agent_id=self.agent_id,
+                close_code=link.close_code,
+                close=close_code_name(link.close_code),
+            )
             await self._hook(self.on_disconnected)
             if link.close_code == CloseCode.UNREGISTERED:
                 self._token = None

@@ -29,14 +29,18 @@ async def test_price_hunter_scenario(lobby: LobbyServer) -> None:
     )
 
 
-def test_price_hunter_and_fipa_haggle_scripts_run_twice_against_one_lobby_process(
+def test_every_example_script_runs_twice_against_one_lobby_process(
     lobby_process: LobbyProcess,
 ) -> None:
-    """Scripts as a user runs them; the second run resumes every agent of the first (their
-    tokens were saved) and ends the same way."""
+    """Scripts as a user runs them; the second run resumes every agent of the first that did
+    not unregister (their tokens were saved) and ends the same way."""
     expected = {
+        "echo": ["echo answered: 'hi' (2 characters)"],
         "price_hunter": ["Search complete.", "rogue_007 <- lobby: Unauthorized"],
         "fipa_haggle": ["TRANSACTION_CONFIRMED: b buys {'r': 1} from s at 15.00"],
+        "agora": ["Winner: summarizer"],
+        "tac": ["trader_c: g0=2 g1=2 g2=5 g3=2  money=  98.99  utility=0.7848"],
+        "marketplace": ["ann paid napoli_express 15.80", "bob paid napoli_express 6.60"],
     }
     for _ in range(2):
         for example, lines in expected.items():
@@ -50,7 +54,11 @@ def test_price_hunter_and_fipa_haggle_scripts_run_twice_against_one_lobby_proces
             for line in lines:
                 assert line in done.stdout
     resumed = {e["agent_id"] for e in lobby_process.events() if e["event"] == "AGENT_RESUMED"}
-    assert resumed == {"shopper", "item_search_agent", "price_hunter_A2_v2", "rogue_007", "s", "b"}
+    assert resumed == {
+        *("echo", "my_client"),
+        *("shopper", "item_search_agent", "price_hunter_A2_v2", "rogue_007"),
+        *("s", "b"),
+    }
 
 
 async def test_echo_agent(lobby: LobbyServer) -> None:

@@ -37,6 +37,14 @@ def registered(lobby: LobbyProcess, agent_id: str, after: int) -> bool:
     )
 
 
+def arrivals(lobby: LobbyProcess, agent_id: str) -> list[object]:
+    return [
+        e.get("event")
+        for e in lobby.events()
+        if e.get("event") in ("AGENT_REGISTERED", "AGENT_RESUMED") and e.get("agent_id") == agent_id
+    ]
+
+
 def mailbox(data_dir: Path, agent_id: str) -> list[object]:
     done = subprocess.run(
         [sys.executable, "-m", "lobby", "mailbox", agent_id, "--json", "--data-dir", str(data_dir)],
@@ -100,8 +108,16 @@ def test_every_readme_program_runs_twice_against_one_durable_lobby(tmp_path: Pat
             assert codes == [0] * len(running)
             assert "text='hi' length=2" in outputs[0].stdout
             assert "bought at 12" in outputs[1].stdout
+        # Each agent registered on the first run and resumed on the second.
+        for agent_id in ("echo", "my_client", "apple_seller", "apple_buyer"):
+            assert arrivals(lobby, agent_id) == ["AGENT_REGISTERED", "AGENT_RESUMED"], agent_id
         # A caller that exits leaves nothing behind.
         assert mailbox(data_dir, "my_client") == []
+        # Tokens are kept in the state dir and in no log.
+        tokens = [path.read_text() for path in (tmp_path / "state").rglob("*.token")]
+        assert len(tokens) == 4
+        logged = lobby.log_path.read_text() + "".join(out.stdout + out.stderr for out in outputs)
+        assert not any(token in logged for token in tokens)
     finally:
         lobby.signal(signal.SIGTERM)
         lobby.wait(10)

@@ -4,18 +4,13 @@ nothing behind: durable lobbies, real sockets, real agent processes."""
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
 import stat
-import subprocess
-import sys
 import time
 import uuid
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 from structlog.testing import capture_logs
 
@@ -33,7 +28,7 @@ from agent_sdk import (
 from agent_sdk.identity import lobby_key, state_dir
 from lobby.admin import mailbox, open_readonly
 from lobby.server import LobbyServer
-from tests.conftest import LobbyProcess, make_lobby, start_lobby_process
+from tests.conftest import LobbyProcess, make_lobby
 
 
 def wait_for(predicate: Callable[[], bool], limit: float = 20.0) -> None:
@@ -66,63 +61,6 @@ def held(data_dir: Path, agent_id: str) -> list[dict[str, Any]]:
         return mailbox(db, agent_id)
     finally:
         db.close()
-
-
-def run_readme_caller(url: str) -> dict[str, Any]:
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.readme_caller"],
-        env={**os.environ, "LOBBY_URL": url},
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=True,
-    )
-    result: dict[str, Any] = orjson.loads(done.stdout.splitlines()[-1])
-    return result
-
-
-def test_readme_agents_restarted_twice_keep_their_ids(tmp_path: Path) -> None:
-    """The README's echo agent (stopped with SIGTERM and started again, twice) and its caller
-    (run three times) resume under their ids at one durable lobby; the caller, which exits
-    right after its answer, leaves nothing in its mailbox; no token is ever logged."""
-    data = tmp_path / "data"
-    lobby = start_lobby_process(data)
-    echo: subprocess.Popen[bytes] | None = None
-    logs: list[Path] = [lobby.log_path]
-    try:
-        for run in (1, 2, 3):
-            logs.append(tmp_path / f"echo-{run}.log")
-            with logs[-1].open("wb") as out:
-                echo = subprocess.Popen(
-                    [sys.executable, "-m", "examples.echo.echo_agent"],
-                    env={**os.environ, "LOBBY_URL": lobby.url},
-                    stdout=out,
-                    stderr=subprocess.STDOUT,
-                )
-            wait_for(lambda: len(arrivals(lobby, "echo")) == run)  # noqa: B023
-            result = run_readme_caller(lobby.url)
-            assert result == {
-                "answer": {"text": "hi", "length": 2},
-                "found": ["echo"],
-                "resumed": run > 1,
-            }
-            wait_for(lambda: held(data, "my_client") == [])
-            echo.send_signal(signal.SIGTERM)
-            assert echo.wait(15) == 0
-        assert arrivals(lobby, "echo") == ["AGENT_REGISTERED", "AGENT_RESUMED", "AGENT_RESUMED"]
-        assert arrivals(lobby, "my_client") == arrivals(lobby, "echo")
-        assert held(data, "echo") == []
-        token_file = FileTokenStore().path(lobby.url, "my_client")
-        token = token_file.read_text().strip()
-        assert str(uuid.UUID(token)) == token
-        for log in logs:
-            assert token not in log.read_text()
-    finally:
-        if echo is not None and echo.poll() is None:
-            echo.kill()
-            echo.wait(5)
-        lobby.signal(signal.SIGTERM)
-        lobby.wait(10)
 
 
 async def test_the_token_file_is_private_and_keyed_by_lobby(
