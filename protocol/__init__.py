@@ -5,6 +5,7 @@ Pure: no asyncio, no sockets. Shared by the lobby, the SDK and any third-party i
 
 from protocol.codec import decode, encode, to_dict
 from protocol.errors import DecodeError, ProtocolError
+from protocol.limits import MAX_AGENT_ID_LENGTH, MAX_ID_LENGTH, MAX_NAME_LENGTH
 from protocol.models import (
     AGENT_ID_PATTERN,
     LOBBY_ID,
@@ -31,6 +32,9 @@ from protocol.models import (
 __all__ = [
     "AGENT_ID_PATTERN",
     "LOBBY_ID",
+    "MAX_AGENT_ID_LENGTH",
+    "MAX_ID_LENGTH",
+    "MAX_NAME_LENGTH",
     "PAYLOAD_MODELS",
     "Capability",
     "CloseCode",
