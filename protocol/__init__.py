@@ -5,7 +5,7 @@ Pure: no asyncio, no sockets. Shared by the lobby, the SDK and any third-party i
 
 from protocol.codec import decode, encode, to_dict
 from protocol.errors import DecodeError, ProtocolError
-from protocol.limits import MAX_AGENT_ID_LENGTH, MAX_ID_LENGTH, MAX_NAME_LENGTH
+from protocol.limits import MAX_AGENT_ID_LENGTH, MAX_ID_LENGTH, MAX_NAME_LENGTH, clip
 from protocol.models import (
     AGENT_ID_PATTERN,
     LOBBY_ID,
@@ -55,6 +55,7 @@ __all__ = [
     "ServicesAvailablePayload",
     "UnregisterPayload",
     "UpdateCapabilitiesPayload",
+    "clip",
     "decode",
     "encode",
     "to_dict",

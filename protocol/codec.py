@@ -12,7 +12,7 @@ from typing import Any, Final
 import orjson
 
 from protocol.errors import DecodeError
-from protocol.limits import MAX_AGENT_ID_LENGTH, MAX_ID_LENGTH
+from protocol.limits import MAX_AGENT_ID_LENGTH, MAX_ID_LENGTH, clip
 from protocol.models import Message, MessageType
 
 _TYPES: Final[dict[str, MessageType]] = {t.value: t for t in MessageType}
@@ -129,12 +129,17 @@ def encode(message: Message) -> bytes:
 
 
 def _explain(obj: dict[str, Any]) -> DecodeError:
-    """The precise error for an object that failed `decode`'s fast checks."""
+    """The precise error for an object that failed `decode`'s fast checks.
+
+    What it echoes is clipped: the message type like any quoted string, the conversation id at
+    the id limit (a valid one comes back whole, so the agent can still match the ERROR)."""
     raw_type = obj.get("message_type")
     conversation_id = obj.get("conversation_id")
     context: dict[str, Any] = {
-        "message_type": raw_type if type(raw_type) is str else None,
-        "conversation_id": conversation_id if type(conversation_id) is str else None,
+        "message_type": clip(raw_type) if type(raw_type) is str else None,
+        "conversation_id": (
+            clip(conversation_id, MAX_ID_LENGTH) if type(conversation_id) is str else None
+        ),
     }
     if "message_type" not in obj:
         return DecodeError("missing field 'message_type'", **context)
@@ -143,7 +148,7 @@ def _explain(obj: dict[str, Any]) -> DecodeError:
             f"field 'message_type' must be a string, not {_json_kind(raw_type)}", **context
         )
     if raw_type not in _TYPES:
-        return DecodeError(f"unknown message_type {raw_type!r}", **context)
+        return DecodeError(f"unknown message_type {clip(raw_type)!r}", **context)
     kind: type
     for name, kind in _REQUIRED:
         if name not in obj:
