@@ -5,6 +5,7 @@ Pure: no asyncio, no sockets. Shared by the lobby, the SDK and any third-party i
 
 from protocol.codec import decode, encode, to_dict
 from protocol.errors import DecodeError, ProtocolError
+from protocol.limits import MAX_AGENT_ID_LENGTH, MAX_ID_LENGTH, MAX_NAME_LENGTH, clip
 from protocol.models import (
     AGENT_ID_PATTERN,
     LOBBY_ID,
@@ -32,6 +33,9 @@ from protocol.models import (
 __all__ = [
     "AGENT_ID_PATTERN",
     "LOBBY_ID",
+    "MAX_AGENT_ID_LENGTH",
+    "MAX_ID_LENGTH",
+    "MAX_NAME_LENGTH",
     "PAYLOAD_MODELS",
     "Capability",
     "CloseCode",
@@ -52,6 +56,7 @@ __all__ = [
     "ServicesAvailablePayload",
     "UnregisterPayload",
     "UpdateCapabilitiesPayload",
+    "clip",
     "close_code_name",
     "decode",
     "encode",

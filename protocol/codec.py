@@ -1,8 +1,8 @@
 """The only place frames become `Message`s and back: `decode` and `encode`, with orjson.
 
 `decode` is on the lobby's hot path, so the common case is one `orjson.loads`, a handful of type
-checks and one dataclass; only a frame that fails them takes the slow path that explains exactly
-what is wrong (the sentence an agent gets back in its ERROR).
+and length checks (`protocol.limits`) and one dataclass; only a frame that fails them takes the
+slow path that explains exactly what is wrong (the sentence an agent gets back in its ERROR).
 """
 
 from __future__ import annotations
@@ -12,11 +12,17 @@ from typing import Any, Final
 import orjson
 
 from protocol.errors import DecodeError
+from protocol.limits import MAX_AGENT_ID_LENGTH, MAX_ID_LENGTH, clip
 from protocol.models import Message, MessageType
 
 _TYPES: Final[dict[str, MessageType]] = {t.value: t for t in MessageType}
 _REQUIRED: Final = (("sender_id", str), ("receiver_id", str), ("payload", dict))
 _OPTIONAL_STR: Final = ("conversation_id", "auth_token", "message_id", "in_reply_to")
+_MAX_LENGTHS: Final = (
+    ("sender_id", MAX_AGENT_ID_LENGTH),
+    ("receiver_id", MAX_AGENT_ID_LENGTH),
+    *((name, MAX_ID_LENGTH) for name in _OPTIONAL_STR),
+)
 _JSON_NAMES: Final[dict[type, str]] = {
     str: "a string",
     dict: "an object",
@@ -31,7 +37,8 @@ _dumps = orjson.dumps
 def decode(data: str | bytes) -> Message:
     """Parse one frame into a `Message`, or raise `DecodeError` naming the problem.
 
-    Unknown top-level fields are ignored.
+    Unknown top-level fields are ignored. Identifiers longer than `protocol.limits` allows are
+    refused here, so nothing after decode ever holds (or logs) an unbounded id.
     """
     try:
         obj = _loads(data)
@@ -55,12 +62,26 @@ def decode(data: str | bytes) -> Message:
     redelivered = get("redelivered")
     if (
         type(sender_id) is not str
+        or len(sender_id) > MAX_AGENT_ID_LENGTH
         or type(receiver_id) is not str
+        or len(receiver_id) > MAX_AGENT_ID_LENGTH
         or type(payload) is not dict
-        or (conversation_id is not None and type(conversation_id) is not str)
-        or (auth_token is not None and type(auth_token) is not str)
-        or (message_id is not None and type(message_id) is not str)
-        or (in_reply_to is not None and type(in_reply_to) is not str)
+        or (
+            conversation_id is not None
+            and (type(conversation_id) is not str or len(conversation_id) > MAX_ID_LENGTH)
+        )
+        or (
+            auth_token is not None
+            and (type(auth_token) is not str or len(auth_token) > MAX_ID_LENGTH)
+        )
+        or (
+            message_id is not None
+            and (type(message_id) is not str or len(message_id) > MAX_ID_LENGTH)
+        )
+        or (
+            in_reply_to is not None
+            and (type(in_reply_to) is not str or len(in_reply_to) > MAX_ID_LENGTH)
+        )
         or (seq is not None and type(seq) is not int)
         or (redelivered is not None and type(redelivered) is not bool)
     ):
@@ -108,12 +129,17 @@ def encode(message: Message) -> bytes:
 
 
 def _explain(obj: dict[str, Any]) -> DecodeError:
-    """The precise error for an object that failed `decode`'s fast checks."""
+    """The precise error for an object that failed `decode`'s fast checks.
+
+    What it echoes is clipped: the message type like any quoted string, the conversation id at
+    the id limit (a valid one comes back whole, so the agent can still match the ERROR)."""
     raw_type = obj.get("message_type")
     conversation_id = obj.get("conversation_id")
     context: dict[str, Any] = {
-        "message_type": raw_type if type(raw_type) is str else None,
-        "conversation_id": conversation_id if type(conversation_id) is str else None,
+        "message_type": clip(raw_type) if type(raw_type) is str else None,
+        "conversation_id": (
+            clip(conversation_id, MAX_ID_LENGTH) if type(conversation_id) is str else None
+        ),
     }
     if "message_type" not in obj:
         return DecodeError("missing field 'message_type'", **context)
@@ -122,7 +148,7 @@ def _explain(obj: dict[str, Any]) -> DecodeError:
             f"field 'message_type' must be a string, not {_json_kind(raw_type)}", **context
         )
     if raw_type not in _TYPES:
-        return DecodeError(f"unknown message_type {raw_type!r}", **context)
+        return DecodeError(f"unknown message_type {clip(raw_type)!r}", **context)
     kind: type
     for name, kind in _REQUIRED:
         if name not in obj:
@@ -144,6 +170,13 @@ def _explain(obj: dict[str, Any]) -> DecodeError:
         if value is not None and type(value) is not kind:
             return DecodeError(
                 f"field {name!r} must be {_JSON_NAMES[kind]} or null, not {_json_kind(value)}",
+                **context,
+            )
+    for name, limit in _MAX_LENGTHS:
+        value = obj.get(name)
+        if value is not None and len(value) > limit:
+            return DecodeError(
+                f"field {name!r} has {len(value)} characters; at most {limit} are allowed",
                 **context,
             )
     return DecodeError("the message does not fit the envelope", **context)  # pragma: no cover

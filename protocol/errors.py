@@ -14,8 +14,10 @@ class ProtocolError(Exception):
 class DecodeError(ProtocolError):
     """A frame could not be decoded into a `Message`.
 
-    `str(exc)` is a sentence naming the problem, fit to send back to the agent. The message type
-    and conversation id are kept when they could be read, so the ERROR can name them.
+    `str(exc)` is a sentence naming the problem, fit to send back to the agent or to log: what
+    it quotes from the frame is clipped (`protocol.limits.clip`). The message type and
+    conversation id are kept when they could be read, so the ERROR can name them; they are
+    clipped too (the conversation id at `MAX_ID_LENGTH`, so a valid one is kept whole).
     """
 
     def __init__(

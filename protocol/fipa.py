@@ -27,6 +27,7 @@ from enum import StrEnum
 from typing import Any, Final
 
 from protocol.errors import ProtocolError
+from protocol.limits import clip
 
 
 class Performative(StrEnum):
@@ -124,7 +125,8 @@ class Dialogue:
         if performative != Performative.CFP:
             raise IllegalMove(
                 "first_move_must_be_cfp",
-                f"{performative} cannot start dialogue {dialogue_id!r}: a dialogue starts with CFP",
+                f"{performative} cannot start dialogue {clip(dialogue_id)!r}: "
+                "a dialogue starts with CFP",
             )
         if in_reply_to is not None:
             raise IllegalMove(
@@ -180,7 +182,7 @@ class Dialogue:
         payload: dict[str, Any],
     ) -> DialogueState:
         """The state this move leads to, or `IllegalMove`. Changes nothing."""
-        where = f"dialogue {self.dialogue_id!r} is {self.state}"
+        where = f"dialogue {clip(self.dialogue_id)!r} is {self.state}"
         if self.is_over:
             raise IllegalMove("dialogue_over", f"{performative} refused: {where}, it is over")
         role = self.role_of(sender)
@@ -193,7 +195,7 @@ class Dialogue:
         if performative == Performative.CFP:
             raise IllegalMove(
                 "conversation_id_in_use",
-                f"CFP refused: conversation_id {self.dialogue_id!r} already names a dialogue",
+                f"CFP refused: conversation_id {clip(self.dialogue_id)!r} already names a dialogue",
             )
         if sender == self.last_sender:
             raise IllegalMove(
@@ -204,7 +206,8 @@ class Dialogue:
             raise IllegalMove(
                 "reply_to_latest_move",
                 f"{performative} from the {role} refused: it must reply to the latest move "
-                f"{self.last_move_id!r}, not {in_reply_to!r}",
+                f"{clip(self.last_move_id)!r}, not "
+                f"{None if in_reply_to is None else clip(in_reply_to)!r}",
             )
         allowed = TRANSITIONS.get(self.state, {})
         try:

@@ -17,6 +17,7 @@ from decimal import Decimal, InvalidOperation
 from typing import Any, Final
 
 from protocol.errors import ProtocolError
+from protocol.limits import clip
 
 MONEY_PLACES: Final = 6
 MAX_AMOUNT: Final = Decimal(10) ** 15
@@ -126,7 +127,7 @@ def _expiry(raw: object) -> float | None:
     try:
         when = datetime.fromisoformat(raw.replace("Z", "+00:00"))
     except ValueError:
-        raise InvalidOrder("bad_expiry", f"expires_at {raw!r} is not ISO-8601") from None
+        raise InvalidOrder("bad_expiry", f"expires_at {clip(raw)!r} is not ISO-8601") from None
     if when.tzinfo is None:
         when = when.replace(tzinfo=UTC)  # a date-time without offset is taken as UTC
     return when.timestamp()
@@ -175,22 +176,21 @@ def check_payment(
         amount = money(payload.get("amount"), "amount")
     except ValueError as exc:
         raise InvalidPayment("bad_field", str(exc)) from None
+    named = f"proposal {clip(proposal_id)!r}"
     if proposal is None:
-        raise InvalidPayment("unknown_proposal", f"no order proposal {proposal_id!r} is known")
+        raise InvalidPayment("unknown_proposal", f"no order {named} is known")
     if proposal.sender_id != payee_id:
         raise InvalidPayment(
-            "wrong_payee",
-            f"proposal {proposal_id!r} was made by {proposal.sender_id!r}, not {payee_id!r}",
+            "wrong_payee", f"{named} was made by {proposal.sender_id!r}, not {payee_id!r}"
         )
     if proposal.receiver_id != payer_id:
         raise InvalidPayment(
-            "wrong_payer",
-            f"proposal {proposal_id!r} was made to {proposal.receiver_id!r}, not {payer_id!r}",
+            "wrong_payer", f"{named} was made to {proposal.receiver_id!r}, not {payer_id!r}"
         )
     if proposal.expires_at is not None and now > proposal.expires_at:
-        raise InvalidPayment("expired", f"proposal {proposal_id!r} has expired")
+        raise InvalidPayment("expired", f"{named} has expired")
     if proposal.paid_by is not None:
-        raise InvalidPayment("already_paid", f"proposal {proposal_id!r} is already paid")
+        raise InvalidPayment("already_paid", f"{named} is already paid")
     if amount != proposal.total_price:
         raise InvalidPayment(
             "wrong_amount",

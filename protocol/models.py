@@ -15,13 +15,19 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from protocol.limits import MAX_AGENT_ID_LENGTH, MAX_ID_LENGTH, MAX_NAME_LENGTH
+
 LOBBY_ID: Final = "global_lobby"
 """The lobby's own id: the `receiver_id` of every message addressed to the lobby."""
 
-AGENT_ID_PATTERN: Final = r"^[A-Za-z0-9._:@-]{1,128}$"
+AGENT_ID_PATTERN: Final = rf"^[A-Za-z0-9._:@-]{{1,{MAX_AGENT_ID_LENGTH}}}$"
 AGENT_ID_RE: Final = re.compile(AGENT_ID_PATTERN)
 
 AgentId = Annotated[str, Field(pattern=AGENT_ID_PATTERN)]
+AgentIdRef = Annotated[str, Field(max_length=MAX_AGENT_ID_LENGTH)]
+"""An agent id named in a payload: a longer one could never name an agent."""
+Name = Annotated[str, Field(max_length=MAX_NAME_LENGTH)]
+"""A keyword or an attribute key (a capability name is one too, of at least one character)."""
 
 
 class MessageType(StrEnum):
@@ -135,27 +141,50 @@ class Message:
     """The envelope every frame carries (seed 003 section 3, extended).
 
     `auth_token` is only ever set on messages an agent sends; the lobby strips it before
-    forwarding. `seq` and `redelivered` are only set by the lobby, on delivery.
+    forwarding. `seq` and `redelivered` are only set by the lobby, on delivery. The length
+    limits (`protocol.limits`) are checked by `codec.decode`; here they only reach the schema.
     """
 
-    sender_id: Annotated[str, Field(description="The sending agent's id, or 'global_lobby'.")]
+    sender_id: Annotated[
+        str,
+        Field(
+            max_length=MAX_AGENT_ID_LENGTH,
+            description="The sending agent's id, or 'global_lobby'.",
+        ),
+    ]
     receiver_id: Annotated[
-        str, Field(description="The receiving agent's id, or 'global_lobby' for the lobby.")
+        str,
+        Field(
+            max_length=MAX_AGENT_ID_LENGTH,
+            description="The receiving agent's id, or 'global_lobby' for the lobby.",
+        ),
     ]
     message_type: MessageType
     payload: Annotated[dict[str, Any], Field(description="Varies by message_type; may be {}.")]
     conversation_id: Annotated[
-        str | None, Field(description="Correlates the messages of one exchange.")
+        str | None,
+        Field(max_length=MAX_ID_LENGTH, description="Correlates the messages of one exchange."),
     ] = None
     auth_token: Annotated[
         str | None,
-        Field(description="The token from REGISTER_ACK; required on every message but REGISTER."),
+        Field(
+            max_length=MAX_ID_LENGTH,
+            description="The token from REGISTER_ACK; required on every message but REGISTER.",
+        ),
     ] = None
     message_id: Annotated[
-        str | None, Field(description="Set by the sender or, when absent, by the lobby.")
+        str | None,
+        Field(
+            max_length=MAX_ID_LENGTH,
+            description="Set by the sender or, when absent, by the lobby.",
+        ),
     ] = None
     in_reply_to: Annotated[
-        str | None, Field(description="The message_id this message answers (FIPA target).")
+        str | None,
+        Field(
+            max_length=MAX_ID_LENGTH,
+            description="The message_id this message answers (FIPA target).",
+        ),
     ] = None
     seq: Annotated[
         int | None, Field(description="Per-receiver delivery number, set by the lobby.")
@@ -174,14 +203,14 @@ class Capability(BaseModel):
 
     model_config = ConfigDict(extra="ignore", frozen=True)
 
-    name: Annotated[str, Field(min_length=1, max_length=256)]
+    name: Annotated[str, Field(min_length=1, max_length=MAX_NAME_LENGTH)]
     description: str = ""
     input_schema: dict[str, Any] = Field(default_factory=dict)
     output_schema: dict[str, Any] = Field(default_factory=dict)
-    keywords: list[str] = Field(default_factory=list)
-    authorized_requester_ids: list[str] | None = None
+    keywords: list[Name] = Field(default_factory=list)
+    authorized_requester_ids: list[AgentIdRef] | None = None
     """Agents allowed to call this capability; `null` or `[]` means public."""
-    attributes: dict[str, str | int | float | bool | list[str]] | None = Field(
+    attributes: dict[Name, str | int | float | bool | list[str]] | None = Field(
         default=None,
         description="Structured metadata that DISCOVER_SERVICES `filters` match on "
         "(e.g. price, city, cuisine).",

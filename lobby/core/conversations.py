@@ -17,6 +17,7 @@ from lobby.core.refusal import Refusal, unknown_receiver
 from lobby.core.registry import AgentRecord
 from lobby.core.session import Action, Send, Session
 from lobby.store.base import Effect
+from protocol.limits import clip
 from protocol.models import ErrorCode, Message, MessageType, ResponseStatus
 
 if TYPE_CHECKING:
@@ -62,22 +63,22 @@ class Conversations:
                 session,
                 msg,
                 ErrorCode.CAPABILITY_NOT_FOUND,
-                f"Capability '{name}' not found on agent '{target.agent_id}'.",
+                f"Capability '{clip(name)}' not found on agent '{target.agent_id}'.",
             )
         if entry.allowed is not None and agent.agent_id not in entry.allowed:
             log.info(
                 "REQUEST_DENIED_AUTHORIZATION",
                 requester=agent.agent_id,
                 responder=target.agent_id,
-                capability=name,
-                conversation_id=conversation_id,
+                capability=clip(name),
+                conversation_id=clip(conversation_id),
             )
             return self._deny(
                 session,
                 msg,
                 ErrorCode.UNAUTHORIZED,
                 f"Unauthorized: Agent '{agent.agent_id}' is not authorized to call capability "
-                f"'{name}' on agent '{target.agent_id}'.",
+                f"'{clip(name)}' on agent '{target.agent_id}'.",
             )
         now = router.clock()
         if router.delivery.is_duplicate(msg, session, now):
@@ -115,7 +116,7 @@ class Conversations:
             raise Refusal(
                 ErrorCode.UNKNOWN_CONVERSATION,
                 f"no open REQUEST from {msg.receiver_id!r} to {agent.agent_id!r} in conversation "
-                f"{msg.conversation_id!r}",
+                f"{None if msg.conversation_id is None else clip(msg.conversation_id)!r}",
             )
         target = router.registry.agents.get(msg.receiver_id)
         if target is None:

@@ -1,4 +1,8 @@
-"""Refusals and payload checks shared by the core's handlers."""
+"""Refusals and payload checks shared by the core's handlers.
+
+Strings from the frame are quoted through `protocol.limits.clip`, so a refusal is never larger
+than a few hundred characters, whatever the frame held.
+"""
 
 from __future__ import annotations
 
@@ -7,6 +11,7 @@ from typing import TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from protocol.limits import clip
 from protocol.models import LOBBY_ID, ErrorCode, Message
 
 _P = TypeVar("_P", bound=BaseModel)
@@ -33,16 +38,17 @@ def require_lobby_receiver(msg: Message) -> None:
 def unknown_receiver(receiver_id: str) -> str:
     if receiver_id == LOBBY_ID:
         return f"{LOBBY_ID!r} serves no capabilities: address REQUESTs to an agent"
-    return f"no agent {receiver_id!r} is registered"
+    return f"no agent {clip(receiver_id)!r} is registered"
 
 
 def validate(model: type[_P], msg: Message) -> _P:
     try:
         return model.model_validate(msg.payload)
     except ValidationError as exc:
+        # A location can hold a key of the payload (an attribute name), a message its value.
         problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or 'payload'}: {err['msg']}"
-            for err in exc.errors()[:3]
+            f"{'.'.join(clip(str(p)) for p in err['loc']) or 'payload'}: {clip(err['msg'])}"
+            for err in exc.errors(include_url=False, include_input=False)[:3]
         )
         raise Refusal(
             ErrorCode.MALFORMED, f"invalid {msg.message_type} payload: {problems}"

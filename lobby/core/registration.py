@@ -17,6 +17,7 @@ from lobby.core.limits import Limits, TokenBucket
 from lobby.core.refusal import Refusal, hash_token, require_lobby_receiver, validate
 from lobby.core.registry import AgentRecord
 from lobby.core.session import Action, Close, Send, Session
+from protocol.limits import MAX_AGENT_ID_LENGTH, MAX_SENTENCE_LENGTH, clip
 from protocol.models import (
     AGENT_ID_RE,
     LOBBY_ID,
@@ -47,7 +48,8 @@ class Registrar:
         if not AGENT_ID_RE.match(agent_id) or agent_id == LOBBY_ID:
             raise Refusal(
                 ErrorCode.MALFORMED,
-                f"invalid agent id {agent_id!r}: sender_id must be 1-128 characters of "
+                f"invalid agent id {clip(agent_id)!r}: sender_id must be "
+                f"1-{MAX_AGENT_ID_LENGTH} characters of "
                 f"[A-Za-z0-9._:@-] and not {LOBBY_ID!r}",
             )
         require_lobby_receiver(msg)
@@ -76,7 +78,7 @@ class Registrar:
         log.info(
             "AGENT_REGISTERED",
             agent_id=agent_id,
-            capabilities=sorted(record.capabilities),
+            capabilities=clip(", ".join(sorted(record.capabilities)), MAX_SENTENCE_LENGTH),
             remote=session.remote,
         )
         log.info("AGENT_REGISTRATION_FINALIZED", agent_id=agent_id)

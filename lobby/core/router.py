@@ -44,6 +44,7 @@ from lobby.core.session import Action, Close, Send, Session
 from lobby.store.base import AgentRemoved, AgentSaved, Compaction, Effect, Snapshot, StateSaved
 from protocol.codec import decode, encode
 from protocol.errors import DecodeError
+from protocol.limits import MAX_SENTENCE_LENGTH, clip
 from protocol.models import (
     LOBBY_ID,
     Capability,
@@ -369,7 +370,7 @@ class Router:
         log.info(
             "AGENT_CAPABILITIES_UPDATED",
             agent_id=agent.agent_id,
-            capabilities=sorted(agent.capabilities),
+            capabilities=clip(", ".join(sorted(agent.capabilities)), MAX_SENTENCE_LENGTH),
         )
         return []
 
@@ -464,7 +465,7 @@ class Router:
     def _auth_failed(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
         if msg.sender_id != agent.agent_id:
             reason = (
-                f"sender_id {msg.sender_id!r} is not the agent registered on this connection "
+                f"sender_id {clip(msg.sender_id)!r} is not the agent registered on this connection "
                 f"({agent.agent_id!r})"
             )
         elif msg.auth_token is None:
@@ -490,7 +491,7 @@ class Router:
             conversation_id = msg.conversation_id
             original_id = msg.message_id
         payload = {
-            "error": reason,
+            "error": clip(reason, MAX_SENTENCE_LENGTH),  # its quoted values are clipped already
             "code": code,
             "original_message_type": message_type,
             "original_conversation_id": conversation_id,

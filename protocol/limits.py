@@ -1,0 +1,39 @@
+"""Length limits on identifiers, and `clip`, the one way a string from the wire is quoted.
+
+A frame may be as large as the lobby allows (256 KiB by default), but nothing that names a
+thing needs to be: the limits below are checked where each field is read (`codec.decode` for
+the envelope, the `Capability` model for names), and every string from a frame that the lobby
+quotes in an ERROR or a log line goes through `clip` first. So what an agent sends can make
+neither a log line nor an ERROR larger than a few hundred characters per quoted value. (Agent
+ids are the exception that needs no clip: `decode` already bounds them at `CLIP_LENGTH`.)
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# Generous but sane: a UUID is 36 characters, a ULID 26, and composed ids such as
+# "tenant:agent:uuid" stay well under 256. Any id is then at most 1/1000 of a frame, which keeps
+# dedupe keys, journal rows and the ids quoted back in ERRORs small.
+MAX_AGENT_ID_LENGTH: Final = 128
+"""`sender_id`, `receiver_id`, `authorized_requester_ids` entries: the agent id rule (REGISTER
+accepts 1-128 characters), so a longer one can never name an agent."""
+MAX_ID_LENGTH: Final = 256
+"""`conversation_id`, `message_id`, `in_reply_to`, and `auth_token` (a UUID4, 36 characters)."""
+MAX_NAME_LENGTH: Final = 256
+"""Capability names, keywords and attribute keys."""
+
+CLIP_LENGTH: Final = 128
+"""Characters of a wire string kept when it is quoted in an ERROR sentence or a log field."""
+MAX_SENTENCE_LENGTH: Final = 1024
+"""Characters kept of a whole ERROR sentence or log field: the bound on what quoting several
+clipped values (and their escapes) can add up to."""
+
+
+def clip(text: str, limit: int = CLIP_LENGTH) -> str:
+    """`text` if it has at most `limit` characters, else its first `limit` characters followed
+    by a marker saying how many were cut: `'abc...(+249997 characters)'`. Call it on every
+    string from a frame before quoting it in an ERROR or passing it to a logger."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}...(+{len(text) - limit} characters)"
