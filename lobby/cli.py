@@ -1,4 +1,4 @@
-"""`lobby serve | schema`: the daemon's command line.
+"""`lobby serve | schema | asyncapi | ...`: the daemon's command line.
 
 Every `serve` flag can also come from an environment variable: `--max-message-bytes` from
 `LOBBY_MAX_MESSAGE_BYTES`, and so on; a flag given on the command line wins.
@@ -24,6 +24,7 @@ from lobby import admin
 from lobby.config import LogFormat, Settings, StoreKind, TransportKind
 from lobby.logs import configure
 from lobby.server import LobbyServer
+from protocol.asyncapi import asyncapi_document
 from protocol.schema import all_schemas
 
 _HELP = {
@@ -102,6 +103,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     schema = commands.add_parser("schema", help="print the JSON Schema of every message")
     schema.add_argument("--write", type=Path, metavar="DIR", help="write one file a message")
+    asyncapi = commands.add_parser("asyncapi", help="print the AsyncAPI 3.0 document")
+    asyncapi.add_argument("--write", type=Path, metavar="PATH", help="write it to this file")
 
     data_dir = _env_default("data_dir", defaults.data_dir, Path)
     for name, help_text in (
@@ -121,6 +124,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "schema":
         return _schema(args.write)
+    if args.command == "asyncapi":
+        content = schema_file_bytes(asyncapi_document())
+        if args.write is None:
+            sys.stdout.buffer.write(content)
+        else:
+            args.write.write_bytes(content)
+        return 0
     if args.command in ("agents", "mailbox", "transactions"):
         return _admin(args)
     settings = Settings(**{f.name: getattr(args, f.name) for f in fields(Settings)})
