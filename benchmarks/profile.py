@@ -140,9 +140,9 @@ def classify(stack: list[str]) -> str:
         if any(n.endswith("data_received") for n in names):
             return "websockets: read + parse frames (data_received)"
         return "websockets: recv() in the handler task"
-    if where.startswith(
-        ("lobby/server.py", "lobby/ws_transport.py", "lobby/picows_transport.py")
-    ) or (where == "benchmarks/relay.py" and func != "main"):
+    if where.startswith(("lobby/server.py", "lobby/transport/")) or (
+        where == "benchmarks/relay.py" and func != "main"
+    ):
         return "server glue (received, _execute, the transport's callbacks)"
     if not where or where.startswith(_ROOTS):
         if leaf in ("read", "recv", "readv", "__libc_read"):

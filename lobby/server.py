@@ -1,6 +1,7 @@
 """The lobby's I/O layer: one `LobbyServer` drives the router, the store and the clock; a
-transport (`lobby.ws_transport`, the default on `websockets`, or `lobby.picows_transport`)
-carries the connections. Only the transports import a WebSocket library.
+transport carries the connections, behind the interfaces of `lobby.transport.base`:
+`lobby.transport.websockets` (the default) or `lobby.transport.picows` (`--transport
+picows`). Only the transports import a WebSocket library, and they never import this module.
 
 A transport hands each message to `received` as its parser produces it, inside the read that
 brought it (no receive queue, no task switch per message), and calls `end_of_batch` when that
@@ -19,11 +20,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ssl
 import time
-from collections.abc import Awaitable, Iterable
+from collections.abc import Iterable
 from http import HTTPStatus
-from typing import Protocol
 
 import structlog
 
@@ -32,6 +31,7 @@ from lobby.config import Settings
 from lobby.core.router import Router
 from lobby.core.session import Action, Send, Session
 from lobby.store import Store, open_store
+from lobby.transport.base import Link, Transport
 from protocol.codec import encode
 from protocol.models import LOBBY_ID, CloseCode, ErrorCode, Message, MessageType
 
@@ -40,30 +40,6 @@ log = structlog.get_logger("lobby.server")
 FLUSH_EVERY = 8
 """A long read is flushed every this many messages, not only at its end: its first messages
 go out (and their answers start) while the rest are routed."""
-
-
-class Link(Protocol):
-    """One connection, as the transport gives it to the lobby (`Session.link`)."""
-
-    remote: str
-
-    def put(self, frame: bytes) -> bool:
-        """Frame one text message for this connection (written by `flush`, or at once);
-        False if the connection is closing."""
-
-    def flush(self) -> int:
-        """Write what was framed; return the bytes still waiting to be written."""
-
-    def shut(self, code: int, reason: str) -> Awaitable[None] | None:
-        """Start the closing handshake; what to await for it to finish, if anything."""
-
-
-class Transport(Protocol):
-    async def start(self, lobby: LobbyServer) -> int:
-        """Listen for connections; return the bound port."""
-
-    async def stop(self) -> None:
-        """Close every connection with 1001 and stop listening (the lobby bounds the wait)."""
 
 
 class LobbyServer:
@@ -328,20 +304,12 @@ class LobbyServer:
         }
 
 
-def tls_context(settings: Settings) -> ssl.SSLContext | None:
-    if settings.tls_cert is None:
-        return None
-    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(settings.tls_cert, settings.tls_key)
-    return context
-
-
 def _transport(name: str) -> Transport:
     if name == "picows":
-        from lobby.picows_transport import PicowsTransport  # an optional dependency
+        from lobby.transport.picows import PicowsTransport  # an optional dependency
 
         return PicowsTransport()
-    from lobby.ws_transport import WebsocketsTransport
+    from lobby.transport.websockets import WebsocketsTransport
 
     return WebsocketsTransport()
 
@@ -356,4 +324,4 @@ def _internal_error() -> bytes:
     return encode(Message(LOBBY_ID, "", MessageType.ERROR, payload))
 
 
-__all__ = ["Link", "LobbyServer", "Session", "Transport"]
+__all__ = ["LobbyServer", "Session"]

@@ -9,7 +9,8 @@ from typing import Any
 
 import agent_sdk
 from agent_sdk import Agent, RequestContext, Status, capability
-from lobby.server import Link, LobbyServer
+from lobby.server import LobbyServer
+from lobby.transport.base import Link
 from tests.conftest import start_lobby_process
 
 

@@ -27,7 +27,7 @@ from picows import (
 )
 
 from lobby.core.session import Session
-from lobby.server import LobbyServer, tls_context
+from lobby.transport.base import Lobby, tls_context
 from protocol.models import CloseCode
 
 _TEXT, _BINARY, _CONT, _CLOSE = (
@@ -41,7 +41,7 @@ _TEXT, _BINARY, _CONT, _CLOSE = (
 class PicowsLink(WSListener):
     """One connection: picows' listener, and the lobby's `Link` to it."""
 
-    def __init__(self, lobby: LobbyServer, links: set[PicowsLink]) -> None:
+    def __init__(self, lobby: Lobby, links: set[PicowsLink]) -> None:
         self._lobby = lobby
         self._links = links
         self._transport: WSTransport | None = None
@@ -130,11 +130,13 @@ class PicowsLink(WSListener):
 
 
 class PicowsTransport:
+    name = "picows"
+
     def __init__(self) -> None:
         self._server: asyncio.Server | None = None
         self._links: set[PicowsLink] = set()
 
-    async def start(self, lobby: LobbyServer) -> int:
+    async def start(self, lobby: Lobby) -> int:
         s = lobby.settings
 
         def listener_for(request: WSUpgradeRequest) -> Any:

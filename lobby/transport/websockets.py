@@ -20,7 +20,7 @@ from websockets.http11 import Request, Response
 from websockets.protocol import Event, State
 
 from lobby.core.session import Session
-from lobby.server import LobbyServer, tls_context
+from lobby.transport.base import Lobby, tls_context
 
 _OPEN = State.OPEN
 _TEXT, _BINARY, _CONT = Opcode.TEXT, Opcode.BINARY, Opcode.CONT
@@ -34,7 +34,7 @@ class LobbyConnection(ServerConnection):
         super().__init__(*args, **kwargs)
         self.remote = ""
         self.session: Session | None = None
-        self._lobby: LobbyServer | None = None
+        self._lobby: Lobby | None = None
         self._early: list[tuple[bool, bytes]] = []
         """Messages that came with the handshake, before the lobby attached (rare)."""
         self._fragments: list[bytes] = []
@@ -43,7 +43,7 @@ class LobbyConnection(ServerConnection):
         """Set once the lobby knows this connection is no longer open."""
         self._abort: asyncio.TimerHandle | None = None
 
-    def attach(self, lobby: LobbyServer) -> Session:
+    def attach(self, lobby: Lobby) -> Session:
         address = self.remote_address
         self.remote = f"{address[0]}:{address[1]}" if address else ""
         self.session = session = lobby.connected(self, address[0] if address else "")
@@ -97,7 +97,7 @@ class LobbyConnection(ServerConnection):
             # round trip).
             lobby.end_of_batch()
 
-    def _peer_closing(self, lobby: LobbyServer) -> None:
+    def _peer_closing(self, lobby: Lobby) -> None:
         """The peer sent a close frame, or websockets failed the connection (1009 for a
         message over `max_size`, 1002 for a frame that breaks RFC 6455) and sent its own:
         the agent goes offline now. websockets then waits for the peer to close TCP, which a
@@ -143,11 +143,13 @@ class LobbyConnection(ServerConnection):
 
 
 class WebsocketsTransport:
+    name = "websockets"
+
     def __init__(self) -> None:
         self._server: Server | None = None
-        self._lobby: LobbyServer | None = None
+        self._lobby: Lobby | None = None
 
-    async def start(self, lobby: LobbyServer) -> int:
+    async def start(self, lobby: Lobby) -> int:
         s = lobby.settings
         self._lobby = lobby
         self._server = await serve(

@@ -1,0 +1,7 @@
+"""Transports: the connections the lobby serves, behind the interfaces of `base` (a leaf that
+imports nothing of the server). `websockets` is the default, `picows` the optional one in C
+(`--transport picows`); `lobby.server` imports them by name, so neither is loaded unless used."""
+
+from lobby.transport.base import Link, Lobby, Transport, tls_context
+
+__all__ = ["Link", "Lobby", "Transport", "tls_context"]

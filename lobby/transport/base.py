@@ -1,0 +1,101 @@
+"""What a transport and the lobby promise each other; a leaf: it imports nothing of the server.
+
+A transport carries connections: it accepts them, parses their messages and writes frames.
+The lobby (`lobby.server.LobbyServer`) decides everything else. They meet at three things here:
+- `Lobby`: what the lobby offers a transport; the transport calls it as connections come,
+  speak and go.
+- `Link`: one connection, as the transport gives it to the lobby (kept in `Session.link`).
+- `Transport`: what the lobby asks of a transport: start listening, stop.
+
+The order of calls, for one connection: `admit(path)` (None: accept), `connected(link, host)`
+once it is open, then `received(session, binary, data)` for each message, as the parser
+produces it inside the read that brought it, and `end_of_batch()` when that read is done (so
+what it routed is written at once, one write per receiver); `closing(session, code)` as soon
+as the connection stops being open (the peer's close frame, or a close the transport sent for
+a fault of the peer's: 1009, 1002), and `disconnected(session, code)` once it is gone.
+
+The lobby writes with `Link.put` and, at the end of a batch, `Link.flush`: the bytes `flush`
+reports still waiting are the connection's outbound queue, and the lobby closes a connection
+whose queue passes `max_outbound_bytes` with 4002. `Link.shut` sends a close frame; the
+transport cuts off a peer that does not finish the closing handshake within `close_timeout`.
+The registration deadline (`handshake_timeout`, 1008) is the lobby's own.
+"""
+
+from __future__ import annotations
+
+import ssl
+from collections.abc import Awaitable
+from http import HTTPStatus
+from typing import TYPE_CHECKING, Protocol
+
+if TYPE_CHECKING:
+    from lobby.config import Settings
+    from lobby.core.session import Session
+
+
+class Link(Protocol):
+    """One connection, as the transport gives it to the lobby (`Session.link`)."""
+
+    remote: str
+
+    def put(self, frame: bytes) -> bool:
+        """Frame one text message for this connection (written by `flush`, or at once);
+        False if the connection is closing."""
+
+    def flush(self) -> int:
+        """Write what was framed; return the bytes still waiting to be written."""
+
+    def shut(self, code: int, reason: str) -> Awaitable[None] | None:
+        """Start the closing handshake; what to await for it to finish, if anything."""
+
+
+class Lobby(Protocol):
+    """What the lobby offers a transport. A transport calls these from the event loop, never
+    from another thread."""
+
+    @property
+    def settings(self) -> Settings:
+        """Where the transport reads its limits (`max_message_bytes`, `close_timeout`, ...)."""
+
+    def admit(self, path: str) -> tuple[HTTPStatus, dict[str, object]] | None:
+        """Call for each HTTP request: None to accept the WebSocket, else the status and the
+        JSON body to answer with instead (/healthz, a full lobby, another path)."""
+
+    def connected(self, link: Link, host: str) -> Session:
+        """Call once the WebSocket is open; `host` is the peer's address without the port."""
+
+    def received(self, session: Session, binary: bool, data: bytes) -> None:
+        """Call with each whole message, from within the read that brought it."""
+
+    def end_of_batch(self) -> None:
+        """Call when a read is done: what it routed is written out now."""
+
+    def closing(self, session: Session, code: int | None) -> None:
+        """Call as soon as the connection stops being open, though TCP may stay up."""
+
+    def disconnected(self, session: Session, code: int | None = None) -> None:
+        """Call once the connection is gone (TCP closed or aborted)."""
+
+
+class Transport(Protocol):
+    name: str
+    """As /healthz reports it: websockets, picows, memory."""
+
+    async def start(self, lobby: Lobby) -> int | None:
+        """Listen for connections; return the bound port (None for a transport without one:
+        memory)."""
+
+    async def stop(self) -> None:
+        """Close every connection with 1001 and stop listening (the lobby bounds the wait)."""
+
+
+def tls_context(settings: Settings) -> ssl.SSLContext | None:
+    """The server-side TLS context `--tls-cert`/`--tls-key` ask for; None without them."""
+    if settings.tls_cert is None:
+        return None
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(settings.tls_cert, settings.tls_key)
+    return context
+
+
+__all__ = ["Link", "Lobby", "Transport", "tls_context"]
