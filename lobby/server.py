@@ -1,7 +1,8 @@
 """The lobby's I/O layer: one `LobbyServer` drives the router, the store and the clock; a
 transport carries the connections, behind the interfaces of `lobby.transport.base`:
-`lobby.transport.websockets` (the default) or `lobby.transport.picows` (`--transport
-picows`). Only the transports import a WebSocket library, and they never import this module.
+`lobby.transport.websockets` (the default), `lobby.transport.picows` (`--transport picows`)
+or `lobby.transport.memory` (no sockets: tests, embedding). Only the transports import a
+WebSocket library, and none of them imports this module.
 
 A transport hands each message to `received` as its parser produces it, inside the read that
 brought it (no receive queue, no task switch per message), and calls `end_of_batch` when that
@@ -43,7 +44,10 @@ go out (and their answers start) while the rest are routed."""
 
 
 class LobbyServer:
-    """One lobby process: `await start()`, then `await stop()` (or `serve_until(event)`)."""
+    """One lobby process: `await start()`, then `await stop()` (or `serve_until(event)`).
+
+    `transport` defaults to the one `settings.transport` names; a `MemoryTransport` (from
+    `lobby.transport.memory`) serves clients in this process, without sockets."""
 
     def __init__(
         self,
@@ -66,7 +70,9 @@ class LobbyServer:
             self.store, self.router.delivery, self._confirm, interval=settings.commit_interval
         )
         self.transport = transport or _transport(settings.transport)
+        self._running = False
         self._port: int | None = None
+        """The bound port; None before start, and for a transport without one (memory)."""
         self._compactor: asyncio.Task[None] | None = None
         self._ticker: asyncio.Task[None] | None = None
         self._tasks: set[asyncio.Task[None]] = set()
@@ -82,14 +88,22 @@ class LobbyServer:
 
     @property
     def port(self) -> int:
-        """The bound port (useful with `port=0`)."""
-        assert self._port is not None, "start() first"
+        """The bound port (useful with `port=0`). The memory transport has none: its clients
+        come through `MemoryTransport.connect()`."""
+        assert self._running, "start() first"
+        if self._port is None:
+            raise RuntimeError(f"the {self.transport.name} transport listens on no port")
         return self._port
 
     @property
     def url(self) -> str:
+        """Where agents connect: `ws://HOST:PORT/` (`wss://` with TLS); `memory://global_lobby/`
+        on the memory transport, which no WebSocket client can open."""
+        assert self._running, "start() first"
+        if self._port is None:
+            return f"{self.transport.name}://{LOBBY_ID}/"
         scheme = "wss" if self.settings.tls_cert else "ws"
-        return f"{scheme}://{self.settings.host}:{self.port}/"
+        return f"{scheme}://{self.settings.host}:{self._port}/"
 
     async def start(self) -> None:
         s = self.settings
@@ -99,14 +113,15 @@ class LobbyServer:
         except BaseException:
             await self.committer.close()  # a lobby that could not listen lets go of its store
             raise
+        self._running = True
         self._started = time.monotonic()
         self._compactor = asyncio.create_task(self._compact_periodically())
         self._ticker = asyncio.create_task(self._tick_periodically())
-        log.info("LOBBY_LISTENING", lobby_id=LOBBY_ID, host=s.host, port=self.port, url=self.url)
+        log.info("LOBBY_LISTENING", lobby_id=LOBBY_ID, host=s.host, port=self._port, url=self.url)
 
     async def stop(self) -> None:
         """Close every connection with 1001 and stop listening, within `shutdown_timeout`."""
-        if self._port is None:
+        if not self._running:
             return
         try:
             async with asyncio.timeout(self.settings.shutdown_timeout):
@@ -123,6 +138,7 @@ class LobbyServer:
                 with contextlib.suppress(asyncio.CancelledError):
                     await background
         await self.committer.close()
+        self._running = False
         self._port = None
         log.info("LOBBY_STOPPED")
 
@@ -299,7 +315,7 @@ class LobbyServer:
             "agents_online": sum(1 for a in agents.values() if a.session is not None),
             "connections": self.connections,
             "uptime_s": round(time.monotonic() - self._started, 3),
-            "transport": self.settings.transport,
+            "transport": self.transport.name,
             "store": self.committer.stats(),
         }
 

@@ -1,0 +1,253 @@
+"""An in-memory transport: the lobby without sockets, for tests and for a program that runs
+the lobby and its clients in one process.
+
+    transport = MemoryTransport()
+    lobby = LobbyServer(Settings(store="memory"), transport=transport)
+    await lobby.start()
+    async with transport.connect() as client:
+        await client.send(frame)  # routed before it returns, as if a read had brought it
+        answer = await client.recv(timeout=5)
+
+It keeps the contract of the socket transports (`lobby.transport.base`), with memory for the
+wire:
+- A frame the lobby `put`s reaches the client when the lobby flushes it (at the end of the
+  batch). `flush` reports the bytes the client has not read yet: a client that stops reading
+  is closed with 4002 once they pass `max_outbound_bytes`, as it would be over a socket.
+- A message over `max_message_bytes` closes its connection with 1009.
+- The lobby's close (`shut`) follows the frames written before it: the client reads those,
+  then `recv` raises `ConnectionClosed` with the code. There is no closing handshake to wait
+  for: the connection is gone (`disconnected`) on the next pass of the event loop.
+- `client.close(code)`: the lobby sees `closing`, then `disconnected`, as for a close frame.
+- No port and no HTTP: `connect(path)` is asked of `admit` as an upgrade request would be,
+  and an answer instead of a connection (503 when full, 404 for another path, /healthz's 200)
+  raises `Refused`. No fragments, pings or TLS; binary messages pass as they would over a
+  socket (the lobby refuses them).
+
+The lobby's registration deadline (1008) and every other rule are the lobby's own, the same on
+every transport. Not a `--transport` choice: `lobby serve` with no socket would serve nobody.
+
+Exceptions:
+
+    MemoryTransportError
+    ├── Refused: connect() was answered with an HTTP status, not a connection
+    └── ConnectionClosed: the connection is closed (its close code and reason)
+
+`connect()` to a lobby that is not running raises `ConnectionRefusedError`, as a socket does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections import deque
+from http import HTTPStatus
+from typing import Any
+
+from lobby.core.session import Session
+from lobby.transport.base import Lobby
+from protocol.models import CloseCode
+
+
+class MemoryTransportError(Exception):
+    """The root of this transport's errors."""
+
+
+class Refused(MemoryTransportError):
+    """The lobby answered `connect()` with an HTTP status instead of a connection."""
+
+    def __init__(self, status: HTTPStatus, body: dict[str, object]) -> None:
+        super().__init__(f"{int(status)} {status.phrase}: {body}")
+        self.status = status
+        self.body = body
+
+
+class ConnectionClosed(MemoryTransportError):
+    """The connection is closed: by the lobby (`code` is its close code) or by the client."""
+
+    def __init__(self, code: int, reason: str) -> None:
+        super().__init__(f"closed with {code}" + (f" ({reason})" if reason else ""))
+        self.code = code
+        self.reason = reason
+
+
+class MemoryTransport:
+    """Connections within this process: `connect()` once the lobby has started."""
+
+    name = "memory"
+
+    def __init__(self) -> None:
+        self._lobby: Lobby | None = None
+        self._links: set[MemoryLink] = set()
+        self._numbers = itertools.count(1)
+
+    async def start(self, lobby: Lobby) -> None:
+        self._lobby = lobby
+
+    async def stop(self) -> None:
+        self._lobby = None
+        for link in list(self._links):
+            link.shut(CloseCode.GOING_AWAY, "the lobby is shutting down")
+            link.gone()  # now: the lobby's stop returns with every connection gone
+
+    def connect(self, path: str = "/") -> MemoryClient:
+        """Open a connection to the lobby (call from its event loop); use it with `async with`,
+        or `close()` it. Raises `Refused` if the lobby answers with an HTTP status instead."""
+        lobby = self._lobby
+        if lobby is None:
+            raise ConnectionRefusedError("the lobby is not running")
+        answer = lobby.admit(path)
+        if answer is not None:
+            raise Refused(*answer)
+        link = MemoryLink(lobby, f"memory:{next(self._numbers)}", self._links)
+        self._links.add(link)
+        link.session = lobby.connected(link, "memory")
+        return link.client
+
+
+class MemoryLink:
+    """The lobby's side of one connection: its `Link`."""
+
+    def __init__(self, lobby: Lobby, remote: str, links: set[MemoryLink]) -> None:
+        self.remote = remote
+        self.session: Session | None = None
+        self.client = MemoryClient(self)
+        self.lobby = lobby
+        self.open = True
+        """Until either side closes: frames are written and messages read only while open."""
+        self._links = links
+        self._framed: list[bytes] = []
+        self._gone = False
+
+    def put(self, frame: bytes) -> bool:
+        if not self.open:
+            return False
+        self._framed.append(frame)
+        return True
+
+    def flush(self) -> int:
+        if not self.open:
+            return 0
+        self._write()
+        return self.client.unread
+
+    def shut(self, code: int, reason: str) -> None:
+        """Write what was framed, then the close: the client reads both, and the connection is
+        gone on the next pass of the event loop."""
+        if not self.open:
+            return
+        self.open = False
+        self._write()
+        self.client.closed(code, reason)
+        asyncio.get_running_loop().call_soon(self.gone)
+
+    def gone(self) -> None:
+        """The connection no longer exists: tell the lobby, once."""
+        if self._gone:
+            return
+        self._gone = True
+        self.open = False
+        self._links.discard(self)
+        self.client.ended()
+        assert self.session is not None
+        self.lobby.disconnected(self.session, self.client.close_code)
+
+    def _write(self) -> None:
+        if self._framed:
+            framed, self._framed = self._framed, []
+            self.client.arrived(framed)
+
+    # -- what the client does ---------------------------------------------------------------
+
+    def received(self, binary: bool, data: bytes) -> None:
+        assert self.session is not None
+        if len(data) > self.lobby.settings.max_message_bytes:
+            # The peer's fault: its agent goes offline at once, as on a socket.
+            self.lobby.closing(self.session, CloseCode.MESSAGE_TOO_BIG)
+            self.shut(CloseCode.MESSAGE_TOO_BIG, "message too big")
+        else:
+            self.lobby.received(self.session, binary, data)
+        self.lobby.end_of_batch()
+
+    def peer_closing(self, code: int, reason: str) -> None:
+        """The client closed: the lobby answers with the same code (as a WebSocket server
+        echoes a close frame), and the connection is gone on the next pass of the loop."""
+        if not self.open:
+            return
+        self.open = False
+        self._write()  # what was framed before the close still reaches the client
+        self.client.closed(code, reason)
+        assert self.session is not None
+        self.lobby.closing(self.session, code)
+        self.lobby.end_of_batch()
+        asyncio.get_running_loop().call_soon(self.gone)
+
+
+class MemoryClient:
+    """The client's side of one connection, shaped like a `websockets` client connection:
+    `await send(message)`, `await recv()`, `close_code`."""
+
+    def __init__(self, link: MemoryLink) -> None:
+        self._link = link
+        self._inbox: deque[bytes] = deque()
+        self.unread = 0
+        """Bytes the lobby has written that `recv` has not taken yet."""
+        self.close_code: int | None = None
+        self.close_reason = ""
+        self._changed = asyncio.Event()
+        self._ended = asyncio.Event()
+
+    async def send(self, message: str | bytes) -> None:
+        """Send one message (`bytes` as a binary one); it is routed before this returns.
+        Raises `ConnectionClosed` once the connection is closed."""
+        if not self._link.open:
+            raise self._closed_error()
+        if isinstance(message, str):
+            self._link.received(False, message.encode())
+        else:
+            self._link.received(True, bytes(message))
+
+    async def recv(self, timeout: float | None = None) -> str:
+        """The next message from the lobby, waiting at most `timeout` seconds for it
+        (`TimeoutError`); after what was written before a close, `ConnectionClosed`."""
+        async with asyncio.timeout(timeout):
+            while not self._inbox:
+                if self.close_code is not None:
+                    raise self._closed_error()
+                self._changed.clear()
+                await self._changed.wait()
+        frame = self._inbox.popleft()
+        self.unread -= len(frame)
+        return frame.decode()
+
+    async def close(self, code: int = CloseCode.NORMAL, reason: str = "") -> None:
+        """Close the connection and wait until the lobby has let go of it."""
+        self._link.peer_closing(code, reason)
+        await self._ended.wait()
+
+    async def __aenter__(self) -> MemoryClient:
+        return self
+
+    async def __aexit__(self, *exc_info: Any) -> None:
+        await self.close()
+
+    # -- what the lobby's side does -----------------------------------------------------------
+
+    def arrived(self, frames: list[bytes]) -> None:
+        self._inbox.extend(frames)
+        self.unread += sum(map(len, frames))
+        self._changed.set()
+
+    def closed(self, code: int, reason: str) -> None:
+        if self.close_code is None:
+            self.close_code, self.close_reason = code, reason
+        self._changed.set()
+
+    def ended(self) -> None:
+        self._ended.set()
+        self._changed.set()
+
+    def _closed_error(self) -> ConnectionClosed:
+        return ConnectionClosed(self.close_code or CloseCode.NORMAL, self.close_reason)
+
+
+__all__ = ["ConnectionClosed", "MemoryClient", "MemoryTransport", "MemoryTransportError", "Refused"]
