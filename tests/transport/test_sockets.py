@@ -1,0 +1,122 @@
+"""What only a socket shows, on each socket transport (websockets, picows): messages over the
+size limit whole or in fragments, fragments joined, a frame that comes with the handshake,
+HTTP on the same port, and a close frame without a code."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from websockets.asyncio.client import connect
+from websockets.client import ClientProtocol
+from websockets.exceptions import ConnectionClosed
+from websockets.frames import Close, Frame, Opcode
+from websockets.protocol import State
+from websockets.uri import parse_uri
+
+from lobby.server import LobbyServer
+from tests.conftest import TRANSPORTS
+from tests.wsclient import frame, reply, running, token_of
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+@pytest.mark.parametrize(
+    "message",
+    [
+        frame("big", "DISCOVER_SERVICES", {"x": "y" * 5000}),
+        ["{" + " " * 600, " " * 600 + "}"],  # fragments, each under the limit
+    ],
+    ids=["one-frame", "fragmented"],
+)
+async def test_a_message_over_the_limit_closes_only_that_connection_with_1009(
+    tmp_path: Path, transport: str, message: str | list[str]
+) -> None:
+    async with (
+        running(tmp_path, max_message_bytes=1000, transport=transport) as lobby,
+        connect(lobby.url) as big,
+        connect(lobby.url) as other,
+    ):
+        await token_of(big, "big")
+        other_token = await token_of(other, "other")
+        await big.send(message)
+        with pytest.raises(ConnectionClosed):
+            await asyncio.wait_for(big.recv(), 5)
+        assert big.close_code == 1009
+        await other.send(frame("other", "DISCOVER_SERVICES", {}, auth_token=other_token))
+        assert (await reply(other))["message_type"] == "SERVICES_AVAILABLE"
+
+
+async def test_healthz(lobby: LobbyServer) -> None:
+    def get() -> tuple[int, str, dict[str, Any]]:
+        url = f"http://127.0.0.1:{lobby.port}/healthz"
+        with urllib.request.urlopen(url, timeout=5) as response:
+            return response.status, response.headers["Content-Type"], orjson.loads(response.read())
+
+    status, content_type, body = await asyncio.to_thread(get)
+    assert status == 200
+    assert content_type == "application/json"
+    assert body["status"] == "ok"
+    assert body["lobby_id"] == "global_lobby"
+
+
+async def test_a_fragmented_message_is_routed_whole(lobby: LobbyServer) -> None:
+    async with connect(lobby.url) as ws:
+        token = await token_of(ws, "chunky")
+        text = frame("chunky", "DISCOVER_SERVICES", {}, auth_token=token)
+        # websockets sends an iterable as one message in several frames.
+        await ws.send([text[:10], text[10:25], text[25:]])
+        assert (await reply(ws))["message_type"] == "SERVICES_AVAILABLE"
+
+
+async def test_a_message_in_the_same_packet_as_the_handshake_is_routed(
+    lobby: LobbyServer,
+) -> None:
+    """A client may send its first frame right behind the upgrade request, before the
+    handshake response: the lobby routes it once the connection is set up."""
+    client = ClientProtocol(parse_uri(lobby.url))
+    client.send_request(client.connect())
+    register = frame("eager", "REGISTER", {"capabilities": []}, receiver_id="global_lobby")
+    masked = Frame(Opcode.TEXT, register.encode()).serialize(mask=True, extensions=[])
+    reader, writer = await asyncio.open_connection(lobby.settings.host, lobby.port)
+    try:
+        writer.write(b"".join(client.data_to_send()) + masked)
+        texts: list[Frame] = []
+        while not texts:
+            client.receive_data(await asyncio.wait_for(reader.read(65536), 5))
+            events = client.events_received()
+            texts = [e for e in events if isinstance(e, Frame) and e.opcode is Opcode.TEXT]
+        assert client.state is State.OPEN
+        ack = orjson.loads(texts[0].data)
+        assert ack["message_type"] == "REGISTER_ACK"
+        assert ack["payload"]["status"] == "success_registered_finalized"
+    finally:
+        writer.close()
+
+
+async def test_a_close_without_a_code_is_answered_with_a_valid_close(lobby: LobbyServer) -> None:
+    """Echoing "no code" must not put an invalid code (0) on the wire."""
+    client = ClientProtocol(parse_uri(lobby.url))
+    client.send_request(client.connect())
+    reader, writer = await asyncio.open_connection(lobby.settings.host, lobby.port)
+    try:
+        writer.write(b"".join(client.data_to_send()))
+        while client.state is not State.OPEN:
+            client.receive_data(await asyncio.wait_for(reader.read(65536), 5))
+        client.events_received()
+        client.send_close()  # no code: an empty close frame
+        writer.write(b"".join(client.data_to_send()))
+        closes: list[Frame] = []
+        while not closes:
+            data = await asyncio.wait_for(reader.read(65536), 5)
+            assert data, "the lobby dropped the connection without a close frame"
+            client.receive_data(data)
+            closes = [e for e in client.events_received() if isinstance(e, Frame)]
+        assert closes[0].opcode is Opcode.CLOSE
+        # Close.parse refuses invalid codes; an empty frame reads as 1005.
+        assert Close.parse(bytes(closes[0].data)).code in (1000, 1005)
+    finally:
+        writer.close()
