@@ -99,8 +99,8 @@ class MemoryTransport:
         if answer is not None:
             raise Refused(*answer)
         link = MemoryLink(lobby, f"memory:{next(self._numbers)}", self._links)
-        self._links.add(link)
         link.session = lobby.connected(link, "memory")
+        self._links.add(link)
         return link.client
 
 
