@@ -46,6 +46,7 @@ _HELP = {
     "max_capabilities": "capabilities one agent may declare",
     "max_open_requests": "REQUESTs one agent may have waiting for a final RESPONSE (0: no limit)",
     "max_open_dialogues": "open negotiation dialogues one agent may have started (0: no limit)",
+    "max_discover_bytes": "bytes of one DISCOVER_SERVICES answer (then fewer results, a cursor)",
     "max_connections": "connections at once (more get HTTP 503)",
     "handshake_timeout": "seconds a connection has to REGISTER (then closed with 1008)",
     "registration_rate": "REGISTER attempts per second per source address (0: no limit)",

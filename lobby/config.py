@@ -54,6 +54,8 @@ class Settings:
     """REQUESTs one agent may have waiting for a final RESPONSE (0: no limit)."""
     max_open_dialogues: int = 10_000
     """Open negotiation dialogues one agent may have started (0: no limit)."""
+    max_discover_bytes: int = 256 * 1024
+    """Bytes of one DISCOVER_SERVICES answer; a longer one is split into pages (`next`)."""
     max_connections: int = 20_000
     """Connections at once; more are refused with HTTP 503 during the handshake."""
     handshake_timeout: float = 10.0
@@ -79,6 +81,7 @@ class Settings:
             max_capabilities=self.max_capabilities,
             max_open_requests=self.max_open_requests,
             max_open_dialogues=self.max_open_dialogues,
+            max_discover_bytes=self.max_discover_bytes,
             registration_rate=self.registration_rate,
             registration_burst=self.registration_burst,
             registration_key=self.registration_key,
