@@ -13,6 +13,7 @@ from agent_sdk.core import AgentCore
 from agent_sdk.errors import LobbyError, RequestTimeoutError
 from protocol.models import (
     LOBBY_ID,
+    MAX_DISCOVER_LIMIT,
     Message,
     MessageType,
     ServiceRecord,
@@ -104,16 +105,21 @@ class Caller(AgentCore):
         capability_name: str | None = None,
         *,
         keywords: list[str] | None = None,
+        page_size: int | None = None,
         timeout: float | None = None,
     ) -> list[ServiceRecord]:
-        """Agents (other than this one) offering a capability, by name and/or keywords."""
+        """Agents (other than this one) offering a capability, by name and/or keywords: every
+        match, by agent id. The lobby answers in pages; this follows them to the end,
+        `page_size` capabilities per DISCOVER (None: the lobby's default, 100; at most 200).
+        `timeout` is per page."""
         payload: dict[str, Any] = {}
         if capability_name is not None:
             payload["capability_name"] = capability_name
         if keywords is not None:
             payload["keywords"] = keywords
-        reply = await self.ask_lobby(MessageType.DISCOVER_SERVICES, payload, timeout=timeout)
-        return ServicesAvailablePayload.model_validate(reply.payload).services_found
+        if page_size is not None:
+            payload["limit"] = page_size
+        return await self._pages(payload, None, timeout)
 
     async def search(
         self,
@@ -129,12 +135,10 @@ class Caller(AgentCore):
     ) -> list[ServiceRecord]:
         """Ranked search (`simple`, `filtered`, `lexical`; default lexical with a query):
         services in rank order, each with its `score`. Filters match capability `attributes`:
-        `{"attribute": "price", "op": "lt", "value": 10}`."""
-        payload: dict[str, Any] = {
-            "algorithm": algorithm or ("lexical" if query else "filtered"),
-            "limit": limit,
-            "offset": offset,
-        }
+        `{"attribute": "price", "op": "lt", "value": 10}`. Up to `limit` capabilities from rank
+        `offset` (a lexical search serves ranks below 1000), fetched in as many pages as that
+        takes; `timeout` is per page."""
+        payload: dict[str, Any] = {"algorithm": algorithm or ("lexical" if query else "filtered")}
         optional = {
             "query": query,
             "filters": filters,
@@ -142,8 +146,35 @@ class Caller(AgentCore):
             "keywords": keywords,
         }
         payload.update({k: v for k, v in optional.items() if v is not None})
-        reply = await self.ask_lobby(MessageType.DISCOVER_SERVICES, payload, timeout=timeout)
-        return ServicesAvailablePayload.model_validate(reply.payload).services_found
+        if offset:
+            payload["offset"] = offset
+        return await self._pages(payload, limit, timeout)
+
+    async def _pages(
+        self, query: dict[str, Any], want: int | None, timeout: float | None
+    ) -> list[ServiceRecord]:
+        """DISCOVER_SERVICES `query`, then each answer's `next`, until there is none or `want`
+        capabilities came; an agent listed on several pages is merged into its first place."""
+        found: dict[str, ServiceRecord] = {}
+        got = 0
+        payload = dict(query)
+        while want is None or got < want:
+            if want is not None:
+                payload["limit"] = min(want - got, MAX_DISCOVER_LIMIT)
+            reply = await self.ask_lobby(MessageType.DISCOVER_SERVICES, payload, timeout=timeout)
+            answer = ServicesAvailablePayload.model_validate(reply.payload)
+            for service in answer.services_found:
+                got += len(service.relevant_capabilities)
+                first = found.get(service.agent_id)
+                if first is not None:
+                    more = [*first.relevant_capabilities, *service.relevant_capabilities]
+                    service = first.model_copy(update={"relevant_capabilities": more})
+                found[service.agent_id] = service
+            if answer.next is None:
+                break
+            payload = {k: v for k, v in payload.items() if k != "offset"}
+            payload["cursor"] = answer.next
+        return list(found.values())
 
     async def ask_lobby(
         self,

@@ -22,6 +22,7 @@ QUIET_BUDGET = {
     "transport": 5.0,
     "latency": 5.0,
     "connections": 5.0,
+    "discovery_pressure": 5.0,
     "sdk": 5.0,
 }
 """Seconds each phase may wait for other processes to leave the cores idle (`harness.Quiet`)."""
@@ -31,6 +32,7 @@ PHASES: dict[str, Callable[[suite.Plan], dict[str, Any]]] = {
     "latency": suite.latency,
     "connections": suite.connections,
     "discovery": suite.discovery,
+    "discovery_pressure": suite.discovery_pressure,
     "sdk": suite.sdk,
 }
 

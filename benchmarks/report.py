@@ -17,6 +17,10 @@ TARGET_KIB_PER_AGENT = 24.0
 TARGET_AGENTS = 10_000
 TARGET_REGISTRATIONS_PER_S = 1000.0
 TARGET_DISCOVERY_P50_MS = 1.0
+TARGET_PRESSURE_P99 = 2.0
+"""a pair's p99 while heavy discovery runs at 100,000 capabilities: at most 2x without it"""
+PRESSURE_MIXES = ("lookups", "searches")
+"""The heavy discovery loads of `benchmarks.discovery_load.MIXES`, in report order."""
 TARGET_STORE_COST = 0.15
 """the durable store costs at most 15% of throughput against the in-memory store"""
 
@@ -142,6 +146,35 @@ def discovery_table(rows: dict[str, Any]) -> list[str]:
     return lines
 
 
+def pressure_table(row: dict[str, Any]) -> list[str]:
+    alone = row["alone"]
+    lines = [
+        "| heavy discovery | capabilities | pair p50 / p99 / p99.9 ms | p99 vs alone "
+        "| DISCOVERs/s (clients) | DISCOVER p50 / p99 ms | capabilities per answer "
+        "| largest answer KiB | other CPU |",
+        "|---|---|---|---|---|---|---|---|---|",
+        f"| none (the pair alone, {row['rate']:,.0f} msgs/s) | {row['registry']['capabilities']:,} "
+        f"| {_tail(alone)} | 1.00x | | | | | {_other(alone)} |",
+    ]
+    for mix in PRESSURE_MIXES:
+        if mix not in row:
+            continue
+        busy = row[mix]
+        d = busy["discovery"]
+        lines.append(
+            f"| {mix} | {row['registry']['capabilities']:,} | {_tail(busy)} "
+            f"| {ratio(busy['p99'], alone['p99'])} "
+            f"| {d['answers_per_s']:,.0f} ({d['clients']}) | {d['p50']:.2f} / {d['p99']:.2f} "
+            f"| {d['capabilities_per_answer']:.0f} | {d['largest_answer_bytes'] / 1024:.0f} "
+            f"| {_other(busy)} |"
+        )
+    return lines
+
+
+def _tail(r: dict[str, Any]) -> str:
+    return f"{r['p50']:.2f} / {r['p99']:.2f} / {r['p99.9']:.2f}"
+
+
 def targets(results: dict[str, Any]) -> list[dict[str, str]]:
     """Each target of issue 8 item 2: what was measured, and whether it is met."""
     out: list[dict[str, str]] = []
@@ -195,6 +228,17 @@ def targets(results: dict[str, Any]) -> list[dict[str, str]]:
                     f"{p50:.2f} ms",
                     p50 < TARGET_DISCOVERY_P50_MS,
                 )
+    pressure = results.get("discovery_pressure")
+    for mix in PRESSURE_MIXES:
+        if pressure and mix in pressure:
+            alone, busy = pressure["alone"]["p99"], pressure[mix]["p99"]
+            add(
+                f"pair p99 beside heavy discovery ({mix}) at "
+                f"{pressure['registry']['capabilities']:,} capabilities "
+                f"<= {TARGET_PRESSURE_P99:g}x without",
+                f"{busy / alone:.2f}x ({busy:.2f} vs {alone:.2f} ms)",
+                busy <= TARGET_PRESSURE_P99 * alone,
+            )
     return out
 
 
@@ -254,6 +298,15 @@ def render(results: dict[str, Any]) -> str:
     if "discovery" in results:
         lines += ["### Discovery: DISCOVER_SERVICES round trip", ""]
         lines += [*discovery_table(results["discovery"]), ""]
+    if "discovery_pressure" in results:
+        lines += [
+            "### Discovery pressure: one pair's REQUEST->RESPONSE round trip, alone and while "
+            "heavy DISCOVERs run from other connections, closed loop (of "
+            f"{plan['repeats']} interleaved runs each, the one with the lowest p99)",
+            "",
+            *pressure_table(results["discovery_pressure"]),
+            "",
+        ]
     if "sdk" in results:
         s, r = results["sdk"]["sdk"], results["sdk"]["raw_client"]
         lines += [

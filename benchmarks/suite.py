@@ -14,7 +14,7 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks import harness, load, sdk_load
+from benchmarks import discovery_load, harness, load, sdk_load
 
 LOAD_SLACK = 60.0
 """Seconds a load process may take beyond its measured window (connect, register, close)."""
@@ -38,6 +38,13 @@ class Plan:
     discovery_sizes: tuple[int, ...] = (1000, 10_000, 100_000)
     per_agent: int = 1000
     queries: int = 200
+    pressure_capabilities: int = 100_000
+    pressure_clients: int = 3
+    """Connections sending heavy DISCOVERs back to back (`discovery_load.MIXES`): three, as in
+    the attack that stalled the lobby (three keyword DISCOVERs of 3.8 MB each)."""
+    pressure_rate: float = 1000
+    """REQUEST+RESPONSE messages a second of the pair measured beside them."""
+    pressure_seconds: float = 2.0
 
     @classmethod
     def full(cls) -> Plan:
@@ -56,6 +63,9 @@ class Plan:
             hold=0.3,
             discovery_sizes=(1000,),
             queries=20,
+            pressure_capabilities=2000,
+            pressure_clients=2,
+            pressure_seconds=0.5,
         )
 
 
@@ -208,6 +218,44 @@ def discovery(plan: Plan) -> dict[str, Any]:
                 load.discovery, server.url, size, plan.per_agent, plan.queries, timeout=240.0
             )
     return rows
+
+
+def discovery_pressure(plan: Plan) -> dict[str, Any]:
+    """One pair's REQUEST/RESPONSE latency (open loop, `pressure_rate`) on a lobby (sqlite
+    store) holding `pressure_capabilities` capabilities: alone, and while each heavy discovery
+    load (`discovery_load.MIXES`) runs from another process; in turn, `repeats` times round,
+    the run with the lowest p99 of each kept (noise only ever adds to a tail), every run in
+    `runs`."""
+    mixes = list(discovery_load.MIXES)
+    runs: dict[str, list[dict[str, Any]]] = {"alone": [], **{mix: [] for mix in mixes}}
+    seconds, rate = plan.pressure_seconds, plan.pressure_rate
+    with harness.lobby("sqlite") as server:
+        registry = harness.one(
+            discovery_load.populate, server.url, plan.pressure_capabilities, plan.per_agent,
+            timeout=300.0,
+        )  # fmt: skip
+        for _ in range(plan.repeats):
+            harness.QUIET.wait()
+            runs["alone"].append(
+                harness.one(
+                    load.latency, server.url, server.pid, rate, seconds,
+                    timeout=seconds + LOAD_SLACK,
+                )
+            )  # fmt: skip
+            for mix in mixes:
+                harness.QUIET.wait()
+                # The discovery load starts first and outlasts the pair's run (its warm-up too).
+                pressure, pair = harness.in_processes(
+                    discovery_load.either,
+                    [
+                        ("pressure", server.url, mix, plan.pressure_clients, seconds + 1.5),
+                        ("latency", server.url, server.pid, rate, seconds),
+                    ],
+                    seconds + LOAD_SLACK,
+                )
+                runs[mix].append({**pair, "discovery": pressure})
+    best = {name: min(r, key=lambda x: float(x["p99"])) for name, r in runs.items()}
+    return {**best, "registry": registry, "rate": rate, "runs": runs}
 
 
 def sdk(plan: Plan) -> dict[str, Any]:

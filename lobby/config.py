@@ -86,6 +86,11 @@ class Settings:
     max_open_dialogues: int = _setting(
         10_000, "open negotiation dialogues one agent may have started (0: no limit)", minimum=0
     )
+    max_discover_bytes: int = _setting(
+        256 * 1024,
+        "bytes of one DISCOVER_SERVICES answer (past it: fewer results and a next cursor)",
+        above=0,
+    )
     max_connections: int = _setting(
         20_000, "connections at once; more are refused with HTTP 503", above=0
     )
@@ -149,6 +154,7 @@ class Settings:
             max_capabilities=self.max_capabilities,
             max_open_requests=self.max_open_requests,
             max_open_dialogues=self.max_open_dialogues,
+            max_discover_bytes=self.max_discover_bytes,
             registration_rate=self.registration_rate,
             registration_burst=self.registration_burst,
             registration_key=self.registration_key,

@@ -237,28 +237,62 @@ class RegisterAckPayload(_Payload):
     auth_token: str
 
 
+DISCOVER_LIMIT: Final = 100
+"""Capabilities in one DISCOVER_SERVICES answer when `limit` is not given (a lookup)."""
+SEARCH_LIMIT: Final = 50
+"""The same for a ranked search."""
+MAX_DISCOVER_LIMIT: Final = 200
+"""The largest `limit`: one answer is one turn of the lobby's event loop, kept short."""
+MAX_RANK: Final = 500
+"""A ranked search serves its results up to this rank (`offset` + `limit`, or by `cursor`)."""
+
+
 class DiscoverServicesPayload(_Payload):
     """DISCOVER_SERVICES: by exact capability name, by keywords (any match), or both (all must
-    match). With neither, every capability of every other agent is listed."""
+    match). With neither, every capability of every other agent is listed. Answers are pages:
+    pass an answer's `next` back as `cursor` for the following one."""
 
     capability_name: str | None = None
     keywords: list[str] | None = Field(
-        default=None, description="Capabilities sharing at least one keyword (case-insensitive)."
+        default=None,
+        max_length=32,
+        description="Capabilities sharing at least one keyword (case-insensitive).",
     )
     query_keywords: list[str] | None = Field(
-        default=None, description="Seed 003 spelling of `keywords`; both are accepted."
+        default=None, max_length=32, description="Seed 003 spelling of `keywords`; both work."
     )
-    query: str | None = Field(default=None, description="Free text, for ranked search.")
+    query: str | None = Field(
+        default=None, max_length=1000, description="Free text, for ranked search."
+    )
     algorithm: Literal["simple", "filtered", "lexical"] | None = Field(
         default=None, description="Ranked search; default lexical with a query, else filtered."
     )
     filters: list[dict[str, Any]] | None = Field(
         default=None,
+        max_length=8,
         description="Constraints on capability `attributes`: "
         '{"attribute": str, "op": "eq"|"ne"|"lt"|"le"|"gt"|"ge"|"in"|"contains", "value": ...}.',
     )
-    limit: int = Field(default=50, ge=1, le=1000)
-    offset: int = Field(default=0, ge=0)
+    limit: int | None = Field(
+        default=None,
+        ge=1,
+        le=MAX_DISCOVER_LIMIT,
+        description=f"Capabilities per answer: default {DISCOVER_LIMIT} "
+        f"({SEARCH_LIMIT} for a ranked search); fewer when the answer would pass the lobby's "
+        "byte bound.",
+    )
+    offset: int = Field(
+        default=0,
+        ge=0,
+        lt=MAX_RANK,
+        description=f"Ranked search: results to skip; offset + limit at most {MAX_RANK}. "
+        "Prefer `cursor`.",
+    )
+    cursor: str | None = Field(
+        default=None,
+        max_length=4096,
+        description="The `next` of the previous answer to the same query: where this page starts.",
+    )
 
     @property
     def ranked(self) -> bool:
@@ -274,9 +308,21 @@ class ServiceRecord(_Payload):
 
 class ServicesAvailablePayload(_Payload):
     services_found: list[ServiceRecord]
+    """In answer order; an agent whose capabilities span two pages is listed in both."""
     discovered_for_capability: str | None = None
     total: int | None = Field(
-        default=None, description="Matching capabilities before paging, in a ranked search."
+        default=None,
+        description="Matching capabilities before paging, in a ranked search "
+        "(null when not counted: a `simple` search over more than one window).",
+    )
+    next: str | None = Field(
+        default=None,
+        description="Send it back as `cursor` (same query) for the next page; null: no more.",
+    )
+    approximate: bool | None = Field(
+        default=None,
+        description="True when a lexical ranking was cut short to bound its cost: the page "
+        "holds high-scoring capabilities, not necessarily the best.",
     )
 
 

@@ -4,7 +4,10 @@ that both routed messages, not how fast: timings are for BENCHMARKS.md, not for 
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
+
+import pytest
 
 from benchmarks import harness, report, suite
 
@@ -24,6 +27,22 @@ def test_the_picows_relay_forwards() -> None:
     assert result["messages"] > 0
 
 
+@pytest.mark.timeout(180)  # six load processes on a shared machine
+def test_the_discovery_pressure_phase_measures_the_pair_beside_each_load() -> None:
+    plan = dataclasses.replace(
+        suite.Plan.quick(), pressure_capabilities=600, per_agent=300, pressure_seconds=0.3
+    )
+    results = suite.discovery_pressure(plan)
+    assert results["registry"]["capabilities"] == 600
+    assert results["alone"]["samples"] > 0
+    for mix in report.PRESSURE_MIXES:
+        assert results[mix]["samples"] > 0, mix
+        load = results[mix]["discovery"]
+        assert load["answers_per_s"] > 0, mix
+        assert load["errors"] == 0, mix
+        assert load["largest_answer_bytes"] <= 256 * 1024, mix
+
+
 def test_the_report_renders_every_section_with_targets() -> None:
     run = {"messages_per_s": 2.0, "server_cpu_us_per_message": 1.0}
     latency = {"samples": 1, "p50": 1.0, "p99": 1.0, "p99.9": 1.0}
@@ -35,6 +54,14 @@ def test_the_report_renders_every_section_with_targets() -> None:
         "processes": 1,
     }
     found = {"matches": 1, "p50": 0.1, "p99": 0.2}
+    pressure = {
+        "clients": 2,
+        "answers_per_s": 100.0,
+        "capabilities_per_answer": 200.0,
+        "largest_answer_bytes": 50_000,
+        "p50": 1.0,
+        "p99": 2.0,
+    }
     results: dict[str, Any] = {
         "machine": report.machine(),
         "plan": {"repeats": 1, "seconds": 1.0, "window": 8},
@@ -43,6 +70,13 @@ def test_the_report_renders_every_section_with_targets() -> None:
         "connections": {"lobby": idle, "relay": idle},
         "discovery": {
             "100000": {"agents": 1, "exact_name": found, "keyword": found, "lexical": found}
+        },
+        "discovery_pressure": {
+            "alone": latency,
+            "lookups": {**latency, "p99": 3.0, "discovery": pressure},
+            "searches": {**latency, "p99": 1.5, "discovery": pressure},
+            "registry": {"capabilities": 100_000},
+            "rate": 1000,
         },
         "sdk": {"sdk": run, "raw_client": run},
         "transport": {
@@ -54,5 +88,6 @@ def test_the_report_renders_every_section_with_targets() -> None:
     text = report.render(results)
     assert "1.00x" in text
     assert "| lobby (sqlite), picows | 2 |" in text
-    assert len(results["targets"]) == 9
+    assert "| lookups | 100,000 | 1.00 / 3.00 / 1.00 | 3.00x |" in text
+    assert len(results["targets"]) == 11
     assert {t["status"] for t in results["targets"]} == {"met", "NOT MET"}

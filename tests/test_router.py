@@ -175,6 +175,7 @@ def test_discovery_by_name_and_keywords_excludes_the_requester() -> None:
             }
         ],
         "discovered_for_capability": "price",
+        "next": None,
     }
     me.send("DISCOVER_SERVICES", {"keywords": ["SHOPPING", "sky"]})
     assert [s["agent_id"] for s in me.last()["payload"]["services_found"]] == ["hunter", "other"]

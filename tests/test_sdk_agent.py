@@ -30,7 +30,7 @@ from agent_sdk import (
     capability,
 )
 from lobby.server import LobbyServer
-from tests.wsclient import running
+from tests.wsclient import register, running
 
 
 class PriceQuery(BaseModel):
@@ -411,3 +411,37 @@ async def test_a_sender_waits_for_a_full_write_buffer_and_a_flooded_agent_stops_
     # The sink stops first, with the lobby still sending to it: its close is answered at once
     # rather than after websockets' close timeout (10 s).
     assert asyncio.get_running_loop().time() - stopping < 3
+
+
+def _capabilities(count: int) -> list[dict[str, Any]]:
+    """`count` capabilities with the word "task", every third with keyword "third"."""
+    return [
+        {
+            "name": f"cap{n:03d}",
+            "description": f"does task {n}",
+            "keywords": ["third"] * (n % 3 == 0),
+        }
+        for n in range(count)
+    ]
+
+
+async def test_the_sdk_pages_through_discover_and_search(lobby: LobbyServer) -> None:
+    async with (
+        connect(lobby.url) as many,
+        connect(lobby.url) as more,
+        Agent("asker", lobby_url=lobby.url) as me,
+    ):
+        await register(many, "many", capabilities=_capabilities(450))
+        await register(more, "more", capabilities=_capabilities(30))
+        services = await me.discover()  # 480 capabilities: five pages of the default 100
+        assert [s.agent_id for s in services] == ["many", "more"]
+        assert [len(s.relevant_capabilities) for s in services] == [450, 30]
+        by_keyword = await me.discover(keywords=["third"], page_size=7)
+        assert sum(len(s.relevant_capabilities) for s in by_keyword) == 150 + 10
+        top = await me.search("task", limit=300)  # two pages: 200 + 100
+        assert sum(len(s.relevant_capabilities) for s in top) == 300
+        scores = [s.score for s in top]
+        assert all(score is not None for score in scores)
+        window = await me.search("cap00", algorithm="simple", limit=1000)  # windows of 500
+        names = {(s.agent_id, c.name) for s in window for c in s.relevant_capabilities}
+        assert len(names) == 10 + 10

@@ -81,6 +81,7 @@ def test_public_names() -> None:
         "ALGORITHMS",
         "Algorithm",
         "BadFilter",
+        "BadQuery",
         "Filter",
         "Hit",
         "SearchIndex",
@@ -540,3 +541,112 @@ def test_discover_services_ranked_through_the_router() -> None:
     plain = customer.last()["payload"]
     assert "total" not in plain
     assert [s["agent_id"] for s in plain["services_found"]] == ["sakura"]
+
+
+# -- paging and bounded work ------------------------------------------------------------------
+
+
+def test_compiled_filter_tests_agree_with_matches() -> None:
+    """`Filter.test` (what searches call) is `Filter.matches` (the rules) with kinds decided
+    once: the same answer for every op and value against every kind of attribute."""
+    values: list[Any] = [0, 1, 2, 2.0, 2.5, -1, math.nan, True, False, "", "a", "b", "2"]
+    values += [["a", "b"], ["2"], [], [1, 2], None]
+    specs: list[dict[str, Any]] = [
+        {"attribute": "x", "op": op, "value": value}
+        for op in ("eq", "ne", "lt", "le", "gt", "ge", "contains")
+        for value in (1, 2, 2.0, "a", "b", True, False)
+        if not (op in ("lt", "le", "gt", "ge") and isinstance(value, bool))
+    ]
+    specs += [{"attribute": "x", "op": "in", "value": [1, "a", True, 2.5]}]
+    for spec in specs:
+        f = Filter.parse(spec)
+        for have in values:
+            attributes = {"x": have}
+            assert f.test(attributes) == f.matches(attributes), (spec, have)
+        assert f.test({}) is False
+        assert f.test({"y": 1}) == f.matches({"y": 1})
+
+
+def test_counting_past_its_budget_gives_up() -> None:
+    """A `total` that would read more ids than READ_BUDGET, or test more docs one by one than
+    COUNT_BUDGET, is not counted (None); under them it is exact."""
+    wide = set(range(filters_module.READ_BUDGET + 10))
+    plan = filters_module.Plan(wide, set(), [], lambda doc: {})
+    assert plan.count(set(wide)) is None
+    assert plan.count(set(range(100))) == 100
+    assert plan.count(wide) == len(wide)  # its own members: no intersection to make
+    checked = filters_module.Plan(None, set(), [Filter.parse({"attribute": "a", "value": 1})],
+                                  lambda doc: {"a": doc % 2})  # fmt: skip
+    assert checked.count(set(range(filters_module.COUNT_BUDGET + 1))) is None
+    assert checked.count(set(range(10))) == 5
+
+
+def test_pages_from_positions_join_into_the_one_shot_ranking() -> None:
+    rows = corpus(900, seed=5)
+    built = index(rows)
+    for algorithm, query in (("lexical", "w1 w2"), ("filtered", None), ("lexical", "")):
+        whole = built.search(query=query, algorithm=algorithm, limit=1000)  # type: ignore[arg-type]
+        joined: list[tuple[str, str]] = []
+        page = built.search(query=query, algorithm=algorithm, limit=70)  # type: ignore[arg-type]
+        while True:
+            joined += keys(page)
+            if page.next is None:
+                break
+            page = built.search(
+                query=query,
+                algorithm=algorithm,  # type: ignore[arg-type]
+                limit=70,
+                offset=page.next.rank,
+                after=page.next.key,
+            )
+        assert joined == keys(whole)[:1000], (algorithm, query)
+        assert page.total == whole.total
+
+
+def test_a_shorter_page_goes_on_where_it_stopped() -> None:
+    built = index()
+    keyed = built.search(query=None, algorithm="filtered", limit=3)
+    cut = keyed.cut(1)
+    assert keys(cut) == keys(keyed)[:1]
+    assert cut.next is not None
+    assert cut.next.key == keys(keyed)[0]
+    ranked = lexical(built, "pizza pasta sushi", limit=3)
+    cut = ranked.cut(2)
+    assert cut.next is not None
+    assert (cut.next.key, cut.next.rank) == (None, 2)
+    assert keyed.cut(10) is keyed
+
+
+def test_a_lexical_query_of_too_many_words_is_refused() -> None:
+    words = " ".join(f"w{n}" for n in range(search.MAX_QUERY_WORDS + 1))
+    with pytest.raises(search.BadQuery, match="distinct words"):
+        lexical(index(), words)
+    assert lexical(index(), " ".join(["pizza"] * 100)).total == 2  # repeats count once
+
+
+def test_a_ranking_cut_short_says_so_and_still_ranks_what_it_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Many docs of near-equal scores: the threshold algorithm cannot settle within its reads,
+    so the page is the best it read, marked not exact; with reads to spare it is exact."""
+    rng = random.Random(3)
+    rows: list[Row] = []
+    for n in range(3000):
+        words = ["alpha"] * rng.randint(1, 4) + ["beta"] * rng.randint(1, 4)
+        words += [f"f{rng.randrange(900)}" for _ in range(rng.randint(1, 12))]
+        rows.append((f"a{n // 100:02d}", f"c{n}", " ".join(words), [], {}))
+    rows += [(f"z{n}", "other", "gamma", [], {}) for n in range(3000)]  # alpha, beta: rare
+    built = index(rows)
+    expected, total = brute_lexical(rows, "alpha beta", 20)
+    exact = lexical(built, "alpha beta", limit=20)
+    assert exact.exact
+    assert keys(exact) == expected
+    monkeypatch.setattr(ranking, "THRESHOLD_READS", 0)
+    monkeypatch.setattr(ranking, "_MULTI", 0)
+    cut = lexical(built, "alpha beta", limit=20)
+    assert not cut.exact
+    assert len(cut.hits) == 20
+    scores = [hit.score for hit in cut.hits]
+    assert scores == sorted(scores, reverse=True)
+    assert set(keys(cut)) <= {(r[0], r[1]) for r in rows[:3000]}
+    assert cut.total == total

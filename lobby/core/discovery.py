@@ -1,70 +1,180 @@
-"""DISCOVER_SERVICES: the exact lookups of seed 003, and ranked search (`search.py`)."""
+"""DISCOVER_SERVICES: the exact lookups of seed 003, and ranked search (`search.py`), in pages.
+
+Every answer is one page: at most `limit` capabilities, and at most the lobby's byte bound
+(`max_discover_bytes`) as one frame. A page that would pass the bound holds fewer capabilities
+(always at least one, so paging moves on) and carries `next`, like any page with more after it;
+a frame is never cut. `next` is an opaque cursor: base64url of a JSON array, `[rank]` or
+`[rank, agent_id, name]` (`listing.Position`), which the client sends back as `cursor`.
+
+Exceptions: ValueError └── BadDiscovery (an unusable cursor, filter or query; the router answers
+it with ERROR `malformed`, its text naming the problem).
+"""
 
 from __future__ import annotations
 
-from typing import Any
+import base64
+import binascii
+from typing import Any, Final
 
+import orjson
+
+from lobby.core.listing import Position
 from lobby.core.registry import Registry
-from lobby.core.search import BadFilter, parse_filters
-from protocol.models import DiscoverServicesPayload
+from lobby.core.search import BadFilter, BadQuery, SearchPage, parse_filters
+from protocol.models import (
+    DISCOVER_LIMIT,
+    MAX_RANK,
+    SEARCH_LIMIT,
+    DiscoverServicesPayload,
+)
+
+_SERVICE: Final = len(b'{"agent_id":,"relevant_capabilities":[],"online":false},')
+"""A service's bytes besides its agent id and capabilities (`false` is the longer boolean)."""
+_SCORE: Final = len(b',"score":')
+_NOT_A_CURSOR: Final = "invalid DISCOVER_SERVICES cursor: not the 'next' of an answer"
+
+
+class BadDiscovery(ValueError):
+    """A DISCOVER_SERVICES the lobby cannot answer; the text names the problem."""
+
+
+def encode_cursor(position: Position) -> str:
+    """The `next` an answer carries for `position`."""
+    raw = [position.rank] if position.key is None else [position.rank, *position.key]
+    return base64.urlsafe_b64encode(orjson.dumps(raw)).rstrip(b"=").decode()
+
+
+def decode_cursor(cursor: str) -> Position:
+    """The position a `cursor` names; `BadDiscovery` if it is not one the lobby made."""
+    try:
+        raw = orjson.loads(base64.b64decode(cursor + "=" * (-len(cursor) % 4), b"-_", True))
+    except (binascii.Error, ValueError):
+        raise BadDiscovery(_NOT_A_CURSOR) from None
+    if (
+        isinstance(raw, list)
+        and len(raw) in (1, 3)
+        and type(raw[0]) is int
+        and 0 <= raw[0] < MAX_RANK
+        and all(isinstance(part, str) for part in raw[1:])
+    ):
+        return Position((raw[1], raw[2]) if len(raw) == 3 else None, raw[0])
+    raise BadDiscovery(_NOT_A_CURSOR)
 
 
 def services_available(
-    registry: Registry, requester_id: str, query: DiscoverServicesPayload
+    registry: Registry, requester_id: str, query: DiscoverServicesPayload, *, room: int
 ) -> dict[str, Any]:
-    """The SERVICES_AVAILABLE payload answering `query`; `BadFilter` for unusable filters.
+    """The SERVICES_AVAILABLE payload answering `query`, at most `room` bytes as JSON (but
+    always with one capability when there is one); `BadDiscovery` when it cannot be answered.
 
     Without `query`, `algorithm` or `filters` this is the seed's discovery: by exact capability
-    name and/or keywords (any match), every match, by agent id. With them it is a ranked
-    search over capabilities (restricted by name/keywords if given), paged by `limit` and
-    `offset`, grouped by agent in rank order, each capability carrying its `score`.
+    name and/or keywords (any match), by agent id, then capability name. With them it is a
+    ranked search over capabilities (restricted by name/keywords if given), grouped by agent in
+    rank order, each capability carrying its `score`, with the `total` before paging.
     """
     keywords = query.keywords if query.keywords is not None else query.query_keywords
+    if query.cursor is not None and query.offset:
+        raise BadDiscovery("DISCOVER_SERVICES takes 'cursor' or 'offset', not both")
+    start = Position(None, query.offset) if query.cursor is None else decode_cursor(query.cursor)
+    payload: dict[str, Any] = {"discovered_for_capability": query.capability_name}
     if not query.ranked:
-        found = registry.discover(
-            requester_id=requester_id, capability_name=query.capability_name, keywords=keywords
+        page = registry.search.lookup(
+            capability_name=query.capability_name,
+            keywords=keywords,
+            exclude_agent=requester_id,
+            after=start.key,
+            limit=query.limit or DISCOVER_LIMIT,
         )
-        services = [
-            {
-                "agent_id": record.agent_id,
-                "relevant_capabilities": [entry.wire for entry in entries],
-                "online": record.session is not None,
-            }
-            for record, entries in found
-        ]
-        return {"services_found": services, "discovered_for_capability": query.capability_name}
-    filters = parse_filters(query.filters)
-    only = None
-    if query.capability_name is not None or keywords:
-        only = registry.keys_matching(query.capability_name, keywords)
-    algorithm = query.algorithm or ("lexical" if query.query else "filtered")
-    page = registry.search.search(
-        query=query.query,
-        algorithm=algorithm,
-        filters=filters,
-        exclude_agent=requester_id,
-        only=only,
-        limit=query.limit,
-        offset=query.offset,
-    )
-    grouped: dict[str, dict[str, Any]] = {}
-    for hit in page.hits:
-        record = registry.agents[hit.agent_id]
-        service = grouped.get(hit.agent_id)
-        if service is None:
-            service = grouped[hit.agent_id] = {
-                "agent_id": hit.agent_id,
-                "relevant_capabilities": [],
-                "online": record.session is not None,
-                "score": hit.score,
-            }
-        wire = record.capabilities[hit.name].wire
-        service["relevant_capabilities"].append({**wire, "score": hit.score})
+    else:
+        limit = query.limit or SEARCH_LIMIT
+        if query.offset + limit > MAX_RANK:
+            raise BadDiscovery(
+                f"invalid DISCOVER_SERVICES offset: offset + limit must be at most {MAX_RANK}"
+            )
+        try:
+            filters = parse_filters(query.filters)
+            page = registry.search.search(
+                query=query.query,
+                algorithm=query.algorithm or ("lexical" if query.query else "filtered"),
+                capability_name=query.capability_name,
+                keywords=keywords,
+                filters=filters,
+                exclude_agent=requester_id,
+                limit=limit,
+                offset=start.rank,
+                after=start.key,
+            )
+        except BadFilter as bad:
+            raise BadDiscovery(f"invalid DISCOVER_SERVICES filters: {bad}") from None
+        except BadQuery as bad:
+            raise BadDiscovery(f"invalid DISCOVER_SERVICES query: {bad}") from None
+        payload["total"] = page.total
+        if not page.exact:
+            payload["approximate"] = True
+    room -= len(orjson.dumps(payload)) + len(b',"services_found":[],"next":null')
+    services, page = _services(registry, page, query.ranked, room)
     return {
-        "services_found": list(grouped.values()),
-        "discovered_for_capability": query.capability_name,
-        "total": page.total,
+        "services_found": services,
+        **payload,
+        "next": encode_cursor(page.next) if page.next is not None else None,
     }
 
 
-__all__ = ["BadFilter", "services_available"]
+def _services(
+    registry: Registry, page: SearchPage, ranked: bool, room: int
+) -> tuple[list[dict[str, Any]], SearchPage]:
+    """The longest head of `page` whose services, and the `next` it then carries, take at
+    most `room` bytes (at least one capability), grouped by agent, agents in order of their
+    first capability; and that head. Sizes are counted from each capability's known JSON size
+    and an upper bound per service: nothing is encoded to be measured but the cursor."""
+    agents = registry.agents
+    grouped: dict[str, dict[str, Any]] = {}
+    costs: list[int] = []
+    used = 0
+    scored: dict[float, int] = {}  # score -> bytes of ',"score":<score>'; scores repeat
+    for agent_id, name, score in page.hits:
+        record = agents[agent_id]
+        entry = record.capabilities[name]
+        cost = entry.size + 1
+        score_bytes = 0
+        if ranked:
+            score_bytes = scored.get(score, 0)
+            if not score_bytes:
+                score_bytes = scored[score] = _SCORE + len(orjson.dumps(score))
+            cost += score_bytes
+        service = grouped.get(agent_id)
+        if service is None:
+            cost += _SERVICE + len(orjson.dumps(agent_id))
+            if ranked:
+                cost += score_bytes
+        if costs and used + cost > room:
+            break
+        if service is None:
+            online = record.session is not None
+            service = {"agent_id": agent_id, "relevant_capabilities": [], "online": online}
+            if ranked:
+                service["score"] = score
+            grouped[agent_id] = service
+        service["relevant_capabilities"].append(
+            {**entry.wire, "score": score} if ranked else entry.wire
+        )
+        costs.append(cost)
+        used += cost
+    taken = len(costs)
+    head = page.cut(taken)
+    # The cursor of a shorter page differs in length: give back capabilities until it fits.
+    while head.next is not None and taken > 1:
+        if used + len(encode_cursor(head.next)) + 2 <= room + len(b"null"):
+            break
+        taken -= 1
+        used -= costs[taken]
+        agent_id = head.hits[-1].agent_id
+        capabilities = grouped[agent_id]["relevant_capabilities"]
+        capabilities.pop()
+        if not capabilities:
+            del grouped[agent_id]
+        head = page.cut(taken)
+    return list(grouped.values()), head
+
+
+__all__ = ["BadDiscovery", "decode_cursor", "encode_cursor", "services_available"]

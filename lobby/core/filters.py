@@ -24,7 +24,7 @@ import math
 from bisect import bisect_left, bisect_right
 from collections.abc import Callable, Iterator, Mapping
 from collections.abc import Set as AbstractSet
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import chain
 from typing import Any, Final, Literal, TypeAlias, cast, get_args
 
@@ -32,6 +32,12 @@ FilterOp = Literal["eq", "ne", "lt", "le", "gt", "ge", "in", "contains"]
 OPS: Final[tuple[str, ...]] = get_args(FilterOp)
 Scalar: TypeAlias = str | int | float | bool
 _ORDERED: Final = ("lt", "le", "gt", "ge")
+COUNT_BUDGET: Final = 4_096
+"""Docs `Plan.count` tests one by one at most (about a millisecond); past it, it does not count."""
+READ_BUDGET: Final = 32_768
+"""Doc ids one search reads from the indexes into sets, or intersects, at most (set operations
+in C, a few milliseconds): a restriction wider than what is left is tested per doc instead,
+and a count that would pass it is not made. A page must not cost the registry's size."""
 _FIELDS: Final = frozenset(("attribute", "op", "value"))
 
 
@@ -62,6 +68,11 @@ class Filter:
     op: FilterOp
     value: Scalar | tuple[Scalar, ...]
     """A tuple for `in`, a scalar otherwise."""
+    test: Callable[[Mapping[str, Any]], bool] = field(init=False, repr=False, compare=False)
+    """`matches`, compiled for this op and value: what searches call once per capability."""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "test", _compile(self.attribute, self.op, self.value))
 
     @classmethod
     def parse(cls, raw: object, where: str = "filter") -> Filter:
@@ -119,6 +130,52 @@ class Filter:
         if op == "gt":
             return bool(have > want)
         return bool(have >= want)
+
+
+_NUMBERS: Final = frozenset((int, float))
+_LISTS: Final = frozenset((list, tuple))
+
+
+def _compile(
+    name: str, op: FilterOp, want: Scalar | tuple[Scalar, ...]
+) -> Callable[[Mapping[str, Any]], bool]:
+    """`Filter.matches` for one filter, with the kind checks decided once (from `want`) and
+    one call per capability: a search may test thousands. Attribute values are JSON values,
+    of exactly these types (a missing one reads as None, of none of them)."""
+    if isinstance(want, tuple) or op == "contains":
+        sames = [_sameness(w) for w in (want if isinstance(want, tuple) else (want,))]
+        if op == "contains":
+
+            def contains(attributes: Mapping[str, Any]) -> bool:
+                have: Any = attributes.get(name)
+                return type(have) in _LISTS and any(same(i) for i in have for same in sames)
+
+            return contains
+        return lambda attributes: any(same(attributes.get(name)) for same in sames)
+    same = _sameness(want)
+    if op == "eq":
+        return lambda attributes: same(attributes.get(name))
+    if op == "ne":
+        return lambda attributes: name in attributes and not same(attributes[name])
+    kinds = frozenset((str,)) if isinstance(want, str) else _NUMBERS
+    bound: Any = want
+    # Ordered: a value of another kind never matches; NaN compares false whatever the op.
+    if op == "lt":
+        return lambda attributes: type(have := attributes.get(name)) in kinds and have < bound
+    if op == "le":
+        return lambda attributes: type(have := attributes.get(name)) in kinds and have <= bound
+    if op == "gt":
+        return lambda attributes: type(have := attributes.get(name)) in kinds and have > bound
+    return lambda attributes: type(have := attributes.get(name)) in kinds and have >= bound
+
+
+def _sameness(want: Scalar) -> Callable[[Any], bool]:
+    """`_same(have, want)` as a test of `have`."""
+    if isinstance(want, bool):
+        return lambda have: have is want
+    if isinstance(want, str):
+        return lambda have: type(have) is str and have == want
+    return lambda have: type(have) in _NUMBERS and have == want
 
 
 def _check_scalar(value: object, what: str) -> None:
@@ -228,30 +285,44 @@ def _position(values: list[Any], ids: list[int], value: Any, doc: int) -> int:
 @dataclass(slots=True)
 class Plan:
     """One search's restrictions: doc ids in `allowed` (None: all), not in `excluded`, whose
-    attributes pass the `checks` (filters cheaper to test per doc than to read from the index)."""
+    attributes pass the `checks` (filters cheaper to test per doc than to read from the index)
+    and that pass the `tests` (restrictions too wide to read within `READ_BUDGET`)."""
 
     allowed: AbstractSet[int] | None
     excluded: AbstractSet[int]
     checks: list[Filter]
     attributes: Callable[[int], Mapping[str, Any]]
+    tests: list[Callable[[int], bool]] = field(default_factory=list)
 
     @property
     def everything(self) -> bool:
-        return self.allowed is None and not self.excluded and not self.checks
+        return self.allowed is None and not self.excluded and not self.per_doc
+
+    @property
+    def per_doc(self) -> bool:
+        """Whether some restriction is only known by testing each doc."""
+        return bool(self.checks or self.tests)
 
     def admits(self, doc: int) -> bool:
         if (self.allowed is not None and doc not in self.allowed) or doc in self.excluded:
             return False
+        if self.tests and not all(test(doc) for test in self.tests):
+            return False
         if self.checks:
             attributes = self.attributes(doc)
-            return all(f.matches(attributes) for f in self.checks)
+            return all(f.test(attributes) for f in self.checks)
         return True
 
-    def count(self, docs: AbstractSet[int]) -> int:
-        """How many of `docs` pass, with set operations where the index answers."""
-        if self.allowed is not None:
+    def count(self, docs: AbstractSet[int]) -> int | None:
+        """How many of `docs` pass, with set operations where the index answers; None when
+        that would read more than `READ_BUDGET` ids or test more than `COUNT_BUDGET` docs."""
+        if self.allowed is not None and docs is not self.allowed:
+            if min(len(docs), len(self.allowed)) > READ_BUDGET:
+                return None
             docs = docs & self.allowed
-        if self.checks:
+        if self.per_doc:
+            if len(docs) > COUNT_BUDGET:
+                return None
             return sum(1 for doc in docs if self.admits(doc))
         return len(docs) - sum(1 for doc in self.excluded if doc in docs)
 
@@ -344,7 +415,9 @@ def _indexable(value_kind: str, value: object) -> bool:
 
 
 __all__ = [
+    "COUNT_BUDGET",
     "OPS",
+    "READ_BUDGET",
     "AttributeIndex",
     "BadFilter",
     "Filter",

@@ -22,6 +22,9 @@ class Limits:
     max_open_dialogues: int = 10_000
     """Negotiation dialogues one agent may have started and not yet ended (CFPs whose dialogue
     is still open); more gets `limit_exceeded`. 0: no limit."""
+    max_discover_bytes: int = 256 * 1024
+    """Bytes of one DISCOVER_SERVICES answer (the whole frame): past it, an answer holds fewer
+    capabilities and a `next` cursor (but always one capability, whatever its size)."""
     registration_rate: float = 20.0
     """REGISTER attempts per second from one source address; excess gets `rate_limited`."""
     registration_burst: float = 100.0

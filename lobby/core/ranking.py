@@ -14,7 +14,9 @@ groups are kept in key order, so:
 - several drivers: a doc with only one of them scores like the above; the docs with two or
   more are the pairwise intersections of the postings (set operations, in C), usually few,
   and are scored one by one. When they are many, Fagin's threshold algorithm reads all
-  drivers' groups best first instead and stops once no unread doc can beat the page.
+  drivers' groups best first instead and stops once no unread doc can beat the page. When it
+  cannot stop within `THRESHOLD_READS` (many docs of similar, not equal, scores), exactness
+  would cost scoring them all, one by one: the page is the best it read, marked approximate.
 Scores are summed in one order everywhere (drivers, then extras), so a doc gets the same float
 whichever way it is found, and bounds are summed the same way so rounding cannot break them.
 """
@@ -30,7 +32,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Final
 
-from lobby.core.filters import Plan
+from lobby.core.filters import READ_BUDGET, Plan
 
 K1: Final = 1.2
 B: Final = 0.75
@@ -38,8 +40,11 @@ COMMON: Final = 0.5
 """A token in more than this share of all capabilities is common."""
 _PAIR_WORK: Final = 40_000
 """Above this many postings to intersect, the threshold algorithm runs instead."""
-_MULTI: Final = 2_000
+_MULTI: Final = 512
 """Above this many docs with two or more drivers, the threshold algorithm runs instead."""
+THRESHOLD_READS: Final = 512
+"""Reads the threshold algorithm may make beyond two a result before it settles for the best it
+read (an approximate page): exact ranking of many near-equal docs costs scoring them all."""
 _SCORE_ALL: Final = 512
 """Up to this many restricted candidates are all scored, none skipped."""
 
@@ -106,36 +111,35 @@ class Ranking:
         average: float,
         plan: Plan,
         want: int,
-    ) -> tuple[list[Scored], int]:
-        """The best `want` docs for these tokens (with postings), and the total."""
+    ) -> tuple[list[Scored], int | None, bool]:
+        """The best `want` docs for these tokens (with postings), the total (None when
+        counting it would mean testing too many docs one by one: `Plan.count`), and whether
+        the ranking is exact (not when the threshold algorithm ran out of reads)."""
         is_rare = [len(t.tf) <= COMMON * self.count for t in terms]
         drivers = [t for t, rare in zip(terms, is_rare, strict=True) if rare] or terms
         extras = [t for t, rare in zip(terms, is_rare, strict=True) if not rare and any(is_rare)]
         scorer = _Scorer(drivers, extras, self.count, average, lengths)
         allowed = plan.allowed
-        if allowed is not None and len(allowed) <= 4 * sum(len(t) for t in drivers):
+        # A small restriction (or few postings) may leave few enough candidates to score all.
+        if allowed is not None and min(len(allowed), sum(map(len, drivers))) <= 4 * _SCORE_ALL:
             candidates = set().union(*(t.tf.keys() & allowed for t in drivers))
             if len(candidates) <= _SCORE_ALL:
                 found = [(scorer.score(at)[0], at) for at in candidates if plan.admits(at)]
-                return self.best(found, want), len(found)
+                return self.best(found, want), len(found), True
         pairs = [(a, b) for n, a in enumerate(drivers) for b in drivers[n + 1 :]]
-        multi: set[int] | None = None
         if sum(min(len(a), len(b)) for a, b in pairs) <= _PAIR_WORK:
             multi = _several(pairs, allowed)
             if len(multi) <= _MULTI:
-                return self._by_overlap(scorer, multi, plan, want)
+                return (*self._by_overlap(scorer, multi, plan, want), True)
         # Many docs have several drivers: they may tie in bulk (many alike capabilities),
-        # which the threshold algorithm settles in about `want` reads; if not, score them.
-        top = self._threshold(scorer, plan, want, budget=8 * want + 256)
-        if top is not None:
-            return top, _union_count(drivers, plan, self.count)
-        if multi is None:
-            multi = _several(pairs, allowed)
-        return self._by_overlap(scorer, multi, plan, want)
+        # which the threshold algorithm settles in about `want` reads. If they do not, exact
+        # ranking would mean scoring them all: past its reads, the page is the best it found.
+        top, exact = self._threshold(scorer, plan, want, budget=THRESHOLD_READS + 2 * want)
+        return top, _union_count(drivers, plan, self.count), exact
 
     def _by_overlap(
         self, scorer: _Scorer, multi: set[int], plan: Plan, want: int
-    ) -> tuple[list[Scored], int]:
+    ) -> tuple[list[Scored], int | None]:
         """Score the docs with several drivers, then walk each driver's groups best first for
         the docs with that driver alone, while a group can still reach the page."""
         found: list[Scored] = []
@@ -171,20 +175,23 @@ class Ranking:
                     elif pair[0] < page[0]:
                         continue
                     found.append(pair)  # a tie with the page's last may still win by key
+        total: int | None = None
         if plan.everything:
             total = sum(len(t.tf) for t in scorer.drivers) - overlap
         else:
-            total = sum(plan.count(t.tf.keys()) for t in scorer.drivers) - overlap
+            counts = [plan.count(t.tf.keys()) for t in scorer.drivers]
+            if None not in counts:
+                total = sum(c for c in counts if c is not None) - overlap
         return self.best(found, want), total
 
     def _threshold(
         self, scorer: _Scorer, plan: Plan, want: int, budget: int
-    ) -> list[Scored] | None:
+    ) -> tuple[list[Scored], bool]:
         """Fagin's threshold algorithm: read the drivers' groups best first, round robin, score
         each new doc fully, and stop when no unread doc can beat the page's last: its score is
         at most the sum of the weights under the cursors (plus the extras' best), and when
-        equal to that sum (no extras), its key is at least every cursor's key. None after
-        `budget` reads."""
+        equal to that sum (no extras), its key is at least every cursor's key. After `budget`
+        reads, the best read so far, not known to be exact (False)."""
         lists = []
         for n, term in enumerate(scorer.drivers):
             groups = [(scorer.weight(n, tf, length), g) for (tf, length), g in term.groups.items()]
@@ -197,14 +204,14 @@ class Ranking:
                 else:
                     merged.append((weight, members))
             lists.append(merged)
-        keys = self.keys
+        keys, everything = self.keys, plan.everything
         cursors = [[0, 0] for _ in lists]  # [group, position in group]
         best: list[tuple[float, DocKey, int]] = []  # (-score, key, id), ascending
         seen: set[int] = set()
         while want:
             budget -= len(lists)
             if budget < 0:
-                return None
+                return [(-neg, at) for neg, _, at in best], False
             for groups, cursor in zip(lists, cursors, strict=True):
                 if cursor[0] == len(groups):
                     continue
@@ -216,7 +223,7 @@ class Ranking:
                 if at in seen:
                     continue
                 seen.add(at)
-                if not plan.admits(at):
+                if not everything and not plan.admits(at):
                     continue
                 entry = (-scorer.score(at)[0], keys[at], at)
                 if len(best) < want or entry < best[-1]:
@@ -237,7 +244,7 @@ class Ranking:
                     break
                 if not scorer.extras and (worst[0], worst[1]) < (-bound, max(cursor_keys)):
                     break
-        return [(-neg, at) for neg, _, at in best]
+        return [(-neg, at) for neg, _, at in best], True
 
 
 class _Scorer:
@@ -306,20 +313,28 @@ def _beaten(page: list[float], want: int, bound: float) -> bool:
     return len(page) >= want and (not page or bound < page[0])
 
 
-def _union_count(drivers: list[Postings], plan: Plan, count: int) -> int:
-    """How many admitted docs have a driver token, by set operations."""
+def _union_count(drivers: list[Postings], plan: Plan, count: int) -> int | None:
+    """How many admitted docs have a driver token, by set operations; None when they would
+    read more than `READ_BUDGET` ids (`Plan.count`)."""
     sets: list[AbstractSet[int]] = sorted((t.tf.keys() for t in drivers), key=len)
     if not plan.everything:
         if plan.allowed is not None:
-            sets = [s & plan.allowed for s in sets]
-        if len(sets) > 1 or plan.checks:
+            allowed = plan.allowed
+            if sum(min(len(s), len(allowed)) for s in sets) > READ_BUDGET:
+                return None
+            sets = [s & allowed for s in sets]
+        if len(sets) > 1 or plan.per_doc:
             return plan.count(set().union(*sets))
         return plan.count(sets[0])
     if len(sets[-1]) == count:
         return count
+    if len(sets) == 1:
+        return len(sets[0])
     if len(sets) == 2:
+        if len(sets[0]) > READ_BUDGET:
+            return None
         return len(sets[0]) + len(sets[1]) - len(sets[0] & sets[1])
-    return len(set().union(*sets)) if len(sets) > 1 else len(sets[0])
+    return None if sum(map(len, sets)) > READ_BUDGET else len(set().union(*sets))
 
 
-__all__ = ["COMMON", "K1", "B", "Postings", "Ranking", "Scored"]
+__all__ = ["COMMON", "K1", "THRESHOLD_READS", "B", "Postings", "Ranking", "Scored"]

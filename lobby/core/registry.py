@@ -1,8 +1,8 @@
 """The capability registry: who is registered, what each agent offers, and discovery over it.
 
 Plain state, no I/O. Lookups that sit on the routing path (agent by id, capability by name) are
-single dict lookups; discovery uses inverted indexes kept up to date on every change, so its cost
-follows the number of matches, not the number of registered capabilities.
+single dict lookups; discovery reads the search index (`search.py`, `listing.py`), kept up to
+date on every change, so an answer costs about its own size, not the registry's.
 """
 
 from __future__ import annotations
@@ -10,6 +10,8 @@ from __future__ import annotations
 from collections import deque
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
+
+import orjson
 
 from lobby.core.limits import TokenBucket
 from lobby.core.search import SearchIndex
@@ -27,11 +29,14 @@ class CapabilityEntry:
     allowed: frozenset[str] | None
     """`None` when public (`authorized_requester_ids` null or empty)."""
     wire: dict[str, Any]
+    size: int
+    """Bytes of `wire` as JSON: what it adds to a DISCOVER answer, which is bounded."""
 
     @classmethod
     def of(cls, capability: Capability) -> CapabilityEntry:
         ids = capability.authorized_requester_ids
-        return cls(capability, frozenset(ids) if ids else None, capability.model_dump(mode="json"))
+        wire = capability.model_dump(mode="json")
+        return cls(capability, frozenset(ids) if ids else None, wire, len(orjson.dumps(wire)))
 
 
 @dataclass(slots=True, eq=False)
@@ -64,8 +69,6 @@ class Registry:
 
     def __init__(self) -> None:
         self.agents: dict[str, AgentRecord] = {}
-        self._by_name: dict[str, set[str]] = {}
-        self._by_keyword: dict[str, set[tuple[str, str]]] = {}
         self.search = SearchIndex()
 
     def __len__(self) -> int:
@@ -90,78 +93,13 @@ class Registry:
         record.capabilities = {c.name: CapabilityEntry.of(c) for c in capabilities}
         self._index(record)
 
-    def discover(
-        self,
-        *,
-        requester_id: str,
-        capability_name: str | None,
-        keywords: list[str] | None,
-    ) -> list[tuple[AgentRecord, list[CapabilityEntry]]]:
-        """Agents other than the requester with the capabilities that match, by agent id.
-
-        A capability matches when it has the given name (if any) and shares at least one
-        keyword, case-insensitively, with `keywords` (if any). With neither, all match.
-        """
-        wanted_keywords = {k.lower() for k in keywords} if keywords else None
-        matches: dict[str, list[CapabilityEntry]] = {}
-        if capability_name is not None:
-            for agent_id in self._by_name.get(capability_name, ()):
-                entry = self.agents[agent_id].capabilities[capability_name]
-                if wanted_keywords is None or wanted_keywords & _keywords(entry.model):
-                    matches.setdefault(agent_id, []).append(entry)
-        elif wanted_keywords is not None:
-            pairs: set[tuple[str, str]] = set()
-            for keyword in wanted_keywords:
-                pairs |= self._by_keyword.get(keyword, set())
-            for agent_id, name in pairs:
-                matches.setdefault(agent_id, []).append(self.agents[agent_id].capabilities[name])
-        else:
-            for agent_id, record in self.agents.items():
-                if record.capabilities:
-                    matches[agent_id] = list(record.capabilities.values())
-        matches.pop(requester_id, None)
-        return [
-            (self.agents[agent_id], sorted(entries, key=lambda e: e.model.name))
-            for agent_id, entries in sorted(matches.items())
-        ]
-
-    def keys_matching(
-        self, capability_name: str | None, keywords: list[str] | None
-    ) -> set[tuple[str, str]]:
-        """(agent_id, name) of the capabilities with that exact name and/or any keyword."""
-        return {
-            (record.agent_id, entry.model.name)
-            for record, entries in self.discover(
-                requester_id="", capability_name=capability_name, keywords=keywords
-            )
-            for entry in entries
-        }
-
     def _index(self, record: AgentRecord) -> None:
         for name, entry in record.capabilities.items():
             model = entry.model
             self.search.add(
                 record.agent_id, name, model.description, model.keywords, model.attributes or {}
             )
-            self._by_name.setdefault(name, set()).add(record.agent_id)
-            for keyword in _keywords(entry.model):
-                self._by_keyword.setdefault(keyword, set()).add((record.agent_id, name))
 
     def _unindex(self, record: AgentRecord) -> None:
-        for name, entry in record.capabilities.items():
+        for name in record.capabilities:
             self.search.remove(record.agent_id, name)
-            _discard(self._by_name, name, record.agent_id)
-            for keyword in _keywords(entry.model):
-                _discard(self._by_keyword, keyword, (record.agent_id, name))
-
-
-def _keywords(capability: Capability) -> set[str]:
-    return {k.lower() for k in capability.keywords}
-
-
-def _discard(index: dict[str, set[Any]], key: str, member: object) -> None:
-    members = index.get(key)
-    if members is not None:
-        members.discard(member)
-        if not members:
-            del index[key]

@@ -29,7 +29,7 @@ from lobby.core.delivery import (
     Delivery,
     MailboxFull,
 )
-from lobby.core.discovery import BadFilter, services_available
+from lobby.core.discovery import BadDiscovery, services_available
 from lobby.core.limits import Limits
 from lobby.core.refusal import (
     Refusal,
@@ -349,16 +349,28 @@ class Router:
         self, session: Session, agent: AgentRecord, msg: Message
     ) -> list[Action]:
         query = validate(DiscoverServicesPayload, msg)
+        message_id = self.delivery.new_message_id()
+
+        def answer(payload: dict[str, Any]) -> bytes:
+            return encode(
+                Message(
+                    LOBBY_ID,
+                    agent.agent_id,
+                    MessageType.SERVICES_AVAILABLE,
+                    payload,
+                    msg.conversation_id,
+                    message_id=message_id,
+                )
+            )
+
+        # The payload may take what the bound leaves beside the envelope (whose own "{}" is
+        # the payload's place).
+        room = self.limits.max_discover_bytes - len(answer({})) + 2
         try:
-            payload = services_available(self.registry, agent.agent_id, query)
-        except BadFilter as bad:
-            raise Refusal(
-                ErrorCode.MALFORMED, f"invalid DISCOVER_SERVICES filters: {bad}"
-            ) from None
-        frame = self.from_lobby(
-            agent.agent_id, MessageType.SERVICES_AVAILABLE, payload, msg.conversation_id
-        )
-        return [Send(session, frame)]
+            payload = services_available(self.registry, agent.agent_id, query, room=room)
+        except BadDiscovery as bad:
+            raise Refusal(ErrorCode.MALFORMED, str(bad)) from None
+        return [Send(session, answer(payload))]
 
     def _update_capabilities(
         self, session: Session, agent: AgentRecord, msg: Message

@@ -19,30 +19,60 @@ Algorithms (higher scores rank first; equal scores by agent_id, then name):
 
 Restrictions, with any algorithm: `capability_name` (exact), `keywords` (one of them equals a
 keyword of the capability, case-insensitively), `filters` (all hold; `filters.py`) and
-`exclude_agent`. `total` counts every hit before paging.
+`exclude_agent`. `total` counts every hit before paging, unless counting would cost more than
+a page: None past one `simple` window, and for restrictions too wide to count within
+`READ_BUDGET` / `COUNT_BUDGET` (`filters.py`).
+
+Paging (`SearchPage.next`, a `listing.Position`): key-ordered pages (`filtered`, no query text,
+and `lookup`, the seed's discovery) go on after their last key; `lexical` pages by rank, up to
+`RANKED_WINDOW`; `simple` reads the capabilities in key order in windows of `SIMPLE_WINDOW`,
+ranks the hits of a window and serves them by rank, then moves to the next window. So with at
+most `SIMPLE_WINDOW` capabilities (after the restrictions) `simple` ranks them all at once.
 
 Tokens: runs of letters and digits, lower-cased, split at snake_case, kebab-case, dots and
 camelCase: `findCheapestPrice_v2` -> find, cheapest, price, v2; `HTTPServer` -> http, server.
 
 Costs, N capabilities of T distinct tokens: `add` / `remove` are O(T log N) (sorted inserts
-into blocks of at most 1,024). Name, keyword and filter restrictions are read from indexes
-and intersected as sets. `lexical` touches, in Python, the docs with two or more of the
-query's tokens and the page's worth of the others (`ranking.py`); the rest, and `total`, are
-set operations in C. `simple` scans one lower-cased text per capability (in C, O(N)).
-`filtered` without an indexed restriction walks the capabilities in key order.
+into blocks of at most 1,024). A page costs about its own size, not N: `lookup` reads sorted
+columns (`listing.py`) from where the page starts, O(log N + page); key-ordered pages walk the
+key order from their start, examining at most `SCAN_BUDGET` entries beyond the page (fewer
+hits and a `next` when the restrictions reject more), or sort a restriction's few members;
+restrictions are read from indexes into sets only within `READ_BUDGET` ids, and tested per
+capability past it. `lexical` touches, in Python, the docs with two or more of the query's
+tokens and the page's worth of the others, up to the page's rank (`ranking.py`); the rest are
+set operations in C. `simple` tests one lower-cased text per capability of its window.
 """
 
 from __future__ import annotations
 
+import heapq
 import re
 from collections import Counter
-from collections.abc import Collection, Iterable, Mapping, Sequence
-from dataclasses import dataclass
-from itertools import islice
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, replace
+from itertools import filterfalse
 from typing import Any, Final, Literal, get_args
 
-from lobby.core.filters import AttributeIndex, BadFilter, Filter, Plan, SortedColumn, parse_filters
+from lobby.core.filters import (
+    READ_BUDGET,
+    AttributeIndex,
+    BadFilter,
+    Filter,
+    Plan,
+    parse_filters,
+)
+from lobby.core.listing import (
+    SCAN_BUDGET,
+    Hit,
+    Listing,
+    Position,
+    SearchPage,
+    Walked,
+    new_hit,
+    walk,
+)
 from lobby.core.ranking import Postings, Ranking, Scored
+from protocol.models import MAX_RANK
 
 Algorithm = Literal["simple", "filtered", "lexical"]
 ALGORITHMS: Final[tuple[str, ...]] = get_args(Algorithm)
@@ -52,11 +82,22 @@ DESCRIPTION_WEIGHT: Final = 1
 SIMPLE_NAME: Final = 3.0
 SIMPLE_KEYWORD: Final = 2.0
 SIMPLE_DESCRIPTION: Final = 1.0
+RANKED_WINDOW: Final = MAX_RANK
+"""`lexical` results past this rank are not served: a page costs about its rank."""
+SIMPLE_WINDOW: Final = 500
+"""`simple` ranks the hits among this many capabilities at a time (see the module doc)."""
+MAX_QUERY_WORDS: Final = 16
+"""Distinct words a `lexical` query may have: its cost grows with their pairs."""
+DENSE: Final = 16
+"""A restriction admitting at least 1/DENSE of the capabilities is read by walking the key
+order and testing each entry; a sparser one by sorting its members."""
 
 _CAMEL = re.compile(r"(?<=[a-z0-9])(?=[A-Z])|(?<=[A-Z])(?=[A-Z][a-z])")
 _WORD = re.compile(r"[^\W_]+")
 
 DocKey = tuple[str, str]
+_Source = tuple[Callable[[DocKey | None], Iterator[int]], int]
+"""Doc ids in key order after a key, from the narrowest column (`SearchIndex._source`)."""
 
 
 def tokens(text: str) -> list[str]:
@@ -64,18 +105,8 @@ def tokens(text: str) -> list[str]:
     return [t.lower() for t in _WORD.findall(_CAMEL.sub(" ", text))]
 
 
-@dataclass(frozen=True, slots=True)
-class Hit:
-    agent_id: str
-    name: str
-    score: float
-
-
-@dataclass(frozen=True, slots=True)
-class SearchPage:
-    hits: list[Hit]
-    total: int
-    """Hits before paging."""
+class BadQuery(ValueError):
+    """A query the index will not run; the text names the problem."""
 
 
 @dataclass(slots=True)
@@ -103,8 +134,8 @@ class SearchIndex:
         self._texts: list[str] = []
         """Doc id -> name, keywords and description, lower-cased, NUL-separated (`simple`)."""
         self._free: list[int] = []
-        self._order = SortedColumn()
-        """Every doc id, in key order."""
+        self.listing = Listing(self._keys)
+        """Every doc id in key order, overall, per name and per keyword (the lookups)."""
         self._terms: dict[str, Postings] = {}
         self._by_name: dict[str, set[int]] = {}
         self._by_keyword: dict[str, set[int]] = {}
@@ -146,7 +177,7 @@ class SearchIndex:
             self._lengths.append(length)
             self._texts.append(text)
         self._ids[key] = at
-        self._order.add(key, at)
+        self.listing.add(at, key, {k.lower() for k in keywords})
         key_of = self._keys.__getitem__
         for token, tf in terms.items():
             postings = self._terms.get(token)
@@ -167,7 +198,7 @@ class SearchIndex:
         if at is None:
             return
         doc, length = self._docs[at], self._lengths[at]
-        self._order.discard(key, at)
+        self.listing.discard(at, key, {k.lower() for k in doc.keywords})
         key_of = self._keys.__getitem__
         for token in _count_terms(name, doc.description, doc.keywords):
             postings = self._terms[token]
@@ -199,39 +230,86 @@ class SearchIndex:
         exclude_agent: str | None = None,
         limit: int = 50,
         offset: int = 0,
-        only: Iterable[DocKey] | None = None,
+        after: DocKey | None = None,
     ) -> SearchPage:
-        """One page of hits, best first, and the total before paging (see the module doc).
+        """One page of hits, best first, the total before paging, and where the next page
+        starts (see the module doc). Key-ordered results start after `after`; all skip `offset`
+        of theirs first (for ranked ones, `after` is where the window of a `simple` search
+        starts). `limit` 0 only counts.
 
-        `only` restricts to those (agent_id, name) keys, like `capability_name` / `keywords`.
-        Raises ValueError for an unknown algorithm or a negative `limit` / `offset`."""
+        Raises ValueError for an unknown algorithm or a negative `limit` / `offset`, and
+        `BadQuery` for a `lexical` query of more than `MAX_QUERY_WORDS` distinct words."""
         if algorithm not in ALGORITHMS:
             raise ValueError(f"unknown search algorithm {algorithm!r}")
         if limit < 0 or offset < 0:
             raise ValueError("limit and offset must not be negative")
         text = (query or "").strip() if algorithm != "filtered" else ""
         words = sorted(set(tokens(text))) if algorithm == "lexical" else []
+        if len(words) > MAX_QUERY_WORDS:
+            raise BadQuery(f"the query has {len(words)} distinct words; at most {MAX_QUERY_WORDS}")
         terms = [self._terms[w] for w in words if w in self._terms]
         if words and not terms:
             return SearchPage([], 0)
         budget = sum(len(t.tf) for t in terms) or len(self._ids)
-        plan = self._plan(capability_name, keywords, filters or (), exclude_agent, only, budget)
+        plan = self._plan(capability_name, keywords, filters or (), exclude_agent, budget)
         if plan is None:
             return SearchPage([], 0)
-        want = offset + limit
-        ranking = Ranking(self._keys, self._order, len(self._ids))
+        start = Position(after, offset)
+        source = self._source(capability_name, keywords)
         if not text:
-            ids, total = self._unranked(plan, want, ranking)
             score = 1.0 if algorithm == "filtered" else 0.0
-            top = [(score, at) for at in ids]
-        elif algorithm == "simple":
-            scored = self._simple(text.lower(), plan)
-            top, total = ranking.best(scored, want), len(scored)
-        else:
-            average = self._total_length / len(self._ids) or 1.0
-            top, total = ranking.lexical(terms, self._lengths, average, plan, want)
-        keys = self._keys
-        return SearchPage([Hit(*keys[at], score) for score, at in top[offset:want]], total)
+            return self._unranked(plan, source, start, limit, score)
+        if algorithm == "simple":
+            return self._simple(text.lower(), plan, source, start, limit)
+        want = max(offset, min(offset + limit, RANKED_WINDOW))
+        average = self._total_length / len(self._ids) or 1.0
+        ranking = Ranking(self._keys, self.listing.order, len(self._ids))
+        # One more than the page, to know whether another follows (the total may be unknown).
+        top, total, exact = ranking.lexical(terms, self._lengths, average, plan, want + 1)
+        hits = [new_hit(Hit, (*self._keys[at], score)) for score, at in top[offset:want]]
+        served = offset + len(hits)
+        resume = Position(None, served) if len(top) > want and served < RANKED_WINDOW else None
+        page = SearchPage(hits, total, resume if limit else None, False, start)
+        return page if exact else replace(page, exact=False)
+
+    def lookup(
+        self,
+        *,
+        capability_name: str | None,
+        keywords: Sequence[str] | None,
+        exclude_agent: str | None,
+        after: DocKey | None,
+        limit: int,
+    ) -> SearchPage:
+        """The seed's discovery: capabilities with `capability_name` and any of `keywords`
+        (everything when neither), not `exclude_agent`'s, in key order after `after`; at most
+        `limit`, examining at most `SCAN_BUDGET` more. O(log N + what it examines)."""
+        wanted = {k.lower() for k in keywords} if keywords else set()
+        excluded = self._by_agent.get(exclude_agent, set()) if exclude_agent else set()
+        docs, keys = self._docs, self._keys
+
+        def has_keyword(at: int) -> bool:
+            return at not in excluded and any(k.lower() in wanted for k in docs[at].keywords)
+
+        def has_name(at: int) -> bool:
+            return at not in excluded and keys[at][1] == capability_name
+
+        admits: Callable[[int], bool] | None = None
+        source = self.listing.after(after)
+        if capability_name is not None:
+            source = self.listing.named(capability_name, after)
+            if wanted:  # read the smaller index, test the other condition per capability
+                named = len(self._by_name.get(capability_name, ()))
+                if named <= sum(len(self._by_keyword.get(k, ())) for k in wanted):
+                    admits = has_keyword
+                else:
+                    source, admits = self.listing.tagged(wanted, after), has_name
+        elif wanted:
+            source = self.listing.tagged(wanted, after)
+        if admits is None and excluded:  # skipped in C: at most the requester's capabilities
+            source = filterfalse(excluded.__contains__, source)
+        walked = walk(source, admits, skip=0, want=limit + 1, budget=SCAN_BUDGET)
+        return self._keyed_page(walked, limit, 0.0, None, Position(after))
 
     def _plan(
         self,
@@ -239,74 +317,155 @@ class SearchIndex:
         keywords: Sequence[str] | None,
         filters: Sequence[Filter],
         exclude_agent: str | None,
-        only: Iterable[DocKey] | None,
         budget: int,
     ) -> Plan | None:
         """The restrictions as one allowed set, intersected smallest first, and per-doc checks;
         None when nothing can pass. A filter admitting more than 16x what is allowed so far (or
         than `budget`, the docs the algorithm visits anyway) is checked per doc instead: reading
-        a doc id from the index costs about a sixteenth of testing a doc."""
+        a doc id from the index costs about a sixteenth of testing a doc. So is any restriction
+        that would take the ids read past `READ_BUDGET`: a page must not cost the registry's
+        size."""
+        reads = READ_BUDGET
         sets: list[set[int]] = []
+        tests: list[Callable[[int], bool]] = []
         if capability_name is not None:
             sets.append(self._by_name.get(capability_name, set()))
         if keywords:
             found = [self._by_keyword.get(k.lower(), set()) for k in keywords]
-            sets.append(found[0] if len(found) == 1 else set().union(*found))
-        if only is not None:
-            sets.append({self._ids[k] for k in only if k in self._ids})
+            size = sum(map(len, found))
+            if len(found) == 1:
+                sets.append(found[0])
+            elif size <= reads:
+                sets.append(set().union(*found))
+                reads -= size
+            else:
+                wanted = {k.lower() for k in keywords}
+                docs = self._docs
+                tests.append(lambda at: any(k.lower() in wanted for k in docs[at].keywords))
         allowed: set[int] | None = None
         for members in sorted(sets, key=len):
-            allowed = members if allowed is None else allowed & members
+            if allowed is None:
+                allowed = members
+            elif len(allowed) <= reads:  # the smaller side is what the intersection reads
+                reads -= len(allowed)
+                allowed = allowed & members
+            else:
+                tests.append(members.__contains__)
         checks: list[Filter] = []
         for size, _, f in sorted((self._attributes.size(f), n, f) for n, f in enumerate(filters)):
             if size == 0 or (allowed is not None and not allowed):
                 return None
-            if size > 16 * (budget if allowed is None else min(budget, len(allowed))):
+            wide = size > 16 * (budget if allowed is None else min(budget, len(allowed)))
+            if wide or size > reads:
                 checks.append(f)
             else:
                 allowed = self._attributes.members(f, allowed)
+                reads -= size
         if allowed is not None and not allowed:
             return None
         excluded = self._by_agent.get(exclude_agent, set()) if exclude_agent else set()
-        return Plan(allowed, excluded, checks, self._attributes_of)
+        return Plan(allowed, excluded, checks, self._attributes_of, tests)
 
     def _attributes_of(self, doc: int) -> Mapping[str, Any]:
         return self._docs[doc].attributes
 
-    def _unranked(self, plan: Plan, want: int, ranking: Ranking) -> tuple[list[int], int]:
-        """The first `want` admitted docs by key, and how many are admitted."""
-        if plan.allowed is None and not plan.checks:
-            walk = (at for at in self._order if at not in plan.excluded)
-            return list(islice(walk, want)), len(self._ids) - len(plan.excluded)
-        if plan.allowed is None:
-            members = [at for at in self._order if plan.admits(at)]
-            return members[:want], len(members)
-        admitted: Collection[int] = plan.allowed
-        if plan.excluded or plan.checks:
-            admitted = [at for at in admitted if plan.admits(at)]
-        return ranking.first_by_key(admitted, want), len(admitted)
+    def _source(self, capability_name: str | None, keywords: Sequence[str] | None) -> _Source:
+        """The narrowest key-ordered column holding every candidate, and its size."""
+        if capability_name is not None:
+            name, named = capability_name, self.listing.named
+            return lambda after: named(name, after), len(self._by_name.get(name, ()))
+        if keywords:
+            wanted = {k.lower() for k in keywords}
+            tagged = self.listing.tagged
+            size = sum(len(self._by_keyword.get(k, ())) for k in wanted)
+            return lambda after: tagged(wanted, after), size
+        return self.listing.after, len(self._ids)
 
-    def _simple(self, query: str, plan: Plan) -> list[Scored]:
+    def _unranked(
+        self, plan: Plan, source: _Source, start: Position, limit: int, score: float
+    ) -> SearchPage:
+        """The admitted docs in key order from `start`, all scoring `score`."""
+        total: int | None = None  # not counted: wide restrictions, tested per doc
+        if plan.allowed is None and not plan.per_doc:
+            total = len(self._ids) - len(plan.excluded)
+        elif plan.allowed is not None and not plan.per_doc:
+            total = len(plan.allowed) - len(plan.excluded & plan.allowed)
+        elif plan.allowed is not None:
+            total = plan.count(plan.allowed)
+        if not limit:
+            return SearchPage([], total)
+        walked = self._admitted(plan, source, start, limit + 1)
+        return self._keyed_page(walked, limit, score, total, start)
+
+    def _keyed_page(
+        self, walked: Walked, limit: int, score: float, total: int | None, start: Position
+    ) -> SearchPage:
+        """A key-ordered page of `walked` (which looked for one more than `limit`)."""
+        keys = self._keys
+        hits = [new_hit(Hit, (*keys[at], score)) for at in walked.found[:limit]]
+        resume = None
+        if len(walked.found) > limit:
+            resume = Position(keys[walked.found[limit - 1]])
+        elif walked.stopped_at is not None:
+            resume = Position(keys[walked.stopped_at])
+        return SearchPage(hits, total, resume, True, start, walked.examined)
+
+    def _admitted(self, plan: Plan, source: _Source, start: Position, want: int) -> Walked:
+        """The first `want` docs `plan` admits after `start.key` in key order, past the first
+        `start.rank` of them: by walking `source` (examining at most `SCAN_BUDGET` more) when
+        the plan admits much of it, else by sorting the few it admits."""
+        allowed = plan.allowed
+        column, size = source
+        if allowed is None or len(allowed) * DENSE >= size:
+            docs = column(start.key)
+            admits: Callable[[int], bool] | None = plan.admits
+            if allowed is None and not plan.per_doc:  # skipped in C, as in `lookup`
+                docs, admits = filterfalse(plan.excluded.__contains__, docs), None
+            return walk(docs, admits, skip=start.rank, want=want, budget=SCAN_BUDGET)
+        keys, after = self._keys, start.key
+        members = [
+            at
+            for at in allowed
+            if (after is None or keys[at] > after) and (plan.everything or plan.admits(at))
+        ]
+        first = heapq.nsmallest(start.rank + want, members, key=keys.__getitem__)
+        found = first[start.rank :]
+        stopped_at = found[-1] if len(members) > len(first) and found else None
+        return Walked(found, stopped_at, len(allowed))
+
+    def _simple(
+        self, query: str, plan: Plan, source: _Source, start: Position, limit: int
+    ) -> SearchPage:
+        """`simple`, one window at a time: the next `SIMPLE_WINDOW` admitted capabilities in
+        key order after `start.key`, their hits ranked, served from rank `start.rank`."""
+        window = self._admitted(plan, source, Position(start.key), SIMPLE_WINDOW)
         texts = self._texts
-        if "\x00" in query:
-            return []
-        if plan.allowed is None:
-            found = [at for at, text in enumerate(texts) if query in text]
-        else:
-            found = [at for at in plan.allowed if query in texts[at]]
-        scored = []
-        for at in found:
-            if not plan.admits(at):
-                continue
-            text = texts[at]  # name NUL keywords NUL ... description: which fields match?
-            name_end, description_start = text.find("\x00"), text.rfind("\x00") + 1
-            score = SIMPLE_NAME if text.find(query, 0, name_end) >= 0 else 0.0
-            if text.find(query, name_end, description_start) >= 0:
-                score += SIMPLE_KEYWORD
-            if text.find(query, description_start) >= 0:
-                score += SIMPLE_DESCRIPTION
-            scored.append((score, at))
-        return scored
+        scored: list[Scored] = []
+        if "\x00" not in query:
+            for at in window.found:
+                text = texts[at]  # name NUL keywords NUL ... description: which fields match?
+                if query not in text:
+                    continue
+                name_end, description_start = text.find("\x00"), text.rfind("\x00") + 1
+                score = SIMPLE_NAME if text.find(query, 0, name_end) >= 0 else 0.0
+                if text.find(query, name_end, description_start) >= 0:
+                    score += SIMPLE_KEYWORD
+                if text.find(query, description_start) >= 0:
+                    score += SIMPLE_DESCRIPTION
+                scored.append((score, at))
+        whole = start.key is None and window.stopped_at is None
+        ranking = Ranking(self._keys, self.listing.order, len(self._ids))
+        top = ranking.best(scored, start.rank + limit)[start.rank :]
+        hits = [new_hit(Hit, (*self._keys[at], score)) for score, at in top]
+        resume = None
+        if not limit:
+            pass
+        elif len(scored) > start.rank + len(hits):
+            resume = Position(start.key, start.rank + len(hits))
+        elif window.stopped_at is not None:
+            resume = Position(self._keys[window.stopped_at])
+        total = len(scored) if whole else None
+        return SearchPage(hits, total, resume, False, start, window.examined)
 
 
 def _count_terms(name: str, description: str, keywords: Sequence[str]) -> Counter[str]:
@@ -329,6 +488,7 @@ __all__ = [
     "ALGORITHMS",
     "Algorithm",
     "BadFilter",
+    "BadQuery",
     "Filter",
     "Hit",
     "SearchIndex",

@@ -1,0 +1,128 @@
+"""Load for the discovery-pressure phase: a registry of many capabilities, heavy
+DISCOVER_SERVICES in a closed loop, and (from `load.latency`) one REQUEST/RESPONSE pair beside
+them. The lobby is one event loop: what a DISCOVER costs, every other agent waits.
+
+Heavy discovery is what a careless or hostile agent sends, back to back from several
+connections: `lookups`, everything (`{}`) and a keyword every capability has, at the largest
+`limit`, paging on with each answer's `next` (the DISCOVERs that used to return the whole
+registry); `searches`, lexical and simple ranked searches for words every capability has, at
+the largest page, paging on to the deepest rank.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import time
+import uuid
+from typing import Any
+
+import orjson
+
+from benchmarks.load import close_all, latency, percentiles, register
+from protocol.models import MAX_DISCOVER_LIMIT
+
+MIXES: dict[str, tuple[dict[str, Any], ...]] = {
+    "lookups": (
+        {"limit": MAX_DISCOVER_LIMIT},
+        {"keywords": ["everywhere"], "limit": MAX_DISCOVER_LIMIT},
+    ),
+    "searches": (
+        {"query": "task number", "algorithm": "lexical", "limit": MAX_DISCOVER_LIMIT},
+        {"query": "task", "algorithm": "simple", "limit": MAX_DISCOVER_LIMIT},
+    ),
+}
+"""The heavy DISCOVERs, each client sending its mix's in rotation, each paging on."""
+
+
+async def populate(url: str, capabilities: int, per_agent: int) -> dict[str, Any]:
+    """Register `capabilities` capabilities, `per_agent` per agent, then disconnect (the agents
+    stay registered, offline). Every one has the keyword "everywhere" and the words "task"
+    and "number" in its description."""
+    tag = uuid.uuid4().hex[:6]
+    started = time.perf_counter()
+    agents = []
+    for a in range(0, capabilities, per_agent):
+        caps = [
+            {
+                "name": f"skill_{(a + i) % 1000}",
+                "description": f"does task number {a + i} well",
+                "keywords": [f"kw{(a + i) % 500}", "everywhere"],
+                "attributes": {"price": (a + i) % 997},
+            }
+            for i in range(min(per_agent, capabilities - a))
+        ]
+        ws, _ = await register(url, f"{tag}p{a}", caps)
+        agents.append(ws)
+    seconds = time.perf_counter() - started
+    await close_all(agents)
+    return {"capabilities": capabilities, "agents": len(agents), "seconds": round(seconds, 2)}
+
+
+async def pressure(url: str, mix: str, clients: int, seconds: float) -> dict[str, Any]:
+    """`clients` connections, each sending the next DISCOVER of `MIXES[mix]` as soon as the
+    last is answered, for `seconds`; round trips in ms, answers and bytes received."""
+    kinds = MIXES[mix]
+    tag = uuid.uuid4().hex[:6]
+    times: list[float] = []
+    received = {"answers": 0, "bytes": 0, "largest": 0, "capabilities": 0, "errors": 0}
+
+    async def one(n: int) -> None:
+        agent_id = f"{tag}d{n}"
+        ws, token = await register(url, agent_id, [])
+        cursors: dict[int, str | None] = {}
+        deadline = time.perf_counter() + seconds
+        try:
+            for kind in itertools.cycle(range(n, n + len(kinds))):
+                kind %= len(kinds)
+                if time.perf_counter() >= deadline:
+                    return
+                payload = dict(kinds[kind])
+                if cursors.get(kind):
+                    payload["cursor"] = cursors[kind]
+                frame = {
+                    "sender_id": agent_id,
+                    "receiver_id": "global_lobby",
+                    "message_type": "DISCOVER_SERVICES",
+                    "payload": payload,
+                    "auth_token": token,
+                }
+                sent = time.perf_counter()
+                await ws.send(orjson.dumps(frame), text=True)
+                raw = await ws.recv()
+                times.append((time.perf_counter() - sent) * 1000)
+                answer = orjson.loads(raw)["payload"]
+                received["answers"] += 1
+                received["bytes"] += len(raw)
+                received["largest"] = max(received["largest"], len(raw))
+                if "services_found" not in answer:
+                    received["errors"] += 1
+                    continue
+                received["capabilities"] += sum(
+                    len(s["relevant_capabilities"]) for s in answer["services_found"]
+                )
+                cursors[kind] = answer.get("next")
+        finally:
+            await close_all([ws])
+
+    started = time.perf_counter()
+    await asyncio.gather(*(one(n) for n in range(clients)))
+    elapsed = time.perf_counter() - started
+    times.sort()
+    return {
+        "mix": mix,
+        "clients": clients,
+        "answers_per_s": received["answers"] / elapsed,
+        "mb_per_s": received["bytes"] / elapsed / 1e6,
+        "capabilities_per_answer": received["capabilities"] / max(received["answers"], 1),
+        "largest_answer_bytes": received["largest"],
+        "errors": received["errors"],
+        **percentiles(times),
+    }
+
+
+async def either(role: str, *args: Any) -> dict[str, Any]:
+    """`latency(*args)` or `pressure(*args)`: one target, so both run at once as processes."""
+    if role == "latency":
+        return await latency(*args)
+    return await pressure(*args)

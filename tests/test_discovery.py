@@ -1,0 +1,354 @@
+"""DISCOVER_SERVICES answers are pages, synchronously through the Router: default and largest
+counts, paging to the end reaching every capability once (lookups, filtered, simple, lexical),
+the byte bound, the refusals, the cursor, and the work of a page at 100,000 capabilities."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from websockets.asyncio.client import ClientConnection, connect
+
+from lobby.core import Router, Send, ranking
+from lobby.core.discovery import BadDiscovery, decode_cursor, encode_cursor
+from lobby.core.limits import Limits
+from lobby.core.listing import Position
+from lobby.core.registry import AgentRecord, Registry
+from lobby.core.search import SIMPLE_WINDOW
+from lobby.server import LobbyServer
+from protocol.models import MAX_RANK, Capability
+from tests.conftest import TRANSPORTS
+from tests.routerkit import Clock, Peer, join
+from tests.wsclient import frame, register, reply, running
+
+Key = tuple[str, str]
+
+
+def caps(agent: int, count: int, **extra: Any) -> list[dict[str, Any]]:
+    """`count` capabilities; every one has keyword "all" and the word "task", every third
+    keyword "third" and attribute price below 10."""
+    return [
+        {
+            "name": f"cap{n:03d}",
+            "description": f"does task {agent}-{n}",
+            "keywords": ["all", *(["third"] if n % 3 == 0 else [])],
+            "attributes": {"price": n % 30},
+            **extra,
+        }
+        for n in range(count)
+    ]
+
+
+def lobby(count_per_agent: int = 150, agents: int = 3, **limits: Any) -> tuple[Router, Peer]:
+    router = Router(limits=Limits(message_rate=0, registration_rate=0, **limits), clock=Clock())
+    for agent in range(agents):
+        join(router, f"agent{agent}", capabilities=caps(agent, count_per_agent))
+    me = join(router, "me", capabilities=caps(9, 5))  # its own are never listed
+    return router, me
+
+
+def ask(me: Peer, payload: dict[str, Any]) -> dict[str, Any]:
+    me.send("DISCOVER_SERVICES", payload)
+    answer = me.last()
+    assert answer["message_type"] == "SERVICES_AVAILABLE", answer["payload"]
+    return dict(answer["payload"])
+
+
+def keys_of(payload: dict[str, Any]) -> list[Key]:
+    return [
+        (s["agent_id"], c["name"])
+        for s in payload["services_found"]
+        for c in s["relevant_capabilities"]
+    ]
+
+
+def every_page(me: Peer, payload: dict[str, Any]) -> list[list[Key]]:
+    pages, answer = [], ask(me, payload)
+    pages.append(keys_of(answer))
+    while answer["next"] is not None:
+        answer = ask(me, {**payload, "cursor": answer["next"]})
+        pages.append(keys_of(answer))
+        assert len(pages) < 1000
+    return pages
+
+
+def refusal(me: Peer, payload: dict[str, Any]) -> str:
+    me.send("DISCOVER_SERVICES", payload)
+    error = me.last()
+    assert error["message_type"] == "ERROR"
+    assert error["payload"]["code"] == "malformed"
+    return str(error["payload"]["error"])
+
+
+ALL = sorted((f"agent{a}", f"cap{n:03d}") for a in range(3) for n in range(150))
+
+
+def test_a_lookup_answers_100_by_default_and_at_most_200() -> None:
+    _, me = lobby()
+    first = ask(me, {})
+    assert keys_of(first) == ALL[:100]
+    assert first["next"] is not None
+    assert "total" not in first  # a lookup, as in the seed: no count
+    assert keys_of(ask(me, {"limit": 200})) == ALL[:200]
+    assert (
+        keys_of(ask(me, {"limit": 7, "keywords": ["THIRD"]}))
+        == [k for k in ALL if int(k[1][3:]) % 3 == 0][:7]
+    )
+    ranked = ask(me, {"algorithm": "filtered"})
+    assert len(keys_of(ranked)) == 50  # a ranked search: 50, as before
+    assert ranked["total"] == 450
+
+
+def test_a_small_lobby_answers_as_before_with_next_null() -> None:
+    _, me = lobby(count_per_agent=10)
+    answer = ask(me, {"query_keywords": ["all"]})
+    assert keys_of(answer) == [(f"agent{a}", f"cap{n:03d}") for a in range(3) for n in range(10)]
+    assert [s["agent_id"] for s in answer["services_found"]] == ["agent0", "agent1", "agent2"]
+    assert answer["next"] is None
+
+
+@pytest.mark.parametrize(
+    "payload",
+    [
+        {},
+        {"keywords": ["all"]},
+        {"keywords": ["third", "ALL"]},
+        {"capability_name": "cap004"},
+        {"capability_name": "cap003", "keywords": ["third"]},
+        {"algorithm": "filtered"},
+        {"algorithm": "filtered", "filters": [{"attribute": "price", "op": "lt", "value": 10}]},
+        {"algorithm": "simple", "query": "task"},
+        {"algorithm": "simple", "query": "cap01"},
+        {"algorithm": "lexical", "query": "task"},
+        {"algorithm": "lexical", "query": ""},
+    ],
+)
+def test_paging_with_the_cursor_reaches_every_capability_once(payload: dict[str, Any]) -> None:
+    _, me = lobby()
+    for limit in (1, 37, 200):
+        pages = every_page(me, {**payload, "limit": limit})
+        found = [key for page in pages for key in page]
+        assert len(found) == len(set(found)), "a capability came twice"
+        assert all(len(page) <= limit for page in pages)
+        one_shot = ask(me, {**payload, "limit": 200})
+        expected = set(keys_of(one_shot))
+        if one_shot["next"] is None:
+            assert set(found) == expected
+        assert expected <= set(found)
+        assert all(agent != "me" for agent, _ in found)
+    if "algorithm" not in payload:
+        assert found == sorted(found)  # lookups come in key order, page after page
+
+
+def test_simple_ranks_a_window_at_a_time_and_a_small_lobby_at_once() -> None:
+    _, small = lobby(count_per_agent=20)
+    answer = ask(small, {"algorithm": "simple", "query": "cap00", "limit": 200})
+    scores = [c["score"] for s in answer["services_found"] for c in s["relevant_capabilities"]]
+    assert scores == sorted(scores, reverse=True)
+    assert answer["total"] == 30  # one window held them all: counted
+    _, big = lobby(count_per_agent=400)  # 1,200 capabilities: three windows
+    first = ask(big, {"algorithm": "simple", "query": "task", "limit": 200})
+    assert first["total"] is None  # not counted past one window
+    pages = every_page(big, {"algorithm": "simple", "query": "task", "limit": 200})
+    assert sum(map(len, pages)) == 1200
+    assert SIMPLE_WINDOW < 1200
+
+
+def test_lexical_pages_by_rank_up_to_the_deepest_rank() -> None:
+    _, me = lobby(count_per_agent=400)
+    pages = every_page(me, {"query": "task", "limit": 200})
+    assert [len(page) for page in pages] == [200, 200, 100]  # ranks 0-499 of 1,200 matches
+    assert MAX_RANK == 500
+    assert ask(me, {"query": "task"})["total"] == 1200
+    ranked = [k for page in pages for k in page]
+    one_by_one = keys_of(ask(me, {"query": "task", "limit": 200, "offset": 300}))
+    assert ranked[300:] == one_by_one
+
+
+def test_an_answer_never_passes_the_byte_bound_and_always_moves_on() -> None:
+    router, me = lobby(max_discover_bytes=3000)
+    agent = join(router, "wordy", capabilities=caps(7, 30, description="x" * 700))
+    huge = join(router, "huge", capabilities=caps(8, 1, description="y" * 5000))
+    found: list[Key] = []
+    cursor = None
+    while True:
+        payload: dict[str, Any] = {"limit": 200, **({"cursor": cursor} if cursor else {})}
+        frame = me_frame(router, me, payload)
+        answer = orjson.loads(frame)["payload"]
+        page = keys_of(answer)
+        assert page, "every page holds at least one capability"
+        if ("huge", "cap000") not in page:
+            assert len(frame) <= 3000
+        else:
+            assert page == [("huge", "cap000")]  # alone past the bound, never cut
+        found += page
+        cursor = answer["next"]
+        if cursor is None:
+            break
+    assert sorted(found) == sorted(set(found))
+    assert len(found) == 450 + 30 + 1
+    assert agent.agent_id in {a for a, _ in found}
+    assert huge.agent_id in {a for a, _ in found}
+
+
+def me_frame(router: Router, me: Peer, payload: dict[str, Any]) -> bytes:
+    frame = {
+        "sender_id": me.agent_id,
+        "receiver_id": "global_lobby",
+        "message_type": "DISCOVER_SERVICES",
+        "payload": payload,
+        "auth_token": me.token,
+    }
+    (send,) = router.handle(me.session, orjson.dumps(frame).decode())
+    assert isinstance(send, Send)
+    return send.frame
+
+
+def test_bad_limits_cursors_and_queries_are_refused_naming_the_field() -> None:
+    _, me = lobby(count_per_agent=5)
+    assert "limit" in refusal(me, {"limit": 0})
+    assert "limit" in refusal(me, {"limit": 201})
+    assert "limit" in refusal(me, {"limit": "many"})
+    assert "cursor" in refusal(me, {"cursor": "not a cursor!"})
+    assert "cursor" in refusal(me, {"cursor": 7})
+    junk = base64.urlsafe_b64encode(b'{"rank": 1}').decode()
+    assert "cursor" in refusal(me, {"cursor": junk})
+    assert "cursor" in refusal(me, {"cursor": encode_cursor(Position(None, 5000))})
+    good = ask(me, {"limit": 2})["next"]
+    assert "offset" in refusal(me, {"query": "task", "cursor": good, "offset": 3})
+    assert "offset" in refusal(me, {"query": "task", "offset": 400, "limit": 200})
+    assert "offset" in refusal(me, {"query": "task", "offset": 500, "limit": 1})
+    assert "keywords" in refusal(me, {"keywords": [f"k{n}" for n in range(33)]})
+    assert "filters" in refusal(me, {"filters": [{"attribute": "a", "value": 1}] * 9})
+    words = " ".join(f"w{n}" for n in range(17))
+    assert "query" in refusal(me, {"query": words, "algorithm": "lexical"})
+    assert ask(me, {"limit": 2, "cursor": good})["services_found"]  # nothing was changed
+
+
+def test_cursors_round_trip_and_anything_else_is_refused() -> None:
+    for position in (Position(), Position(None, 499), Position(("a", 'b\x00"é'), 0)):
+        assert decode_cursor(encode_cursor(position)) == position
+    for bad in ("", "%%%", "W10", base64.urlsafe_b64encode(b'[1, "a"]').decode(), "WzEsMiwzXQ"):
+        with pytest.raises(BadDiscovery, match="cursor"):
+            decode_cursor(bad)
+
+
+def test_a_lookup_at_100000_capabilities_reads_only_its_page() -> None:
+    """Counted, not timed: the entries each page read, from its start anywhere in the key order,
+    with the requester's own capabilities in the way."""
+    registry = Registry()
+    for agent in range(100):
+        record = AgentRecord(f"agent{agent:03d}", b"")
+        capabilities = [
+            Capability(name=f"cap{n:03d}", keywords=["all", f"kw{n % 10}"]) for n in range(1000)
+        ]
+        registry.add(record)
+        registry.set_capabilities(record, capabilities)
+    assert len(registry.search) == 100_000
+    index = registry.search
+    starts: list[Key | None] = [None, ("agent050", "cap500"), ("agent099", "cap990")]
+    for after in starts:
+        for page in (
+            index.lookup(capability_name=None, keywords=None, exclude_agent="agent001",
+                         after=after, limit=200),
+            index.lookup(capability_name=None, keywords=["ALL"], exclude_agent="agent051",
+                         after=after, limit=200),
+            index.lookup(capability_name="cap007", keywords=None, exclude_agent=None,
+                         after=after, limit=200),
+            index.lookup(capability_name="cap007", keywords=["kw7"], exclude_agent=None,
+                         after=after, limit=200),
+            index.search(query=None, algorithm="filtered", keywords=["kw3"], limit=200,
+                         after=after),
+        ):  # fmt: skip
+            assert page.examined is not None
+            assert page.examined <= 201
+            assert len(page.hits) == min(200, page.examined)
+
+
+# -- over real sockets --------------------------------------------------------------------------
+
+
+async def socket_pages(
+    ws: ClientConnection, agent_id: str, token: str, payload: dict[str, Any]
+) -> list[tuple[int, dict[str, Any]]]:
+    """Every answer to `payload`, following `next`: (frame bytes, payload) each."""
+    answers: list[tuple[int, dict[str, Any]]] = []
+    cursor = None
+    while True:
+        body = {**payload, **({"cursor": cursor} if cursor else {})}
+        await ws.send(frame(agent_id, "DISCOVER_SERVICES", body, auth_token=token))
+        raw = await asyncio.wait_for(ws.recv(), 5)
+        answer = orjson.loads(raw)
+        assert answer["message_type"] == "SERVICES_AVAILABLE", answer["payload"]
+        answers.append((len(raw), answer["payload"]))
+        cursor = answer["payload"]["next"]
+        if cursor is None:
+            return answers
+        assert len(answers) < 100
+
+
+async def test_pages_over_a_real_connection(lobby: LobbyServer) -> None:
+    async with connect(lobby.url) as hunters, connect(lobby.url) as ws:
+        await register(hunters, "hunters", capabilities=caps(0, 250))
+        token = (await register(ws, "me"))["payload"]["auth_token"]
+        answers = await socket_pages(ws, "me", token, {})
+        assert [len(keys_of(a)) for _, a in answers] == [100, 100, 50]  # the default, 100
+        found = [key for _, a in answers for key in keys_of(a)]
+        assert found == [("hunters", f"cap{n:03d}") for n in range(250)]  # each once, in order
+        answers = await socket_pages(ws, "me", token, {"keywords": ["third"], "limit": 200})
+        assert [len(keys_of(a)) for _, a in answers] == [84]
+        ranked = await socket_pages(ws, "me", token, {"query": "task", "limit": 200})
+        assert sorted(k for _, a in ranked for k in keys_of(a)) == sorted(found)
+        assert ranked[0][1]["total"] == 250
+        for payload, field in (
+            ({"limit": 201}, "limit"),
+            ({"limit": 0}, "limit"),
+            ({"cursor": "????"}, "cursor"),
+            ({"query": "task", "offset": 999, "limit": 2}, "offset"),
+        ):
+            await ws.send(frame("me", "DISCOVER_SERVICES", payload, auth_token=token))
+            error = await reply(ws)
+            assert error["message_type"] == "ERROR"
+            assert error["payload"]["code"] == "malformed"
+            assert field in error["payload"]["error"]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_the_byte_bound_over_a_real_connection(tmp_path: Path, transport: str) -> None:
+    async with (
+        running(tmp_path, max_discover_bytes=4096, transport=transport) as lobby,
+        connect(lobby.url) as wordy,
+        connect(lobby.url) as ws,
+    ):
+        await register(wordy, "wordy", capabilities=caps(1, 40, description="z" * 600))
+        token = (await register(ws, "me"))["payload"]["auth_token"]
+        answers = await socket_pages(ws, "me", token, {"limit": 200})
+        assert all(size <= 4096 for size, _ in answers)
+        assert all(keys_of(a) for _, a in answers)  # fewer, never none
+        found = [key for _, a in answers for key in keys_of(a)]
+        assert found == [("wordy", f"cap{n:03d}") for n in range(40)]
+        assert len(answers) > 5
+
+
+def test_a_lexical_page_cut_short_is_marked_approximate(monkeypatch: pytest.MonkeyPatch) -> None:
+    router = Router(limits=Limits(message_rate=0, registration_rate=0), clock=Clock())
+    for agent in range(3):
+        join(
+            router,
+            f"agent{agent}",
+            capabilities=[
+                {"name": f"c{n}", "description": "alpha " * (n % 4 + 1) + "beta " * (n % 3 + 1)}
+                for n in range(200)
+            ],
+        )
+    me = join(router, "me")
+    assert "approximate" not in ask(me, {"query": "alpha beta"})
+    monkeypatch.setattr(ranking, "THRESHOLD_READS", 0)
+    monkeypatch.setattr(ranking, "_MULTI", 0)
+    answer = ask(me, {"query": "alpha beta", "limit": 5})
+    assert answer["approximate"] is True
+    assert len(keys_of(answer)) == 5
