@@ -157,7 +157,8 @@ def lobby_command(
     return [
         sys.executable, *launcher, "serve", "--port", str(port), "--data-dir", data_dir,
         "--store", store, "--log-level", "warning", "--message-rate", "0",
-        "--registration-rate", "0", "--max-message-bytes", str(MAX_MESSAGE_BYTES),
+        "--registration-rate", "0", "--discover-rate", "0",
+        "--max-message-bytes", str(MAX_MESSAGE_BYTES),
         "--max-capabilities", "100000", "--mailbox-limit", "1000000", *extra,
     ]  # fmt: skip
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks import discovery_load, harness, load, sdk_load
+from lobby.config import Settings
 
 LOAD_SLACK = 60.0
 """Seconds a load process may take beyond its measured window (connect, register, close)."""
@@ -229,7 +230,10 @@ def discovery_pressure(plan: Plan) -> dict[str, Any]:
     mixes = list(discovery_load.MIXES)
     runs: dict[str, list[dict[str, Any]]] = {"alone": [], **{mix: [] for mix in mixes}}
     seconds, rate = plan.pressure_seconds, plan.pressure_rate
-    with harness.lobby("sqlite") as server:
+    # The discovery rate limit stays on here (the other phases turn it off): it is part of
+    # the lobby's defence against discovery floods, so it is part of what is measured.
+    discover_rate = str(Settings().discover_rate)
+    with harness.lobby("sqlite", "--discover-rate", discover_rate) as server:
         registry = harness.one(
             discovery_load.populate, server.url, plan.pressure_capabilities, plan.per_agent,
             timeout=300.0,

@@ -86,6 +86,10 @@ class Settings:
     max_open_dialogues: int = _setting(
         10_000, "open negotiation dialogues one agent may have started (0: no limit)", minimum=0
     )
+    discover_rate: float = _setting(
+        50.0, "DISCOVER_SERVICES queries per second one agent may send (0: no limit)", minimum=0
+    )
+    discover_burst: float = _setting(200.0, "DISCOVER_SERVICES one agent may send at once", above=0)
     max_discover_bytes: int = _setting(
         256 * 1024,
         "bytes of one DISCOVER_SERVICES answer (past it: fewer results and a next cursor)",
@@ -155,6 +159,8 @@ class Settings:
             max_open_requests=self.max_open_requests,
             max_open_dialogues=self.max_open_dialogues,
             max_discover_bytes=self.max_discover_bytes,
+            discover_rate=self.discover_rate,
+            discover_burst=self.discover_burst,
             registration_rate=self.registration_rate,
             registration_burst=self.registration_burst,
             registration_key=self.registration_key,

@@ -71,7 +71,9 @@ world = World()
 
 def make_router(clock: Clock | None = None, **kwargs: Any) -> Router:
     return Router(
-        limits=Limits(message_rate=0, registration_rate=0), clock=clock or Clock(), **kwargs
+        limits=Limits(message_rate=0, registration_rate=0, discover_rate=0),
+        clock=clock or Clock(),
+        **kwargs,
     )
 
 

@@ -44,7 +44,9 @@ def caps(agent: int, count: int, **extra: Any) -> list[dict[str, Any]]:
 
 
 def lobby(count_per_agent: int = 150, agents: int = 3, **limits: Any) -> tuple[Router, Peer]:
-    router = Router(limits=Limits(message_rate=0, registration_rate=0, **limits), clock=Clock())
+    router = Router(
+        limits=Limits(message_rate=0, registration_rate=0, discover_rate=0, **limits), clock=Clock()
+    )
     for agent in range(agents):
         join(router, f"agent{agent}", capabilities=caps(agent, count_per_agent))
     me = join(router, "me", capabilities=caps(9, 5))  # its own are never listed
@@ -335,7 +337,9 @@ async def test_the_byte_bound_over_a_real_connection(tmp_path: Path, transport: 
 
 
 def test_a_lexical_page_cut_short_is_marked_approximate(monkeypatch: pytest.MonkeyPatch) -> None:
-    router = Router(limits=Limits(message_rate=0, registration_rate=0), clock=Clock())
+    router = Router(
+        limits=Limits(message_rate=0, registration_rate=0, discover_rate=0), clock=Clock()
+    )
     for agent in range(3):
         join(
             router,

@@ -225,3 +225,27 @@ async def test_a_stalled_receiver_is_dropped_and_loses_nothing(
 async def drain(ws: ClientConnection) -> None:
     while True:
         await asyncio.wait_for(ws.recv(), 5)
+
+
+async def test_discovery_has_its_own_lower_rate_per_agent(tmp_path: Path) -> None:
+    """A DISCOVER costs the lobby about a hundred routed messages: an agent past its discovery
+    rate is refused `rate_limited`, while its other messages and other agents' queries pass."""
+    async with (
+        running(tmp_path, discover_rate=1, discover_burst=2) as lobby,
+        connect(lobby.url) as ws,
+        connect(lobby.url) as other,
+    ):
+        token = (await register(ws, "seeker"))["payload"]["auth_token"]
+        other_token = (await register(other, "calm"))["payload"]["auth_token"]
+        for _ in range(3):
+            await ws.send(frame("seeker", "DISCOVER_SERVICES", {}, auth_token=token))
+        replies = [await reply(ws) for _ in range(3)]
+        assert [r["message_type"] for r in replies] == ["SERVICES_AVAILABLE"] * 2 + ["ERROR"]
+        refusal = replies[2]["payload"]
+        assert refusal["code"] == "rate_limited"
+        assert "more than 1 DISCOVER_SERVICES a second" in refusal["error"]
+        # Its other messages are not counted against discovery.
+        await ws.send(frame("seeker", "LIST_TRANSACTIONS", {}, auth_token=token))
+        assert (await reply(ws))["message_type"] == "TRANSACTIONS"
+        await other.send(frame("calm", "DISCOVER_SERVICES", {}, auth_token=other_token))
+        assert (await reply(other))["message_type"] == "SERVICES_AVAILABLE"

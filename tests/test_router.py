@@ -12,7 +12,7 @@ import pytest
 
 from lobby.core import Close, Router, Send
 from lobby.core.limits import Limits
-from tests.routerkit import Peer, join, make_router, world
+from tests.routerkit import Clock, Peer, join, make_router, world
 
 ERROR_KEYS = {"error", "code", "original_message_type", "original_conversation_id"}
 
@@ -390,3 +390,22 @@ def test_open_requests_per_agent_are_bounded_and_freed_by_final_responses() -> N
     request(alice, conversation="k3")
     assert [m["conversation_id"] for m in bob.take()] == ["k3"]
     assert router.registry.agents["alice"].open_requests == 2
+
+
+def test_the_discovery_rate_refills_with_the_router_clock() -> None:
+    clock = Clock()
+    router = Router(
+        limits=Limits(message_rate=0, registration_rate=0, discover_rate=2, discover_burst=1),
+        clock=clock,
+    )
+    seeker = join(router, "seeker")
+    kinds = []
+    for _ in range(2):
+        seeker.send("DISCOVER_SERVICES", {})
+        kinds.append(seeker.last()["message_type"])
+    assert kinds == ["SERVICES_AVAILABLE", "ERROR"]
+    clock.now += 0.5  # one more query's worth at 2 a second
+    seeker.send("DISCOVER_SERVICES", {})
+    assert seeker.last()["message_type"] == "SERVICES_AVAILABLE"
+    seeker.send("DISCOVER_SERVICES", {})
+    assert seeker.last()["payload"]["code"] == "rate_limited"

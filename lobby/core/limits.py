@@ -25,6 +25,12 @@ class Limits:
     max_discover_bytes: int = 256 * 1024
     """Bytes of one DISCOVER_SERVICES answer (the whole frame): past it, an answer holds fewer
     capabilities and a `next` cursor (but always one capability, whatever its size)."""
+    discover_rate: float = 50.0
+    """DISCOVER_SERVICES queries per second one agent may send; excess gets `rate_limited`.
+    A query costs the lobby about a hundred routed messages (up to a few ms at 100,000
+    capabilities), so it has its own, much lower, rate."""
+    discover_burst: float = 200.0
+    """Queries one agent may send at once (an SDK `discover()` pages through a large answer)."""
     registration_rate: float = 20.0
     """REGISTER attempts per second from one source address; excess gets `rate_limited`."""
     registration_burst: float = 100.0

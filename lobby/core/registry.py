@@ -62,6 +62,8 @@ class AgentRecord:
     """Its REQUESTs not yet answered with a final RESPONSE (bounded by `max_open_requests`)."""
     bucket: TokenBucket | None = None
     """Its message rate limit, made on first use."""
+    discover_bucket: TokenBucket | None = None
+    """Its DISCOVER_SERVICES rate limit, made on its first query."""
 
 
 class Registry:

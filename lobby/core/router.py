@@ -30,7 +30,7 @@ from lobby.core.delivery import (
     MailboxFull,
 )
 from lobby.core.discovery import BadDiscovery, services_available
-from lobby.core.limits import Limits
+from lobby.core.limits import Limits, TokenBucket
 from lobby.core.refusal import (
     Refusal,
     hash_token,
@@ -345,9 +345,27 @@ class Router:
         payload = {"messages": [orjson.Fragment(frame) for _, frame in held], "cursor": cursor}
         return [self.reply(session, MessageType.MESSAGES, payload, msg)]
 
+    def _limit_discovery(self, agent: AgentRecord) -> None:
+        limits = self.limits
+        if not limits.discover_rate:
+            return
+        now = self.clock()
+        bucket = agent.discover_bucket
+        if bucket is None:
+            bucket = agent.discover_bucket = TokenBucket(
+                limits.discover_rate, limits.discover_burst, now
+            )
+        if not bucket.take(now):
+            raise Refusal(
+                ErrorCode.RATE_LIMITED,
+                f"agent {agent.agent_id!r} sends more than {limits.discover_rate:g} "
+                "DISCOVER_SERVICES a second; this one was not answered",
+            )
+
     def _discover_services(
         self, session: Session, agent: AgentRecord, msg: Message
     ) -> list[Action]:
+        self._limit_discovery(agent)
         query = validate(DiscoverServicesPayload, msg)
         message_id = self.delivery.new_message_id()
 
