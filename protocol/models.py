@@ -149,7 +149,11 @@ class Capability(BaseModel):
 
     name: Annotated[str, Field(min_length=1, max_length=256)]
     description: str = ""
-    input_schema: dict[str, Any] = Field(default_factory=dict)
+    input_schema: dict[str, Any] = Field(
+        default_factory=dict,
+        description="JSON Schema of a REQUEST's arguments (its payload without "
+        "`capability_name`), checked by the lobby; `{}` accepts any arguments.",
+    )
     output_schema: dict[str, Any] = Field(default_factory=dict)
     keywords: list[str] = Field(default_factory=list)
     authorized_requester_ids: list[str] | None = None

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from lobby.core.limits import TokenBucket
+from lobby.core.schemas import InputCheck, input_check
 from lobby.core.search import SearchIndex
 from protocol.models import Capability
 
@@ -21,17 +22,25 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class CapabilityEntry:
-    """A capability as the router uses it: the model, who may call it, and its wire form."""
+    """A capability as the router uses it: the model, who may call it, its wire form and its
+    compiled input schema."""
 
     model: Capability
     allowed: frozenset[str] | None
     """`None` when public (`authorized_requester_ids` null or empty)."""
     wire: dict[str, Any]
+    input_check: InputCheck | None
+    """`None` when the input schema accepts any object (see lobby.core.schemas)."""
 
     @classmethod
     def of(cls, capability: Capability) -> CapabilityEntry:
         ids = capability.authorized_requester_ids
-        return cls(capability, frozenset(ids) if ids else None, capability.model_dump(mode="json"))
+        return cls(
+            capability,
+            frozenset(ids) if ids else None,
+            capability.model_dump(mode="json"),
+            input_check(capability),
+        )
 
 
 @dataclass(slots=True, eq=False)
