@@ -238,10 +238,12 @@ async def throughput(
 
 
 async def schema_throughput(
-    url: str, server_pid: int, pairs: int, seconds: float, window: int
+    url: str, server_pid: int, pairs: int, seconds: float, window: int, warmup: float = 0.3
 ) -> dict[str, Any]:
     """`throughput` with REQUESTs to a capability whose input schema the lobby checks."""
-    return await throughput(url, server_pid, pairs, seconds, window, capability=SCHEMA_CAPABILITY)
+    return await throughput(
+        url, server_pid, pairs, seconds, window, warmup, capability=SCHEMA_CAPABILITY
+    )
 
 
 class Snapshot:
