@@ -2,10 +2,10 @@
 
 What is validated is a REQUEST's **arguments**: its payload without `capability_name`, the
 object an SDK handler receives. Call `check_input_schemas` before a REGISTER or an
-UPDATE_CAPABILITIES changes anything: a schema that does not compile refuses the whole
-declaration (`malformed`). `input_check` then gives each capability its compiled check, or
-`None` when the schema accepts any object (`{}`, the default, and `{"type": "object"}`), so a
-REQUEST to such a capability costs one attribute lookup.
+UPDATE_CAPABILITIES changes anything: a schema that does not compile, or that requires
+`capability_name`, refuses the whole declaration (`malformed`). `input_check` then gives each
+capability its compiled check, or `None` when the schema accepts any object (`{}`, the default,
+and `{"type": "object"}`), so a REQUEST to such a capability costs one attribute lookup.
 
 Schemas are JSON Schema, draft 2020-12 unless their `$schema` names another, compiled by
 jsonschema-rs without network or file access (a `$ref` outside the schema is refused), and with
@@ -94,17 +94,26 @@ class InputCheck:
 
 
 def check_input_schemas(capabilities: list[Capability] | None) -> None:
-    """Refuse (`malformed`) a declaration with an input schema that does not compile, naming
-    the capability and the schema's problem. Call before anything is changed."""
+    """Refuse (`malformed`) a declaration with an input schema that does not compile or that
+    requires `capability_name`, naming the capability and the problem. Call before anything is
+    changed."""
     for capability in capabilities or ():
+        schema = capability.input_schema
         try:
-            _compiled(capability.input_schema)
+            _compiled(schema)
         except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError) as e:
             raise Refusal(
                 ErrorCode.MALFORMED,
                 f"capability {capability.name!r}: input_schema is not a valid JSON Schema: "
                 f"{_schema_problem(e)}",
             ) from None
+        # A schema written for the whole payload would refuse every REQUEST: say so now.
+        if "capability_name" in (schema.get("required") or ()):
+            raise Refusal(
+                ErrorCode.MALFORMED,
+                f"capability {capability.name!r}: input_schema requires 'capability_name', "
+                "but it describes a REQUEST's arguments, its payload without 'capability_name'",
+            )
 
 
 def input_check(capability: Capability) -> InputCheck | None:
