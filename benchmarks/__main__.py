@@ -20,6 +20,7 @@ RESULTS = Path(__file__).parent / "results" / "latest.json"
 QUIET_BUDGET = {
     "throughput": 10.0,
     "transport": 5.0,
+    "schema": 5.0,
     "latency": 5.0,
     "connections": 5.0,
     "discovery_pressure": 5.0,
@@ -29,6 +30,7 @@ QUIET_BUDGET = {
 PHASES: dict[str, Callable[[suite.Plan], dict[str, Any]]] = {
     "throughput": suite.throughput,
     "transport": suite.transport,
+    "schema": suite.schema,
     "latency": suite.latency,
     "connections": suite.connections,
     "discovery": suite.discovery,

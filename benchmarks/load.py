@@ -18,6 +18,7 @@ from collections.abc import Callable, Coroutine
 from typing import Any
 
 import orjson
+from pydantic import BaseModel, ConfigDict, Field
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.client import ClientProtocol
 from websockets.frames import Frame, Opcode
@@ -26,6 +27,20 @@ from websockets.uri import parse_uri
 from benchmarks.harness import cpu_seconds, machine_busy_seconds, raise_fd_limit
 
 CAPABILITY = {"name": "echo", "description": "echo", "input_schema": {}, "output_schema": {}}
+
+
+class EchoInput(BaseModel):
+    """The arguments of the REQUESTs below, typed as an SDK agent would declare them."""
+
+    model_config = ConfigDict(extra="forbid")
+    n: int = Field(ge=0)
+    item: str = Field(min_length=1, max_length=200)
+    max_price: float | None = None
+    express: bool = False
+
+
+SCHEMA_CAPABILITY = {**CAPABILITY, "input_schema": EchoInput.model_json_schema()}
+"""The same capability with an input schema the lobby checks on every REQUEST."""
 WARMUP_ROUND_TRIPS = 20
 IN_FLIGHT = 100
 """Handshakes a load process keeps under way while registering idle agents."""
@@ -165,19 +180,27 @@ async def lean_connect(url: str, agent_id: str, capabilities: list[Any]) -> tupl
 
 
 async def throughput(
-    url: str, server_pid: int, pairs: int, seconds: float, window: int, warmup: float = 0.3
+    url: str,
+    server_pid: int,
+    pairs: int,
+    seconds: float,
+    window: int,
+    warmup: float = 0.3,
+    *,
+    capability: dict[str, Any] = CAPABILITY,
 ) -> dict[str, Any]:
     """Each requester keeps `window` REQUESTs outstanding (`LeanClient`s). Messages routed =
     REQUESTs received by responders + RESPONSEs received by requesters inside the measured
     window."""
     tag = uuid.uuid4().hex[:6]
-    routed = 0
+    routed = delivered = 0
     clients: list[LeanClient] = []
 
     def responder(lean: LeanClient, me: str, token: str) -> Callable[[bytes], None]:
         def on_message(raw: bytes) -> None:
-            nonlocal routed
+            nonlocal routed, delivered
             routed += 1
+            delivered += 1
             lean.send(response(me, token, orjson.loads(raw)))
 
         return on_message
@@ -196,21 +219,31 @@ async def throughput(
 
     for i in range(pairs):
         asker, atoken = await lean_connect(url, f"{tag}req{i}", [])
-        echo, etoken = await lean_connect(url, f"{tag}resp{i}", [CAPABILITY])
+        echo, etoken = await lean_connect(url, f"{tag}resp{i}", [capability])
         clients += [asker, echo]
         echo.on_message = responder(echo, f"{tag}resp{i}", etoken)
         asker.on_message = requester(asker, f"{tag}req{i}", atoken, f"{tag}resp{i}")
     for lean in clients:
         lean.flush()
     await asyncio.sleep(warmup)
-    start = Snapshot(server_pid, routed)
+    start, delivered_before = Snapshot(server_pid, routed), delivered
     await asyncio.sleep(seconds)
-    end = Snapshot(server_pid, routed)
+    end, delivered_after = Snapshot(server_pid, routed), delivered
     for lean in clients:
         lean.on_message = lambda raw: None
         if lean.transport is not None:
             lean.transport.abort()
-    return end.since(start)
+    # REQUESTs that reached a responder: half the messages unless the lobby refused some.
+    return {**end.since(start), "requests_delivered": delivered_after - delivered_before}
+
+
+async def schema_throughput(
+    url: str, server_pid: int, pairs: int, seconds: float, window: int, warmup: float = 0.3
+) -> dict[str, Any]:
+    """`throughput` with REQUESTs to a capability whose input schema the lobby checks."""
+    return await throughput(
+        url, server_pid, pairs, seconds, window, warmup, capability=SCHEMA_CAPABILITY
+    )
 
 
 class Snapshot:

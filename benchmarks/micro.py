@@ -22,11 +22,13 @@ from websockets.frames import Frame, Opcode
 from websockets.protocol import State
 from websockets.server import ServerProtocol
 
-from benchmarks.load import CAPABILITY, request, response
+from benchmarks.load import CAPABILITY, SCHEMA_CAPABILITY, request, response
 from lobby.core import Router, Send, Session
 from lobby.core.limits import Limits
 from lobby.core.refusal import hash_token
+from lobby.core.schemas import input_check
 from protocol.codec import decode, encode
+from protocol.models import Capability
 
 ROUNDS = 5
 N = 20_000
@@ -63,12 +65,12 @@ def _join(router: Router, agent_id: str, capabilities: list[Any]) -> tuple[Sessi
     return session, orjson.loads(ack.frame)["payload"]["auth_token"]
 
 
-def router_round_trip(gc_on: bool) -> float:
+def router_round_trip(gc_on: bool, capability: dict[str, Any] = CAPABILITY) -> float:
     """us per message of Router.handle over REQUEST+RESPONSE pairs (the journal taken every
     500 messages, as the committer would)."""
     router = Router(limits=Limits(message_rate=0, registration_rate=0))
     caller, ctoken = _join(router, "caller", [])
-    echo, etoken = _join(router, "echo", [CAPABILITY])
+    echo, etoken = _join(router, "echo", [capability])
     caller.link = echo.link = object()
     turn = [0]
 
@@ -106,7 +108,13 @@ def pieces() -> dict[str, float]:
     msg = decode(frame)
     token = msg.auth_token or ""
     digest = hash_token(token)
+    check = input_check(Capability.model_validate(SCHEMA_CAPABILITY))
+    assert check is not None
+    arguments = msg.payload
     return {
+        "input schema check (load.EchoInput, copy without capability_name included)": per_call(
+            lambda: check.invalid(arguments)
+        ),
         "orjson.loads": per_call(lambda: orjson.loads(frame)),
         "decode (loads + envelope checks)": per_call(lambda: decode(frame)),
         "token SHA-256 + compare_digest": per_call(
@@ -145,6 +153,9 @@ def main() -> int:
     results = {
         "Router.handle per message (REQUEST/RESPONSE), gc on": router_round_trip(True),
         "Router.handle per message (REQUEST/RESPONSE), gc off": router_round_trip(False),
+        "Router.handle per message, REQUESTs checked against an input schema, gc off": (
+            router_round_trip(False, SCHEMA_CAPABILITY)
+        ),
         **pieces(),
         **websockets_framing(),
     }

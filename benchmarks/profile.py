@@ -41,6 +41,7 @@ ORDER = [
     "decode (orjson.loads + envelope checks)",
     "router + delivery (auth, conversations, seq, journal)",
     "router: token SHA-256",
+    "router: input schema check (InputCheck, jsonschema-rs)",
     "encode (orjson.dumps)",
     "server glue (received, _execute, the transport's callbacks)",
     "send: framing + transport",
@@ -131,6 +132,8 @@ def classify(stack: list[str]) -> str:
             return "encode (orjson.dumps)"
         return "decode (orjson.loads + envelope checks)"
     if where.startswith("lobby/core/"):
+        if where == "lobby/core/schemas.py":
+            return "router: input schema check (InputCheck, jsonschema-rs)"
         if "hash_token" in names:
             return "router: token SHA-256"
         return "router + delivery (auth, conversations, seq, journal)"
@@ -211,11 +214,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=10.0)
     parser.add_argument("--rate", type=int, default=100, help="py-spy samples per second")
     parser.add_argument(
+        "--schema",
+        action="store_true",
+        help="REQUESTs to a capability with an input schema (load.schema_throughput)",
+    )
+    parser.add_argument(
         "--register", type=int, metavar="N", help="profile N registrations (4 processes) instead"
     )
     args = parser.parse_args(argv)
     RESULTS.mkdir(parents=True, exist_ok=True)
     what = f"register-{args.register}" if args.register else str(args.pairs)
+    what += "-schema" if args.schema else ""
+    routing = load.schema_throughput if args.schema else load.throughput
     raw = RESULTS / f"profile-{args.server}-{what}.txt"
     harness.QUIET.budget = 120.0
     with server_for(args.server) as server:
@@ -224,14 +234,14 @@ def main(argv: list[str] | None = None) -> int:
         else:
             # Unprofiled first: the rate that py-spy's pauses are compared with.
             plain = harness.one(
-                load.throughput, server.url, server.pid, args.pairs, 3.0, args.window, timeout=90
+                routing, server.url, server.pid, args.pairs, 3.0, args.window, timeout=90
             )
             print(
                 f"{args.server}, {args.pairs} pairs, unprofiled: {plain['messages_per_s']:,.0f}"
                 f" msgs/s, {plain['server_cpu_us_per_message']:.1f} us/msg"
             )
             work = functools.partial(
-                harness.one, load.throughput, server.url, server.pid, args.pairs, args.seconds,
+                harness.one, routing, server.url, server.pid, args.pairs, args.seconds,
                 args.window, 1.0, timeout=args.seconds + 90,
             )  # fmt: skip
         harness.QUIET.wait()

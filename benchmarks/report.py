@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.metadata
 import os
 import platform
+import statistics
 from typing import Any
 
 TARGET_THROUGHPUT = 0.8
@@ -196,6 +197,15 @@ def targets(results: dict[str, Any]) -> list[dict[str, str]]:
             f"costs {1 - s / m:.0%} ({_n(s)} vs {_n(m)} msgs/s)",
             s >= (1 - TARGET_STORE_COST) * m,
         )
+    schema = results.get("schema")
+    if schema:
+        r, s = schema["relay"]["messages_per_s"], schema["schema"]["messages_per_s"]
+        add(
+            f"throughput, REQUESTs checked against an input schema, {schema['pairs']} pairs "
+            f">= {TARGET_THROUGHPUT}x relay",
+            f"{s / r:.2f}x ({_n(s)} vs {_n(r)} msgs/s)",
+            s >= TARGET_THROUGHPUT * r,
+        )
     for rate, row in results.get("latency", {}).items():
         if float(rate) == 5000:
             lo, rl = row["lobby"]["p99"], row["relay"]["p99"]
@@ -265,6 +275,38 @@ def transport_table(t: dict[str, Any]) -> list[str]:
     return lines
 
 
+def schema_table(t: dict[str, Any]) -> list[str]:
+    """The lobby routing REQUESTs to a capability without an input schema and to one with,
+    next to the relay. Half the messages are REQUESTs (the other half RESPONSEs, never
+    checked): a check costs a REQUEST twice the difference in CPU per message, taken between
+    the medians of all runs (steadier than the best runs')."""
+    lines = [
+        "| REQUESTs to | msgs/s (best) | vs relay | vs no schema | server CPU us/msg (median) "
+        "| schema check us/REQUEST | other CPU |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    relay, plain = t["relay"], t["no_schema"]
+
+    def cpu(name: str) -> float:
+        runs = t.get("runs", {}).get(name) or [t[name]]
+        return float(statistics.median(r["server_cpu_us_per_message"] for r in runs))
+
+    for name, label in (
+        ("relay", "relay (websockets), no parsing"),
+        ("no_schema", "lobby (sqlite), capability without input schema"),
+        ("schema", "lobby (sqlite), capability with input schema"),
+    ):
+        r = t[name]
+        check = f"{2 * (cpu('schema') - cpu('no_schema')):.1f}" if name == "schema" else ""
+        lines.append(
+            f"| {label} | {_n(r['messages_per_s'])} "
+            f"| {ratio(r['messages_per_s'], relay['messages_per_s'])} "
+            f"| {ratio(r['messages_per_s'], plain['messages_per_s']) if name != 'relay' else ''} "
+            f"| {cpu(name):.1f} | {check} | {_other(r)} |"
+        )
+    return lines
+
+
 def render(results: dict[str, Any]) -> str:
     plan = results["plan"]
     lines = [f"Machine: {describe(results['machine'])}", ""]
@@ -283,6 +325,14 @@ def render(results: dict[str, Any]) -> str:
             f"(best of {plan['repeats']} x {plan['seconds']:g} s)",
             "",
             *transport_table(results["transport"]),
+            "",
+        ]
+    if "schema" in results:
+        lines += [
+            f"### Input schemas: REQUESTs checked by the lobby, {results['schema']['pairs']} "
+            f"pairs (best of {plan['repeats']} x {plan['seconds']:g} s)",
+            "",
+            *schema_table(results["schema"]),
             "",
         ]
     if "latency" in results:

@@ -27,6 +27,7 @@ class Plan:
     repeats: int = 3
     pair_counts: tuple[int, ...] = (1, 10, 100)
     transport_pairs: int = 10
+    schema_pairs: int = 10
     window: int = 32
     latency_rates: tuple[float, ...] = (200, 1000, 5000)
     latency_seconds: dict[float, float] = field(
@@ -141,6 +142,33 @@ def transport(plan: Plan) -> dict[str, Any]:
                 )
     best = {k: max(v, key=lambda r: float(r["messages_per_s"])) for k, v in runs.items()}
     return {**best, "pairs": plan.transport_pairs, "runs": runs}
+
+
+def schema(plan: Plan) -> dict[str, Any]:
+    """REQUESTs to a capability with a typed input schema (`load.EchoInput`) against the same
+    REQUESTs to one without, `schema_pairs` pairs, each on its own sqlite lobby (a lobby that
+    served earlier runs is a little slower: one lobby for both would favour whichever ran
+    first), next to the relay; all started at once and run in turn, `repeats` times round, the
+    best run of each kept."""
+    pairs, seconds, window = plan.schema_pairs, plan.seconds, plan.window
+    runs: dict[str, list[dict[str, Any]]] = {"relay": [], "no_schema": [], "schema": []}
+    with (
+        harness.relay() as relay,
+        harness.lobby("sqlite") as plain,
+        harness.lobby("sqlite") as checked,
+    ):
+        for _ in range(plan.repeats):
+            runs["relay"].append(throughput_run(relay, pairs, seconds, window))
+            runs["no_schema"].append(throughput_run(plain, pairs, seconds, window))
+            harness.QUIET.wait()
+            runs["schema"].append(
+                harness.one(
+                    load.schema_throughput, checked.url, checked.pid, pairs, seconds, window,
+                    timeout=seconds + LOAD_SLACK,
+                )
+            )  # fmt: skip
+    best = {k: max(v, key=lambda r: float(r["messages_per_s"])) for k, v in runs.items()}
+    return {**best, "pairs": pairs, "runs": runs}
 
 
 def latency(plan: Plan) -> dict[str, Any]:

@@ -205,7 +205,11 @@ class Capability(BaseModel):
 
     name: Annotated[str, Field(min_length=1, max_length=MAX_NAME_LENGTH)]
     description: str = ""
-    input_schema: dict[str, Any] = Field(default_factory=dict)
+    input_schema: dict[str, Any] = Field(
+        default_factory=dict,
+        description="JSON Schema of a REQUEST's arguments (its payload without "
+        "`capability_name`), checked by the lobby; `{}` accepts any arguments.",
+    )
     output_schema: dict[str, Any] = Field(default_factory=dict)
     keywords: list[Name] = Field(default_factory=list)
     authorized_requester_ids: list[AgentIdRef] | None = None

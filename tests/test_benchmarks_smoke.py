@@ -7,9 +7,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import orjson
 import pytest
 
-from benchmarks import harness, report, suite
+from benchmarks import harness, load, report, suite
+from tests.routerkit import join, make_router
 
 
 def test_quick_throughput_measures_relay_and_lobby() -> None:
@@ -83,11 +85,24 @@ def test_the_report_renders_every_section_with_targets() -> None:
             "pairs": 1,
             **{k: run for k in ("relay", "relay_picows", "lobby", "lobby_picows")},
         },
+        "schema": {"pairs": 1, **{k: run for k in ("relay", "no_schema", "schema")}},
     }
     results["targets"] = report.targets(results)
     text = report.render(results)
     assert "1.00x" in text
     assert "| lobby (sqlite), picows | 2 |" in text
     assert "| lookups | 100,000 | 1.00 / 3.00 / 1.00 | 3.00x |" in text
-    assert len(results["targets"]) == 11
+    assert "capability with input schema | 2 | 1.00x | 1.00x | 1.0 | 0.0 |" in text
+    assert len(results["targets"]) == 12
     assert {t["status"] for t in results["targets"]} == {"met", "NOT MET"}
+
+
+def test_the_schema_phase_sends_requests_that_fit_its_schema() -> None:
+    router = make_router()
+    asker = join(router, "asker")
+    echo = join(router, "echo", capabilities=[load.SCHEMA_CAPABILITY])
+    assert router.registry.agents["echo"].capabilities["echo"].input_check is not None
+    sent = orjson.loads(load.request("asker", "echo", asker.token, 7))
+    asker.to("echo", "REQUEST", sent["payload"], conversation_id=sent["conversation_id"])
+    assert echo.last()["payload"] == sent["payload"]
+    assert asker.take() == []

@@ -1,10 +1,11 @@
 """REQUEST and RESPONSE: authorization by capability, and the open conversations.
 
-A REQUEST is forwarded only to a capability its receiver declares, and only for a requester
-that capability authorizes; it then opens (requester, responder, conversation_id). A RESPONSE
-is forwarded only to the requester of such an open conversation, and a final one (any status
-but `in_progress`) closes it. Refused REQUESTs get the seed's error RESPONSE; refused RESPONSEs
-an ERROR. This is the hot path: dict lookups, one `deliver`.
+A REQUEST is forwarded only to a capability its receiver declares, only for a requester that
+capability authorizes, and only with arguments its input schema accepts; it then opens
+(requester, responder, conversation_id). A RESPONSE is forwarded only to the requester of such
+an open conversation, and a final one (any status but `in_progress`) closes it. Refused REQUESTs
+get the seed's error RESPONSE; refused RESPONSEs an ERROR. This is the hot path: dict lookups,
+one `deliver`, and a schema check only for a capability that declares a schema.
 """
 
 from __future__ import annotations
@@ -83,6 +84,12 @@ class Conversations:
         now = router.clock()
         if router.delivery.is_duplicate(msg, session, now):
             return []
+        check = entry.input_check
+        if check is not None:
+            invalid = check.invalid(msg.payload)
+            if invalid is not None:
+                reason = invalid.sentence(name, target.agent_id)
+                return self._deny(session, msg, ErrorCode.INVALID_INPUT, reason, invalid.path)
         limit = router.limits.max_open_requests
         if limit and agent.open_requests >= limit:
             raise Refusal(
@@ -135,9 +142,19 @@ class Conversations:
             target.open_requests = max(0, target.open_requests - 1)
         return actions
 
-    def _deny(self, session: Session, msg: Message, code: ErrorCode, reason: str) -> list[Action]:
-        """The seed's answer to a refused REQUEST: an error RESPONSE in the same conversation."""
+    def _deny(
+        self,
+        session: Session,
+        msg: Message,
+        code: ErrorCode,
+        reason: str,
+        path: str | None = None,
+    ) -> list[Action]:
+        """The seed's answer to a refused REQUEST: an error RESPONSE in the same conversation
+        (with `path`, the JSON Pointer of the failing argument, for `invalid_input`)."""
         payload = {"status": ResponseStatus.ERROR, "code": code, "error": reason}
+        if path is not None:
+            payload["path"] = path
         frame = self.router.from_lobby(
             msg.sender_id, MessageType.RESPONSE, payload, msg.conversation_id, msg.message_id
         )

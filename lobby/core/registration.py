@@ -16,6 +16,7 @@ import structlog
 from lobby.core.limits import Limits, TokenBucket
 from lobby.core.refusal import Refusal, hash_token, require_lobby_receiver, validate
 from lobby.core.registry import AgentRecord
+from lobby.core.schemas import check_input_schemas
 from lobby.core.session import Action, Close, Send, Session
 from protocol.limits import MAX_AGENT_ID_LENGTH, MAX_SENTENCE_LENGTH, clip
 from protocol.models import (
@@ -56,7 +57,7 @@ class Registrar:
         self._check_registration_rate(session)
         payload = validate(RegisterPayload, msg)
         self._check_registration_key(payload.registration_key)
-        self.check_capability_count(payload.capabilities)
+        self.check_capabilities(payload.capabilities)
         record = self.router.registry.get(agent_id)
         token = msg.auth_token
         if record is not None:
@@ -138,13 +139,16 @@ class Registrar:
                 "this lobby requires a valid 'registration_key' in the REGISTER payload",
             )
 
-    def check_capability_count(self, capabilities: list[Capability] | None) -> None:
+    def check_capabilities(self, capabilities: list[Capability] | None) -> None:
+        """Refuse a declaration of too many capabilities, or one whose input schema does not
+        compile; call before anything is changed."""
         limit = self.limits.max_capabilities
         if capabilities is not None and len(capabilities) > limit:
             raise Refusal(
                 ErrorCode.LIMIT_EXCEEDED,
                 f"{len(capabilities)} capabilities declared; at most {limit} are allowed",
             )
+        check_input_schemas(capabilities)
 
     def _message_bucket(self) -> TokenBucket | None:
         limits = self.limits

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from lobby.core.limits import TokenBucket
+from lobby.core.schemas import InputCheck, input_check
 from lobby.core.search import SearchIndex
 from protocol.models import Capability
 
@@ -23,7 +24,8 @@ if TYPE_CHECKING:
 
 @dataclass(slots=True)
 class CapabilityEntry:
-    """A capability as the router uses it: the model, who may call it, and its wire form."""
+    """A capability as the router uses it: the model, who may call it, its wire form and its
+    compiled input schema."""
 
     model: Capability
     allowed: frozenset[str] | None
@@ -31,12 +33,20 @@ class CapabilityEntry:
     wire: dict[str, Any]
     size: int
     """Bytes of `wire` as JSON: what it adds to a DISCOVER answer, which is bounded."""
+    input_check: InputCheck | None
+    """`None` when the input schema accepts any object (see lobby.core.schemas)."""
 
     @classmethod
     def of(cls, capability: Capability) -> CapabilityEntry:
         ids = capability.authorized_requester_ids
         wire = capability.model_dump(mode="json")
-        return cls(capability, frozenset(ids) if ids else None, wire, len(orjson.dumps(wire)))
+        return cls(
+            capability,
+            frozenset(ids) if ids else None,
+            wire,
+            len(orjson.dumps(wire)),
+            input_check(capability),
+        )
 
 
 @dataclass(slots=True, eq=False)

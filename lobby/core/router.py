@@ -394,7 +394,7 @@ class Router:
         self, session: Session, agent: AgentRecord, msg: Message
     ) -> list[Action]:
         update = validate(UpdateCapabilitiesPayload, msg)
-        self.registrar.check_capability_count(update.capabilities)
+        self.registrar.check_capabilities(update.capabilities)
         self.registry.set_capabilities(agent, update.capabilities)
         self.save(agent)
         log.info(
