@@ -1,12 +1,15 @@
-"""`AgentCore`: what every agent runs on: lifecycle, connection, sending, dispatch, delivery.
+"""`AgentCore`: what every agent runs on: lifecycle, connection, sending, and the read loop.
 
-`agent.Agent` adds the calls, capability serving, negotiation and marketplace on top of it.
-Inside, one read loop per connection decodes frames and dispatches them without blocking:
-RESPONSEs and lobby replies complete waiting calls at once; REQUESTs and callbacks run as
-tracked tasks, at most `max_concurrency` at a time with at most `backlog` more waiting. Past
-that, a REQUEST is answered with status `error`, code `rate_limited`, and other messages are
-dropped and counted in `stats.overflow_dropped`. A callback that raises is logged; one that
-hangs holds only its own slot.
+`agent.Agent` adds the calls, capability serving, negotiation and marketplace on top of it;
+each layer adds what runs each message type it handles to one table, `_routes`. The read loop
+hands every frame to the pure `dispatch.Dispatcher` (decode, dedupe, which call it answers,
+delivery bookkeeping) and carries out what it returns, without blocking: RESPONSEs and lobby
+replies complete waiting calls at once (`calls.Outstanding`); other messages run their route
+(or `on_message`) as tracked tasks, at most `max_concurrency` at a time with at most `backlog`
+more waiting. Past that, a REQUEST is answered with status `error`, code `rate_limited`, and
+other messages are dropped and counted in `stats.overflow_dropped`. A callback that raises is
+logged; one that hangs holds only its own slot. Finished messages are acknowledged (ACK) in
+batches of `ACK_DELAY`.
 """
 
 from __future__ import annotations
@@ -20,20 +23,27 @@ import ssl
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
 import structlog
-from pydantic import BaseModel
 
-from agent_sdk.calls import Call, SeenMessages
+from agent_sdk.calls import Outstanding
 from agent_sdk.capability import CapabilitySpec, collect_capabilities, error_response_to
 from agent_sdk.connection import Link, Registration, registered_links
-from agent_sdk.delivery import Inbound, Outbound
+from agent_sdk.dispatch import (
+    Answer,
+    Deliver,
+    Dispatcher,
+    LobbyComplaint,
+    Refusal,
+    Reply,
+    RoomFreed,
+    Unreadable,
+)
 from agent_sdk.errors import AgentSDKError, NotConnectedError, RegistrationError, ReplacedError
 from agent_sdk.identity import DEFAULT_TOKEN_STORE, Identity, TokenStore
 from agent_sdk.stats import AgentStats, Status
-from protocol.codec import decode, encode
-from protocol.errors import DecodeError
+from protocol.codec import encode
 from protocol.models import (
     LOBBY_ID,
     Capability,
@@ -49,7 +59,10 @@ log = structlog.get_logger("agent_sdk")
 DEFAULT_LOBBY_URL = "ws://127.0.0.1:8765/"
 ACK_DELAY = 0.005
 """Seconds to gather finished messages into one ACK."""
-M = TypeVar("M", bound=BaseModel)
+
+Route = Callable[[Message], Coroutine[Any, Any, None] | None]
+"""Runs a delivered message: the coroutine to run as a task, or None if there is nothing to
+run (the message is done)."""
 
 
 class AgentCore:
@@ -99,11 +112,15 @@ class AgentCore:
         self.status = Status.IDLE
         self.stats = AgentStats()
         self.capabilities: dict[str, CapabilitySpec] = collect_capabilities(type(self))
+        self._routes: dict[MessageType, Route] = {}
+        """What runs each message type delivered to the application; each layer adds its
+        own in `__init__`. A type with no route goes to `on_message`."""
+        self._dispatcher = Dispatcher(
+            self.stats, dedupe_window=dedupe_window, max_unconfirmed=max_unconfirmed
+        )
+        self._outstanding = Outstanding(self._dispatcher)
         self._max_tasks = max_concurrency + backlog
         self._slots = asyncio.Semaphore(max_concurrency)
-        self._seen = SeenMessages(dedupe_window)
-        self._inbound = Inbound()
-        self._outbound = Outbound(max_unconfirmed)
         self._id_prefix = uuid.uuid4().hex[:16]
         self._ids = itertools.count(1)
         self._room = asyncio.Event()
@@ -115,8 +132,6 @@ class AgentCore:
         self._stopping = asyncio.Event()
         self._closing = False  # from a stop's last ACK on, nothing is sent
         self._runner: asyncio.Task[None] | None = None
-        self._calls: dict[str, Call] = {}
-        self._lobby_replies: dict[str, asyncio.Future[Message]] = {}
         self._tasks: set[asyncio.Task[None]] = set()
 
     # -- hooks (override) -----------------------------------------------------------------
@@ -281,8 +296,7 @@ class AgentCore:
         async for link, registration in links:
             self._token = registration.token
             await self._identity.keep(registration.token)
-            if not registration.resumed:
-                self._inbound.reset()
+            self._dispatcher.registered(resumed=registration.resumed)
             if not await self._resend_unconfirmed(link):
                 continue
             self._link = link
@@ -294,7 +308,7 @@ class AgentCore:
             await self._hook(self.on_connected)
             try:
                 async for frame in link.frames():
-                    self._dispatch(frame)
+                    self._receive(frame)
             finally:
                 self._connected.clear()
                 self._link = None
@@ -323,15 +337,15 @@ class AgentCore:
         cover a REQUEST whose RESPONSE could not go out)."""
         try:
             async with asyncio.timeout(self.stop_timeout):
-                while len(self._outbound):
+                while len(self._dispatcher.outbound):
                     self._room.clear()  # set by each ACCEPTED or refusal
                     await self._room.wait()
         except TimeoutError:
-            log.warning("STOPPED_UNCONFIRMED", agent_id=self.agent_id, count=len(self._outbound))
+            unconfirmed = len(self._dispatcher.outbound)
+            log.warning("STOPPED_UNCONFIRMED", agent_id=self.agent_id, count=unconfirmed)
         self._closing = True
-        up_to, link = self._inbound.ack_due(), self._link
-        if up_to is not None and link is not None:
-            self._inbound.acked = up_to
+        link = self._link
+        if link is not None and (up_to := self._dispatcher.take_ack()) is not None:
             await self._send_ack(link, up_to)
 
     async def _shutdown(self) -> None:
@@ -343,12 +357,7 @@ class AgentCore:
             task.cancel()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
-        stopped = NotConnectedError(f"agent {self.agent_id!r} stopped")
-        for call in self._calls.values():
-            call.fail(stopped)
-        for future in self._lobby_replies.values():
-            if not future.done():
-                future.cancel()
+        self._outstanding.fail_all(NotConnectedError(f"agent {self.agent_id!r} stopped"))
         self._connected.clear()
         self.status = Status.STOPPED
 
@@ -368,10 +377,11 @@ class AgentCore:
         if tracked:
             if message.message_id is None:
                 message.message_id = self.new_id()
-            while self._outbound.full:
+            outbound = self._dispatcher.outbound
+            while outbound.full:
                 self._room.clear()
                 await self._wait_until(self._room, deadline)
-            self._outbound.add(message)
+            outbound.add(message)
         while True:
             link = self._link
             if link is None:
@@ -405,7 +415,7 @@ class AgentCore:
 
     async def _resend_unconfirmed(self, link: Link) -> bool:
         """After (re)registering: send again, in order, what the lobby never confirmed."""
-        for message in self._outbound.unconfirmed():
+        for message in self._dispatcher.outbound.unconfirmed():
             message.auth_token = self._token
             try:
                 await link.send(encode(message))
@@ -415,17 +425,18 @@ class AgentCore:
         return True
 
     def _schedule_ack(self) -> None:
-        if self._ack_timer is None and self._inbound.ack_due() is not None:
+        """Gather the messages finished in the next `ACK_DELAY` into one ACK."""
+        if self._ack_timer is None and self._dispatcher.ack_due() is not None:
             self._ack_timer = asyncio.get_running_loop().call_later(ACK_DELAY, self._flush_ack)
 
     def _flush_ack(self) -> None:
         self._ack_timer = None
-        up_to = self._inbound.ack_due()
         link = self._link
-        if up_to is None or link is None or self._closing:
+        if link is None or self._closing:
             return  # on resume the lobby redelivers what was not acknowledged
-        self._inbound.acked = up_to
-        self._spawn_unbounded(self._send_ack(link, up_to))
+        up_to = self._dispatcher.take_ack()
+        if up_to is not None:
+            self._spawn_unbounded(self._send_ack(link, up_to))
 
     async def _send_ack(self, link: Link, up_to: int) -> None:
         ack = Message(self.agent_id, LOBBY_ID, MessageType.ACK, {"up_to": up_to})
@@ -443,89 +454,42 @@ class AgentCore:
         """The capabilities as announced to the lobby."""
         return [spec.to_capability() for spec in self.capabilities.values()]
 
-    # -- internals: dispatch --------------------------------------------------------------
+    # -- internals: the read side ----------------------------------------------------------
 
-    def _dispatch(self, frame: str | bytes) -> None:
-        try:
-            message = decode(frame)
-        except DecodeError as exc:
-            log.warning("UNREADABLE_FRAME", agent_id=self.agent_id, error=exc.reason)
-            return
-        self.stats.messages_received += 1
-        seq = message.seq
-        if message.message_id is not None and self._seen.check_and_add(
-            message.sender_id, message.message_id
-        ):
-            self.stats.duplicates_dropped += 1
-            if seq is not None and not self._inbound.is_in_progress(seq):
-                self._settle(seq)
-            return
-        if not self._route(message):
-            self._spawn(self.on_message(message), message)
-            return
-        if seq is not None and not self._inbound.is_in_progress(seq):
-            self._settle(seq)
-
-    def _settle(self, seq: int) -> None:
-        self._inbound.received(seq, done=True)
+    def _receive(self, frame: str | bytes) -> None:
+        """Carry out what the dispatcher decides for one frame (see `agent_sdk.dispatch`)."""
+        for action in self._dispatcher.receive(frame):
+            match action:
+                case Deliver(message):
+                    self._deliver(message)
+                case Answer(conversation_id, payload):
+                    self._outstanding.answer(conversation_id, payload)
+                case Reply(conversation_id, message):
+                    if not self._outstanding.reply(conversation_id, message):
+                        self._deliver(message)  # timed out meanwhile: as if never awaited
+                case Refusal(conversation_id, code, error):
+                    self._outstanding.refuse(conversation_id, code, error)
+                case RoomFreed():
+                    self._room.set()
+                case LobbyComplaint(code, error):
+                    log.warning("LOBBY_ERROR", agent_id=self.agent_id, code=code, error=error)
+                case Unreadable(reason):
+                    log.warning("UNREADABLE_FRAME", agent_id=self.agent_id, error=reason)
         self._schedule_ack()
 
-    def _route(self, message: Message) -> bool:
-        """Hand `message` to whoever waits for it; False if only `on_message` can take it."""
-        mtype = message.message_type
-        if mtype is MessageType.REQUEST:
-            self._spawn(self._serve_request(message), message)
-            return True
-        if message.sender_id == LOBBY_ID:
-            if mtype is MessageType.ACCEPTED:
-                self._outbound.confirmed(str(message.payload.get("message_id")))
-                if not self._outbound.full:
-                    self._room.set()
-                return True
-            if message.in_reply_to is not None:
-                self._outbound.refused(message.in_reply_to)
-                self._room.set()
-        if mtype is MessageType.RESPONSE:
-            call = self._calls.get(message.conversation_id or "")
-            if call is not None and message.sender_id in (call.receiver_id, LOBBY_ID):
-                call.on_response(message.payload)
-                return True
-            return False
-        if message.sender_id == LOBBY_ID and self._lobby_reply(message):
-            return True
-        return self._route_other(message)
-
-    def _route_other(self, message: Message) -> bool:
-        """Message types the subclass layers handle (negotiation, marketplace)."""
-        return False
-
-    def _lobby_reply(self, message: Message) -> bool:
-        """Complete the call or lobby question this lobby message answers, if any."""
-        conversation_id = message.conversation_id or ""
-        future = self._lobby_replies.get(conversation_id)
-        if future is not None and not future.done():
-            future.set_result(message)
-            return True
-        if message.message_type is MessageType.ERROR:
-            original = message.payload.get("original_conversation_id") or ""
-            call = self._calls.get(original)
-            if call is not None:
-                call.on_error(str(message.payload.get("code")), str(message.payload.get("error")))
-                return True
-            log.warning(
-                "LOBBY_ERROR",
-                agent_id=self.agent_id,
-                code=message.payload.get("code"),
-                error=message.payload.get("error"),
-            )
-        return False
+    def _deliver(self, message: Message) -> None:
+        """Run the route of the message's type (a layer's), else `on_message`, as a task."""
+        route = self._routes.get(message.message_type)
+        work = route(message) if route is not None else self.on_message(message)
+        if work is None:
+            self._dispatcher.settle(message.seq)  # the route took it without a task
+        else:
+            self._spawn(work, message)
 
     def _spawn(self, work: Coroutine[Any, Any, None], message: Message) -> None:
-        seq = message.seq
         if len(self._tasks) >= self._max_tasks:
             work.close()
-            if seq is not None:
-                self._settle(seq)
+            self._dispatcher.settle(message.seq)
             self.stats.overflow_dropped += 1
             log.warning("AGENT_OVERLOADED", agent_id=self.agent_id, type=message.message_type)
             if message.message_type is MessageType.REQUEST:
@@ -534,9 +498,8 @@ class AgentCore:
                 )
                 self._spawn_unbounded(self._send_quietly(reply))
             return
-        if seq is not None:
-            self._inbound.received(seq, done=False)
-        self._spawn_unbounded(self._in_slot(work, seq, self._inbound.epoch))
+        epoch = self._dispatcher.start(message.seq)
+        self._spawn_unbounded(self._in_slot(work, message.seq, epoch))
 
     def _spawn_unbounded(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)
@@ -554,12 +517,8 @@ class AgentCore:
             log.exception("CALLBACK_FAILED", agent_id=self.agent_id)
         if seq is not None:
             # Done (even if it failed: a failure was answered or logged, not to be retried).
-            self._inbound.done(seq, epoch)
+            self._dispatcher.finish(seq, epoch)
             self._schedule_ack()
-
-    async def _serve_request(self, message: Message) -> None:
-        """Answer a REQUEST with the capability's handler (`serving.CapabilityServer`)."""
-        raise NotImplementedError
 
     async def _send_quietly(self, message: Message) -> None:
         try:
