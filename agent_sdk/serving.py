@@ -34,21 +34,21 @@ class CapabilityServer(AgentCore):
                 ErrorCode.CAPABILITY_NOT_FOUND,
                 f"Capability '{name}' not found on agent '{self.agent_id}'.",
             )
-            await self._send_quietly(reply)
+            await self._sender.send_quietly(reply)
             return
         data = {k: v for k, v in payload.items() if k != "capability_name"}
         try:
             argument = spec.parse_input(data)
         except ValidationError as exc:
             reply = error_response_to(message, ErrorCode.INVALID_INPUT, _summary(exc))
-            await self._send_quietly(reply)
+            await self._sender.send_quietly(reply)
             return
         ctx = RequestContext(
             message.sender_id,
             message.conversation_id or "",
             name,
             message,
-            self._send,
+            self._sender.send,
             self.agent_id,
         )
         try:
@@ -71,7 +71,7 @@ class CapabilityServer(AgentCore):
                 "code": ErrorCode.INTERNAL,
                 "error": f"capability '{name}' failed with an internal error",
             }
-        await self._send_quietly(response_to(message, output))
+        await self._sender.send_quietly(response_to(message, output))
 
 
 def _summary(exc: ValidationError) -> str:

@@ -116,7 +116,8 @@ async def test_an_acknowledged_message_is_never_redelivered(tmp_path: Path) -> N
             await asyncio.sleep(0.2)  # the batched ACK goes out
         lobby = restart(lobby, data, signal.SIGTERM)
         fresh = Collector(lobby.url)
-        fresh._token = collector._token  # the same agent, restarted with its saved token
+        # The same agent, restarted with its saved token.
+        fresh._sender.token = collector._sender.token
         async with fresh:
             await asyncio.sleep(0.5)
         assert fresh.stats.resumes == 1

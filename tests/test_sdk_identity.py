@@ -228,7 +228,7 @@ async def test_the_clean_stop_wait_is_bounded_when_the_lobby_never_confirms(
             pass
     finally:
         await lobby.stop()
-    await until(lambda: not talker._connected.is_set())
+    await until(lambda: not talker._sender.connected.is_set())
     await talker.send("listener", MessageType.TEXT, {"content": "never confirmed"})
     with capture_logs() as logs:
         async with asyncio.timeout(10):  # a hang guard: the wait itself is 0.3 s
