@@ -67,7 +67,9 @@ run (the message is done)."""
 
 
 class AgentCore:
-    """Subclass, set `agent_id` (or pass it), declare capabilities, run.
+    """Subclass, set `agent_id` (or pass it), declare capabilities, run. Owns the agent's
+    lifecycle (`run()`, `stop()`), its connection (register, resume, reconnect), its
+    capabilities and the route table.
 
     Options are keyword-only: `lobby_url` (default: `$LOBBY_URL`, else ws://127.0.0.1:8765/),
     `max_concurrency` handlers at once, `backlog` more waiting, `request_timeout` default for

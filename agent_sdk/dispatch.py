@@ -163,7 +163,7 @@ class Dispatcher:
             self.settle(message.seq)
             return []
         actions = self._classify(message)
-        if not isinstance(actions[-1], Deliver):
+        if not actions or not isinstance(actions[-1], Deliver):
             self.settle(message.seq)  # taken here: no application code runs for it
         return actions
 
