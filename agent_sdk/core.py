@@ -29,19 +29,10 @@ from typing import Any, Self
 
 import structlog
 
+from agent_sdk import dispatch
 from agent_sdk.calls import Outstanding
 from agent_sdk.capability import CapabilitySpec, collect_capabilities, error_response_to
 from agent_sdk.connection import Link, Registration, registered_links
-from agent_sdk.dispatch import (
-    Answer,
-    Deliver,
-    Dispatcher,
-    LobbyComplaint,
-    Refusal,
-    Reply,
-    RoomFreed,
-    Unreadable,
-)
 from agent_sdk.errors import AgentSDKError, NotConnectedError, RegistrationError, ReplacedError
 from agent_sdk.identity import DEFAULT_TOKEN_STORE, Identity, TokenStore
 from agent_sdk.sending import Sender
@@ -118,7 +109,7 @@ class AgentCore:
         self._routes: dict[MessageType, Route] = {}
         """What runs each message type delivered to the application; each layer adds its
         own in `__init__`. A type with no route goes to `on_message`."""
-        self._dispatcher = Dispatcher(
+        self._dispatcher = dispatch.Dispatcher(
             self.stats, dedupe_window=dedupe_window, max_unconfirmed=max_unconfirmed
         )
         self._outstanding = Outstanding(self._dispatcher)
@@ -372,20 +363,20 @@ class AgentCore:
         """Carry out what the dispatcher decides for one frame (see `agent_sdk.dispatch`)."""
         for action in self._dispatcher.receive(frame):
             match action:
-                case Deliver(message):
+                case dispatch.Deliver(message):
                     self._deliver(message)
-                case Answer(conversation_id, payload):
+                case dispatch.Answer(conversation_id, payload):
                     self._outstanding.answer(conversation_id, payload)
-                case Reply(conversation_id, message):
+                case dispatch.Reply(conversation_id, message):
                     if not self._outstanding.reply(conversation_id, message):
                         self._deliver(message)  # timed out meanwhile: as if never awaited
-                case Refusal(conversation_id, code, error):
+                case dispatch.Refusal(conversation_id, code, error):
                     self._outstanding.refuse(conversation_id, code, error)
-                case RoomFreed():
+                case dispatch.RoomFreed():
                     self._sender.room.set()
-                case LobbyComplaint(code, error):
+                case dispatch.LobbyComplaint(code, error):
                     log.warning("LOBBY_ERROR", agent_id=self.agent_id, code=code, error=error)
-                case Unreadable(reason):
+                case dispatch.Unreadable(reason):
                     log.warning("UNREADABLE_FRAME", agent_id=self.agent_id, error=reason)
         self._sender.ack_soon()
 
