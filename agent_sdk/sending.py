@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
-import uuid
+from collections.abc import Callable
 
 import structlog
 
@@ -41,10 +40,13 @@ class Sender:
         handlers: Handlers,
         stopping: asyncio.Event,
         *,
+        new_id: Callable[[], str],
         lobby_url: str,
         request_timeout: float,
     ) -> None:
         self.agent_id = agent_id
+        self.new_id = new_id
+        """Draws the `message_id` of a message sent without one."""
         self.dispatcher = dispatcher
         self.outbound = dispatcher.outbound
         self.handlers = handlers
@@ -63,14 +65,6 @@ class Sender:
         """Set when the lobby settles sends (`RoomFreed`): senders waiting for room re-check."""
         self.room.set()
         self._ack_timer: asyncio.TimerHandle | None = None
-        self._id_prefix = uuid.uuid4().hex[:16]
-        self._ids = itertools.count(1)
-
-    def new_id(self) -> str:
-        """An id no other message or conversation of this agent object has: a random prefix
-        drawn once (so a restarted agent never reuses one within the lobby's dedupe horizon)
-        and a counter, several times cheaper than a uuid4 per message."""
-        return f"{self._id_prefix}-{next(self._ids)}"
 
     def attach(self, link: Link) -> None:
         """Call once `link` is registered and what was unconfirmed is resent on it."""

@@ -31,10 +31,10 @@ class Handlers:
         """True when another handler would exceed `max_concurrency` + `backlog`."""
         return len(self._tasks) >= self._limit
 
-    def run(self, work: Coroutine[Any, Any, None], then: Callable[[], None]) -> None:
-        """Run `work` in a slot, then `then()` (even if it failed: a failure is counted in
-        `stats.handler_errors` and logged, not retried; not if it was cancelled)."""
-        self.spawn(self._in_slot(work, then))
+    def run(self, work: Coroutine[Any, Any, None], then: Callable[..., None], *args: Any) -> None:
+        """Run `work` in a slot, then `then(*args)` (even if it failed: a failure is counted
+        in `stats.handler_errors` and logged, not retried; not if it was cancelled)."""
+        self.spawn(self._in_slot(work, then, args))
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> None:
         """Run `work` as a tracked task, without a slot."""
@@ -42,7 +42,9 @@ class Handlers:
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
-    async def _in_slot(self, work: Coroutine[Any, Any, None], then: Callable[[], None]) -> None:
+    async def _in_slot(
+        self, work: Coroutine[Any, Any, None], then: Callable[..., None], args: tuple[Any, ...]
+    ) -> None:
         try:
             async with self._slots:
                 await work
@@ -51,7 +53,7 @@ class Handlers:
         except Exception:
             self.stats.handler_errors += 1
             log.exception("CALLBACK_FAILED", agent_id=self.agent_id)
-        then()
+        then(*args)
 
     async def cancel_all(self) -> None:
         """Cancel every task and wait for them to end."""
