@@ -22,7 +22,8 @@ PROGRESS_QUEUE_SIZE = 256
 
 
 class Call:
-    """One REQUEST waiting for its final RESPONSE."""
+    """One REQUEST waiting for its final RESPONSE: owns the future `request()` awaits and,
+    for `request_stream()`, the bounded queue of `in_progress` updates."""
 
     __slots__ = ("capability", "dropped_updates", "receiver_id", "result", "updates")
 
