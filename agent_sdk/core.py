@@ -377,7 +377,8 @@ class AgentCore:
     def _receive(self, frame: str | bytes) -> None:
         """Carry out what the dispatcher decides for one frame (see `agent_sdk.dispatch`)."""
         # An if-chain, not `match`: class patterns cost about 1 us a frame here.
-        for action in self._dispatcher.receive(frame):
+        actions = self._dispatcher.receive(frame)
+        for action in actions:
             if isinstance(action, Deliver):
                 self._deliver(action.message)
             elif isinstance(action, Answer):
@@ -395,7 +396,8 @@ class AgentCore:
                 )
             elif isinstance(action, Unreadable):
                 log.warning("UNREADABLE_FRAME", agent_id=self.agent_id, error=action.reason)
-        self._sender.ack_soon()
+        if not actions or not isinstance(actions[-1], Deliver):
+            self._sender.ack_soon()  # the dispatcher settled it
 
     def _deliver(self, message: Message) -> None:
         """Run the route of the message's type (a layer's), else `on_message`, as a task."""
@@ -403,9 +405,11 @@ class AgentCore:
         work = route(message) if route is not None else self.on_message(message)
         if work is None:
             self._dispatcher.settle(message.seq)  # the route took it without a task
+            self._sender.ack_soon()
         elif self._handlers.full:
             work.close()
             self._dispatcher.settle(message.seq)
+            self._sender.ack_soon()
             self.stats.overflow_dropped += 1
             log.warning("AGENT_OVERLOADED", agent_id=self.agent_id, type=message.message_type)
             if message.message_type is MessageType.REQUEST:

@@ -20,10 +20,11 @@ For each frame, in this order:
     other lobby ERROR                 -> LobbyComplaint, then Deliver
     anything else                     -> Deliver
 
-Delivery bookkeeping (`agent_sdk.delivery`) lives here too: a message settled here (a
-duplicate, an answer, an ACCEPTED) counts as done at once; one delivered to the application is
-settled by the I/O side (`settle()`) or started and later finished (`start()`, `finish()`);
-`ack_due()` says when the watermark moved, so that an ACK is due.
+Delivery bookkeeping (`agent_sdk.delivery`) lives here too: a frame whose actions do not end
+in `Deliver` (a duplicate, an answer, an ACCEPTED) is settled here, done at once; one
+delivered to the application is settled by the I/O side (`settle()`) or started and later
+finished (`start()`, `finish()`). After any of these, `ack_due()` says whether the watermark
+moved, so that an ACK is due.
 """
 
 from __future__ import annotations
@@ -152,7 +153,8 @@ class Dispatcher:
     # -- the read side ---------------------------------------------------------------------
 
     def receive(self, frame: str | bytes) -> list[Action]:
-        """Call with each frame the lobby sends; carry out the actions, in order."""
+        """Call with each frame the lobby sends; carry out the actions, in order. The steps
+        follow the table in the module docstring (one function: this runs for every frame)."""
         try:
             message = decode(frame)
         except DecodeError as exc:
@@ -163,21 +165,15 @@ class Dispatcher:
             message.sender_id, message.message_id
         ):
             self.stats.duplicates_dropped += 1
-            if seq is not None:
-                self.inbound.received(seq, done=True)
+            self.settle(seq)
             return []
-        actions = self._classify(message)
-        if seq is not None and (not actions or not isinstance(actions[-1], Deliver)):
-            self.inbound.received(seq, done=True)  # taken here: no application code runs
-        return actions
-
-    def _classify(self, message: Message) -> list[Action]:
         kind = message.message_type
         if kind is MessageType.REQUEST:
             return [Deliver(message)]
         from_lobby = message.sender_id == LOBBY_ID
         if from_lobby and kind is MessageType.ACCEPTED:
             self.outbound.confirmed(str(message.payload.get("message_id")))
+            self.settle(seq)
             return [] if self.outbound.full else [ROOM_FREED]
         actions: list[Action] = []
         if from_lobby and message.in_reply_to is not None:
@@ -187,6 +183,7 @@ class Dispatcher:
         if kind is MessageType.RESPONSE:
             receiver_id = self._calls.get(conversation_id)
             if receiver_id is not None and message.sender_id in (receiver_id, LOBBY_ID):
+                self.settle(seq)
                 actions.append(Answer(conversation_id, message.payload))
             else:
                 actions.append(Deliver(message))
@@ -194,6 +191,7 @@ class Dispatcher:
         if from_lobby:
             if conversation_id in self._questions:
                 self._questions.discard(conversation_id)
+                self.settle(seq)
                 actions.append(Reply(conversation_id, message))
                 return actions
             if kind is MessageType.ERROR:
@@ -201,6 +199,7 @@ class Dispatcher:
                 code, error = payload.get("code"), payload.get("error")
                 original = payload.get("original_conversation_id") or ""
                 if original in self._calls:
+                    self.settle(seq)
                     actions.append(Refusal(original, str(code), str(error)))
                     return actions
                 actions.append(LobbyComplaint(code, error))
@@ -215,8 +214,9 @@ class Dispatcher:
             self.inbound.reset()
 
     def settle(self, seq: int | None) -> None:
-        """The message numbered `seq` is done (it needed no task, or none could be had).
-        A `seq` still in progress stays so: a task's `finish()` alone ends it."""
+        """The message numbered `seq` is done: it needed no task (an answer, an ACCEPTED, a
+        route that took it at once), or none could be had. A `seq` still in progress stays
+        so: a task's `finish()` alone ends it."""
         if seq is not None:
             self.inbound.received(seq, done=True)
 

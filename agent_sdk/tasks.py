@@ -34,7 +34,9 @@ class Handlers:
     def run(self, work: Coroutine[Any, Any, None], then: Callable[..., None], *args: Any) -> None:
         """Run `work` in a slot, then `then(*args)` (even if it failed: a failure is counted
         in `stats.handler_errors` and logged, not retried; not if it was cancelled)."""
-        self.spawn(self._in_slot(work, then, args))
+        task = asyncio.create_task(self._in_slot(work, then, args))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def spawn(self, work: Coroutine[Any, Any, None]) -> None:
         """Run `work` as a tracked task, without a slot."""
