@@ -4,7 +4,8 @@ Declare capabilities with `@capability`, override the callbacks you need (`on_me
 `on_cfp`, `on_order_proposal`, ...), then `await agent.run()`, `async with agent:` or
 `agent.run_forever()`. The layers, each in its own module:
 
-    AgentCore          core.py         lifecycle, connection, delivery, dispatch
+    AgentCore          core.py         lifecycle, connection, sending, the read loop
+                       dispatch.py     what each frame received means (pure, no I/O)
     Caller             caller.py       request(), request_stream(), discover(), ask_lobby()
     CapabilityServer   serving.py      answering REQUESTs with @capability handlers
     Negotiator         negotiation.py  FIPA dialogues (cfp(), DialogueHandle), callbacks
@@ -14,26 +15,15 @@ Declare capabilities with `@capability`, override the callbacks you need (`on_me
 
 from __future__ import annotations
 
-from typing import Any
-
 from agent_sdk.auction import Auctioneer
 from agent_sdk.market import Trader
-from agent_sdk.negotiation import DialogueHandle
 from agent_sdk.serving import CapabilityServer
 from agent_sdk.stats import AgentStats, Status
-from protocol.models import Message
 
 
 class Agent(Auctioneer, Trader, CapabilityServer):
     """Subclass, set `agent_id` (or pass it), declare capabilities, run. Options are in
     `AgentCore.__init__`."""
-
-    def __init__(self, agent_id: str | None = None, **options: Any) -> None:
-        super().__init__(agent_id, **options)
-        self._dialogues: dict[str, DialogueHandle] = {}
-
-    def _route_other(self, message: Message) -> bool:
-        return self._negotiation(message) or self._marketplace(message)
 
 
 __all__ = ["Agent", "AgentStats", "Status"]

@@ -24,6 +24,9 @@ M = TypeVar("M", bound=BaseModel)
 
 
 class Caller(AgentCore):
+    """Calls to other agents and questions to the lobby; mixed into `Agent`. What it awaits is
+    held in `calls.Outstanding`, completed by the read loop."""
+
     @overload
     async def request(
         self,
@@ -66,7 +69,7 @@ class Caller(AgentCore):
                 f"no RESPONSE from {agent_id!r} for {capability!r} in time"
             ) from None
         finally:
-            self._calls.pop(conversation_id, None)
+            self._outstanding.forget(conversation_id)
         return _result(result, output_type)
 
     async def request_stream(
@@ -98,7 +101,7 @@ class Caller(AgentCore):
                 f"no final RESPONSE from {agent_id!r} for {capability!r} in time"
             ) from None
         finally:
-            self._calls.pop(conversation_id, None)
+            self._outstanding.forget(conversation_id)
 
     async def discover(
         self,
@@ -188,8 +191,7 @@ class Caller(AgentCore):
         it is an ERROR. Usually to the lobby itself; a PAYMENT goes to the payee and the
         lobby answers with PAYMENT_CONFIRMED."""
         conversation_id = self.new_id()
-        future: asyncio.Future[Message] = asyncio.get_running_loop().create_future()
-        self._lobby_replies[conversation_id] = future
+        future = self._outstanding.question(conversation_id)
         try:
             async with asyncio.timeout(timeout or self.request_timeout):
                 await self.send(receiver_id, message_type, payload, conversation_id=conversation_id)
@@ -197,7 +199,7 @@ class Caller(AgentCore):
         except TimeoutError:
             raise RequestTimeoutError(f"no reply from the lobby to {message_type}") from None
         finally:
-            self._lobby_replies.pop(conversation_id, None)
+            self._outstanding.forget(conversation_id)
         if reply.message_type is MessageType.ERROR:
             raise LobbyError(str(reply.payload.get("code")), str(reply.payload.get("error")))
         return reply
@@ -211,8 +213,7 @@ class Caller(AgentCore):
     ) -> tuple[str, Call]:
         data = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
         conversation_id = self.new_id()
-        call = Call(agent_id, capability, stream=stream)
-        self._calls[conversation_id] = call
+        call = self._outstanding.call(conversation_id, agent_id, capability, stream=stream)
         try:
             await self.send(
                 agent_id,
@@ -221,7 +222,7 @@ class Caller(AgentCore):
                 conversation_id=conversation_id,
             )
         except BaseException:
-            self._calls.pop(conversation_id, None)
+            self._outstanding.forget(conversation_id)
             raise
         return conversation_id, call
 

@@ -1,25 +1,29 @@
-"""Outstanding calls: what the agent waits for, keyed by conversation id.
+"""Outstanding calls: what the agent's coroutines wait for, keyed by conversation id.
 
 A `Call` is one `request()`: a future for the final RESPONSE and, for `request_stream()`, a
-bounded queue of `in_progress` updates. Calls live in the agent, not in a connection, so they
-survive a reconnect: a RESPONSE that arrives on the next connection still completes them.
+bounded queue of `in_progress` updates. A question to the lobby (`ask_lobby()`) is a future for
+its reply. `Outstanding` holds both; which message completes which is decided by the pure
+`agent_sdk.dispatch.Dispatcher`, told here whose answer each conversation expects. Calls live
+in the agent, not in a connection, so they survive a reconnect: a RESPONSE that arrives on the
+next connection still completes them.
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections import OrderedDict
 from typing import Any
 
+from agent_sdk.dispatch import Dispatcher
 from agent_sdk.errors import AgentSDKError, refused_error, remote_error
-from protocol.models import ResponseStatus
+from protocol.models import Message, ResponseStatus
 
 PROGRESS_QUEUE_SIZE = 256
 """In-progress updates kept for a slow `request_stream()` consumer; older ones are dropped."""
 
 
 class Call:
-    """One REQUEST waiting for its final RESPONSE."""
+    """One REQUEST waiting for its final RESPONSE: owns the future `request()` awaits and,
+    for `request_stream()`, the bounded queue of `in_progress` updates."""
 
     __slots__ = ("capability", "dropped_updates", "receiver_id", "result", "updates")
 
@@ -55,26 +59,65 @@ class Call:
             self.result.set_exception(refused_error(code, message))
 
     def fail(self, exc: AgentSDKError) -> None:
+        """End the call with `exc` (the agent stopped)."""
         if not self.result.done():
             self.result.set_exception(exc)
             # Nobody may be awaiting any more (e.g. on stop): mark it retrieved.
             self.result.exception()
 
 
-class SeenMessages:
-    """The (sender, message_id) pairs seen lately, to drop a redelivered message. Bounded:
-    the oldest are forgotten past `size`."""
+class Outstanding:
+    """Owns the futures of this agent's awaited calls and lobby questions. `Caller` opens and
+    forgets them; `AgentCore` carries the dispatcher's `Answer`, `Refusal` and `Reply` here,
+    and fails them all when the agent stops."""
 
-    def __init__(self, size: int) -> None:
-        self._size = size
-        self._seen: OrderedDict[tuple[str, str], None] = OrderedDict()
+    def __init__(self, dispatcher: Dispatcher) -> None:
+        self._dispatcher = dispatcher
+        self._calls: dict[str, Call] = {}
+        self._questions: dict[str, asyncio.Future[Message]] = {}
 
-    def check_and_add(self, sender_id: str, message_id: str) -> bool:
-        """True if this message was seen before (and so must be dropped)."""
-        key = (sender_id, message_id)
-        if key in self._seen:
-            return True
-        self._seen[key] = None
-        if len(self._seen) > self._size:
-            self._seen.popitem(last=False)
-        return False
+    def call(
+        self, conversation_id: str, receiver_id: str, capability: str, *, stream: bool
+    ) -> Call:
+        """Await the RESPONSE to the REQUEST about to go to `receiver_id`."""
+        call = self._calls[conversation_id] = Call(receiver_id, capability, stream=stream)
+        self._dispatcher.expect_response(conversation_id, receiver_id)
+        return call
+
+    def question(self, conversation_id: str) -> asyncio.Future[Message]:
+        """Await the lobby's reply to the message about to go out in `conversation_id`."""
+        future = self._questions[conversation_id] = asyncio.get_running_loop().create_future()
+        self._dispatcher.expect_reply(conversation_id)
+        return future
+
+    def forget(self, conversation_id: str) -> None:
+        """Stop awaiting `conversation_id` (answered, timed out, or never sent)."""
+        self._calls.pop(conversation_id, None)
+        self._questions.pop(conversation_id, None)
+        self._dispatcher.forget(conversation_id)
+
+    def answer(self, conversation_id: str, payload: dict[str, Any]) -> None:
+        call = self._calls.get(conversation_id)
+        if call is not None:
+            call.on_response(payload)
+
+    def refuse(self, conversation_id: str, code: str, error: str) -> None:
+        call = self._calls.get(conversation_id)
+        if call is not None:
+            call.on_error(code, error)
+
+    def reply(self, conversation_id: str, message: Message) -> bool:
+        """False if nobody awaits the reply any more (the question just timed out)."""
+        future = self._questions.get(conversation_id)
+        if future is None or future.done():
+            return False
+        future.set_result(message)
+        return True
+
+    def fail_all(self, exc: AgentSDKError) -> None:
+        """The agent stopped: every call fails with `exc`, every question is cancelled."""
+        for call in self._calls.values():
+            call.fail(exc)
+        for future in self._questions.values():
+            if not future.done():
+                future.cancel()

@@ -37,6 +37,9 @@ MAX_FRAME_BYTES = 16 * 1024 * 1024
 
 @dataclass(frozen=True, slots=True)
 class Registration:
+    """The lobby's REGISTER_ACK: the token to send with every message, and whether it resumed
+    this agent."""
+
     token: str
     resumed: bool
     """True when the lobby still knew this agent and re-attached it (same token)."""

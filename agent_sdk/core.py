@@ -1,12 +1,18 @@
-"""`AgentCore`: what every agent runs on: lifecycle, connection, sending, dispatch, delivery.
+"""`AgentCore`: what every agent runs on: its lifecycle, its connection and the read loop.
 
-`agent.Agent` adds the calls, capability serving, negotiation and marketplace on top of it.
-Inside, one read loop per connection decodes frames and dispatches them without blocking:
-RESPONSEs and lobby replies complete waiting calls at once; REQUESTs and callbacks run as
-tracked tasks, at most `max_concurrency` at a time with at most `backlog` more waiting. Past
-that, a REQUEST is answered with status `error`, code `rate_limited`, and other messages are
-dropped and counted in `stats.overflow_dropped`. A callback that raises is logged; one that
-hangs holds only its own slot.
+`agent.Agent` adds calls, capability serving, negotiation and the marketplace on top; each of
+those layers adds the routes of the message types it handles to one table, `_routes`, in its
+`__init__`. What the core composes:
+
+    dispatch.Dispatcher   what each frame received means (pure: decode, dedupe, answers, ACKs)
+    calls.Outstanding     the futures of waiting calls and questions to the lobby
+    tasks.Handlers        the tasks routes run in, bounded and tracked
+    sending.Sender        the way out: sends, resends after a reconnect, ACKs
+
+The read loop never blocks: RESPONSEs and lobby replies complete waiting calls at once; any
+other message runs its route (or `on_message`) as a task, at most `max_concurrency` at a time
+with at most `backlog` more waiting. Past that, a REQUEST is answered with status `error`, code
+`rate_limited`, and other messages are dropped and counted in `stats.overflow_dropped`.
 """
 
 from __future__ import annotations
@@ -20,20 +26,28 @@ import ssl
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from types import TracebackType
-from typing import Any, Self, TypeVar
+from typing import Any, Self
 
 import structlog
-from pydantic import BaseModel
 
-from agent_sdk.calls import Call, SeenMessages
+from agent_sdk.calls import Outstanding
 from agent_sdk.capability import CapabilitySpec, collect_capabilities, error_response_to
 from agent_sdk.connection import Link, Registration, registered_links
-from agent_sdk.delivery import Inbound, Outbound
+from agent_sdk.dispatch import (
+    Answer,
+    Deliver,
+    Dispatcher,
+    LobbyComplaint,
+    Refusal,
+    Reply,
+    RoomFreed,
+    Unreadable,
+)
 from agent_sdk.errors import AgentSDKError, NotConnectedError, RegistrationError, ReplacedError
 from agent_sdk.identity import DEFAULT_TOKEN_STORE, Identity, TokenStore
+from agent_sdk.sending import Sender
 from agent_sdk.stats import AgentStats, Status
-from protocol.codec import decode, encode
-from protocol.errors import DecodeError
+from agent_sdk.tasks import Handlers
 from protocol.models import (
     LOBBY_ID,
     Capability,
@@ -47,13 +61,16 @@ from protocol.models import (
 log = structlog.get_logger("agent_sdk")
 
 DEFAULT_LOBBY_URL = "ws://127.0.0.1:8765/"
-ACK_DELAY = 0.005
-"""Seconds to gather finished messages into one ACK."""
-M = TypeVar("M", bound=BaseModel)
+
+Route = Callable[[Message], Coroutine[Any, Any, None] | None]
+"""Runs a delivered message: the coroutine to run as a task, or None if there is nothing to
+run (the message is done)."""
 
 
 class AgentCore:
-    """Subclass, set `agent_id` (or pass it), declare capabilities, run.
+    """Subclass, set `agent_id` (or pass it), declare capabilities, run. Owns the agent's
+    lifecycle (`run()`, `stop()`), its connection (register, resume, reconnect), its
+    capabilities and the route table.
 
     Options are keyword-only: `lobby_url` (default: `$LOBBY_URL`, else ws://127.0.0.1:8765/),
     `max_concurrency` handlers at once, `backlog` more waiting, `request_timeout` default for
@@ -99,25 +116,29 @@ class AgentCore:
         self.status = Status.IDLE
         self.stats = AgentStats()
         self.capabilities: dict[str, CapabilitySpec] = collect_capabilities(type(self))
-        self._max_tasks = max_concurrency + backlog
-        self._slots = asyncio.Semaphore(max_concurrency)
-        self._seen = SeenMessages(dedupe_window)
-        self._inbound = Inbound()
-        self._outbound = Outbound(max_unconfirmed)
+        self._routes: dict[MessageType, Route] = {}
+        """What runs each message type delivered to the application; each layer adds its
+        own in `__init__`. A type with no route goes to `on_message`."""
+        self._dispatcher = Dispatcher(
+            self.stats, dedupe_window=dedupe_window, max_unconfirmed=max_unconfirmed
+        )
+        self._outstanding = Outstanding(self._dispatcher)
+        self._handlers = Handlers(
+            self.agent_id, self.stats, max_concurrency=max_concurrency, backlog=backlog
+        )
+        self._stopping = asyncio.Event()
         self._id_prefix = uuid.uuid4().hex[:16]
         self._ids = itertools.count(1)
-        self._room = asyncio.Event()
-        self._room.set()
-        self._ack_timer: asyncio.TimerHandle | None = None
-        self._token: str | None = None
-        self._link: Link | None = None
-        self._connected = asyncio.Event()
-        self._stopping = asyncio.Event()
-        self._closing = False  # from a stop's last ACK on, nothing is sent
+        self._sender = Sender(
+            self.agent_id,
+            self._dispatcher,
+            self._handlers,
+            self._stopping,
+            new_id=self.new_id,
+            lobby_url=self.lobby_url,
+            request_timeout=request_timeout,
+        )
         self._runner: asyncio.Task[None] | None = None
-        self._calls: dict[str, Call] = {}
-        self._lobby_replies: dict[str, asyncio.Future[Message]] = {}
-        self._tasks: set[asyncio.Task[None]] = set()
 
     # -- hooks (override) -----------------------------------------------------------------
 
@@ -148,7 +169,7 @@ class AgentCore:
             raise RuntimeError(f"agent {self.agent_id!r} is already running")
         self._runner = current
         self._stopping.clear()
-        self._closing = False
+        self._sender.open = True
         await self._hook(self.on_start)
         serve = asyncio.create_task(self._serve())
         stop = asyncio.create_task(self._stopping.wait())
@@ -179,7 +200,7 @@ class AgentCore:
     async def __aenter__(self) -> Self:
         runner = asyncio.create_task(self.run())
         self._runner = runner
-        connected = asyncio.create_task(self._connected.wait())
+        connected = asyncio.create_task(self._sender.connected.wait())
         done, _ = await asyncio.wait(
             {runner, connected},
             timeout=self.connect_timeout,
@@ -188,7 +209,7 @@ class AgentCore:
         connected.cancel()
         if runner in done:
             runner.result()  # raises what stopped it (e.g. RegistrationError)
-        if not self._connected.is_set():
+        if not self._sender.connected.is_set():
             await self.stop()
             raise NotConnectedError(f"could not connect to {self.lobby_url} in time")
         return self
@@ -216,7 +237,7 @@ class AgentCore:
         """Return once registered at the lobby; `NotConnectedError` after `timeout`."""
         try:
             async with asyncio.timeout(timeout):
-                await self._connected.wait()
+                await self._sender.connected.wait()
         except TimeoutError:
             raise NotConnectedError(f"not connected to {self.lobby_url}") from None
 
@@ -255,18 +276,29 @@ class AgentCore:
             message_id=message_id,
             in_reply_to=in_reply_to,
         )
-        await self._send(message)
+        await self._sender.send(message)
+
+    def new_id(self) -> str:
+        """An id no other message or conversation of this agent object has: a random prefix
+        drawn once (so a restarted agent never reuses one within the lobby's dedupe horizon)
+        and a counter, several times cheaper than a uuid4 per message."""
+        return f"{self._id_prefix}-{next(self._ids)}"
+
+    def capability_models(self) -> list[Capability]:
+        """The capabilities as announced to the lobby."""
+        return [spec.to_capability() for spec in self.capabilities.values()]
 
     # -- internals: connection ------------------------------------------------------------
 
     async def _serve(self) -> None:
         self.status = Status.CONNECTING
-        self._token = self._token or await self._identity.load()
+        sender = self._sender
+        sender.token = sender.token or await self._identity.load()
         links = registered_links(
             self.lobby_url,
             agent_id=self.agent_id,
             register_payload=self._capabilities_payload,
-            token=lambda: self._token,
+            token=lambda: sender.token,
             max_delay=self.reconnect_max_delay,
             open_timeout=min(self.connect_timeout, 10.0),
             ssl_context=self.ssl_context,
@@ -275,29 +307,27 @@ class AgentCore:
             try:
                 await self._serve_links(links)
             except RegistrationError as exc:
-                raise self._identity.refusal(exc, self._token) from None
+                raise self._identity.refusal(exc, sender.token) from None
 
     async def _serve_links(self, links: AsyncIterator[tuple[Link, Registration]]) -> None:
+        sender = self._sender
         async for link, registration in links:
-            self._token = registration.token
+            sender.token = registration.token
             await self._identity.keep(registration.token)
-            if not registration.resumed:
-                self._inbound.reset()
-            if not await self._resend_unconfirmed(link):
+            self._dispatcher.registered(resumed=registration.resumed)
+            if not await sender.resend(link):
                 continue
-            self._link = link
             self.status = Status.CONNECTED
             self.stats.connects += 1
             self.stats.resumes += registration.resumed
             log.info("AGENT_CONNECTED", agent_id=self.agent_id, resumed=registration.resumed)
-            self._connected.set()
+            sender.attach(link)
             await self._hook(self.on_connected)
             try:
                 async for frame in link.frames():
-                    self._dispatch(frame)
+                    self._receive(frame)
             finally:
-                self._connected.clear()
-                self._link = None
+                sender.detach(link)
             log.info(
                 "AGENT_DISCONNECTED",
                 agent_id=self.agent_id,
@@ -306,7 +336,7 @@ class AgentCore:
             )
             await self._hook(self.on_disconnected)
             if link.close_code == CloseCode.UNREGISTERED:
-                self._token = None
+                sender.token = None
                 await self._identity.forget()
                 return  # unregistered (or token revoked): coming back would be a new agent
             if link.close_code == CloseCode.REPLACED:
@@ -319,119 +349,22 @@ class AgentCore:
 
     async def _settle_before_stop(self) -> None:
         """A clean stop: wait (up to `stop_timeout`) for the lobby's ACCEPTED of all sent, then
-        ACK what was processed. Handlers may send until then, never after (an ACK must not
-        cover a REQUEST whose RESPONSE could not go out)."""
-        try:
-            async with asyncio.timeout(self.stop_timeout):
-                while len(self._outbound):
-                    self._room.clear()  # set by each ACCEPTED or refusal
-                    await self._room.wait()
-        except TimeoutError:
-            log.warning("STOPPED_UNCONFIRMED", agent_id=self.agent_id, count=len(self._outbound))
-        self._closing = True
-        up_to, link = self._inbound.ack_due(), self._link
-        if up_to is not None and link is not None:
-            self._inbound.acked = up_to
-            await self._send_ack(link, up_to)
+        ACK what was processed (see `Sender.open`)."""
+        unconfirmed = await self._sender.wait_confirmed(self.stop_timeout)
+        if unconfirmed:
+            log.warning("STOPPED_UNCONFIRMED", agent_id=self.agent_id, count=unconfirmed)
+        self._sender.open = False
+        await self._sender.ack_now()
 
     async def _shutdown(self) -> None:
-        self._closing = True
-        link = self._link
+        self._sender.open = False
+        link = self._sender.link
         if link is not None:
             await link.close()
-        for task in list(self._tasks):
-            task.cancel()
-        if self._tasks:
-            await asyncio.gather(*self._tasks, return_exceptions=True)
-        stopped = NotConnectedError(f"agent {self.agent_id!r} stopped")
-        for call in self._calls.values():
-            call.fail(stopped)
-        for future in self._lobby_replies.values():
-            if not future.done():
-                future.cancel()
-        self._connected.clear()
+        await self._handlers.cancel_all()
+        self._outstanding.fail_all(NotConnectedError(f"agent {self.agent_id!r} stopped"))
+        self._sender.connected.clear()
         self.status = Status.STOPPED
-
-    def new_id(self) -> str:
-        """An id no other message or conversation of this agent object has: a random prefix
-        drawn once (so a restarted agent never reuses one within the lobby's dedupe horizon)
-        and a counter, several times cheaper than a uuid4 per message."""
-        return f"{self._id_prefix}-{next(self._ids)}"
-
-    async def _send(self, message: Message) -> None:
-        """Send `message` once connected (waiting up to `request_timeout`). A message for
-        another agent is kept until the lobby confirms it, and resent after a reconnect."""
-        if self._closing or self._runner is None:
-            raise NotConnectedError(f"agent {self.agent_id!r} is not running")
-        deadline = asyncio.get_running_loop().time() + self.request_timeout
-        tracked = message.receiver_id != LOBBY_ID
-        if tracked:
-            if message.message_id is None:
-                message.message_id = self.new_id()
-            while self._outbound.full:
-                self._room.clear()
-                await self._wait_until(self._room, deadline)
-            self._outbound.add(message)
-        while True:
-            link = self._link
-            if link is None:
-                if tracked:
-                    return  # sent on reconnect, with everything else unconfirmed
-                await self._wait_until(self._connected, deadline)
-                continue
-            message.auth_token = self._token
-            try:
-                await link.send(encode(message))
-            except Exception:
-                # The connection dropped under us. A tracked message is resent on reconnect;
-                # anything else waits for the next connection here.
-                if link is self._link:
-                    self._link = None
-                    self._connected.clear()
-                if tracked:
-                    return
-                continue
-            self.stats.messages_sent += 1
-            return
-
-    async def _wait_until(self, event: asyncio.Event, deadline: float) -> None:
-        try:
-            async with asyncio.timeout_at(deadline):
-                await event.wait()
-        except TimeoutError:
-            raise NotConnectedError(f"no room to send to {self.lobby_url} in time") from None
-        if self._stopping.is_set():
-            raise NotConnectedError(f"agent {self.agent_id!r} is stopping")
-
-    async def _resend_unconfirmed(self, link: Link) -> bool:
-        """After (re)registering: send again, in order, what the lobby never confirmed."""
-        for message in self._outbound.unconfirmed():
-            message.auth_token = self._token
-            try:
-                await link.send(encode(message))
-            except Exception:
-                return False
-            self.stats.resent += 1
-        return True
-
-    def _schedule_ack(self) -> None:
-        if self._ack_timer is None and self._inbound.ack_due() is not None:
-            self._ack_timer = asyncio.get_running_loop().call_later(ACK_DELAY, self._flush_ack)
-
-    def _flush_ack(self) -> None:
-        self._ack_timer = None
-        up_to = self._inbound.ack_due()
-        link = self._link
-        if up_to is None or link is None or self._closing:
-            return  # on resume the lobby redelivers what was not acknowledged
-        self._inbound.acked = up_to
-        self._spawn_unbounded(self._send_ack(link, up_to))
-
-    async def _send_ack(self, link: Link, up_to: int) -> None:
-        ack = Message(self.agent_id, LOBBY_ID, MessageType.ACK, {"up_to": up_to})
-        ack.auth_token = self._token
-        with contextlib.suppress(Exception):
-            await link.send(encode(ack))
 
     def _capabilities_payload(self) -> dict[str, Any]:
         return {
@@ -439,133 +372,59 @@ class AgentCore:
             "acks": True,
         }
 
-    def capability_models(self) -> list[Capability]:
-        """The capabilities as announced to the lobby."""
-        return [spec.to_capability() for spec in self.capabilities.values()]
+    # -- internals: the read side ----------------------------------------------------------
 
-    # -- internals: dispatch --------------------------------------------------------------
+    def _receive(self, frame: str | bytes) -> None:
+        """Carry out what the dispatcher decides for one frame (see `agent_sdk.dispatch`)."""
+        # An if-chain, not `match`: class patterns cost about 1 us a frame here.
+        actions = self._dispatcher.receive(frame)
+        for action in actions:
+            if isinstance(action, Deliver):
+                self._deliver(action.message)
+            elif isinstance(action, Answer):
+                self._outstanding.answer(action.conversation_id, action.payload)
+            elif isinstance(action, RoomFreed):
+                self._sender.room.set()
+            elif isinstance(action, Reply):
+                if not self._outstanding.reply(action.conversation_id, action.message):
+                    self._deliver(action.message)  # timed out meanwhile: as if never awaited
+            elif isinstance(action, Refusal):
+                self._outstanding.refuse(action.conversation_id, action.code, action.error)
+            elif isinstance(action, LobbyComplaint):
+                log.warning(
+                    "LOBBY_ERROR", agent_id=self.agent_id, code=action.code, error=action.error
+                )
+            elif isinstance(action, Unreadable):
+                log.warning("UNREADABLE_FRAME", agent_id=self.agent_id, error=action.reason)
+        if not actions or not isinstance(actions[-1], Deliver):
+            self._sender.ack_soon()  # the dispatcher settled it
 
-    def _dispatch(self, frame: str | bytes) -> None:
-        try:
-            message = decode(frame)
-        except DecodeError as exc:
-            log.warning("UNREADABLE_FRAME", agent_id=self.agent_id, error=exc.reason)
-            return
-        self.stats.messages_received += 1
-        seq = message.seq
-        if message.message_id is not None and self._seen.check_and_add(
-            message.sender_id, message.message_id
-        ):
-            self.stats.duplicates_dropped += 1
-            if seq is not None and not self._inbound.is_in_progress(seq):
-                self._settle(seq)
-            return
-        if not self._route(message):
-            self._spawn(self.on_message(message), message)
-            return
-        if seq is not None and not self._inbound.is_in_progress(seq):
-            self._settle(seq)
-
-    def _settle(self, seq: int) -> None:
-        self._inbound.received(seq, done=True)
-        self._schedule_ack()
-
-    def _route(self, message: Message) -> bool:
-        """Hand `message` to whoever waits for it; False if only `on_message` can take it."""
-        mtype = message.message_type
-        if mtype is MessageType.REQUEST:
-            self._spawn(self._serve_request(message), message)
-            return True
-        if message.sender_id == LOBBY_ID:
-            if mtype is MessageType.ACCEPTED:
-                self._outbound.confirmed(str(message.payload.get("message_id")))
-                if not self._outbound.full:
-                    self._room.set()
-                return True
-            if message.in_reply_to is not None:
-                self._outbound.refused(message.in_reply_to)
-                self._room.set()
-        if mtype is MessageType.RESPONSE:
-            call = self._calls.get(message.conversation_id or "")
-            if call is not None and message.sender_id in (call.receiver_id, LOBBY_ID):
-                call.on_response(message.payload)
-                return True
-            return False
-        if message.sender_id == LOBBY_ID and self._lobby_reply(message):
-            return True
-        return self._route_other(message)
-
-    def _route_other(self, message: Message) -> bool:
-        """Message types the subclass layers handle (negotiation, marketplace)."""
-        return False
-
-    def _lobby_reply(self, message: Message) -> bool:
-        """Complete the call or lobby question this lobby message answers, if any."""
-        conversation_id = message.conversation_id or ""
-        future = self._lobby_replies.get(conversation_id)
-        if future is not None and not future.done():
-            future.set_result(message)
-            return True
-        if message.message_type is MessageType.ERROR:
-            original = message.payload.get("original_conversation_id") or ""
-            call = self._calls.get(original)
-            if call is not None:
-                call.on_error(str(message.payload.get("code")), str(message.payload.get("error")))
-                return True
-            log.warning(
-                "LOBBY_ERROR",
-                agent_id=self.agent_id,
-                code=message.payload.get("code"),
-                error=message.payload.get("error"),
-            )
-        return False
-
-    def _spawn(self, work: Coroutine[Any, Any, None], message: Message) -> None:
-        seq = message.seq
-        if len(self._tasks) >= self._max_tasks:
+    def _deliver(self, message: Message) -> None:
+        """Run the route of the message's type (a layer's), else `on_message`, as a task."""
+        route = self._routes.get(message.message_type)
+        work = route(message) if route is not None else self.on_message(message)
+        if work is None:
+            self._dispatcher.settle(message.seq)  # the route took it without a task
+            self._sender.ack_soon()
+        elif self._handlers.full:
             work.close()
-            if seq is not None:
-                self._settle(seq)
+            self._dispatcher.settle(message.seq)
+            self._sender.ack_soon()
             self.stats.overflow_dropped += 1
             log.warning("AGENT_OVERLOADED", agent_id=self.agent_id, type=message.message_type)
             if message.message_type is MessageType.REQUEST:
                 reply = error_response_to(
                     message, ErrorCode.RATE_LIMITED, f"agent {self.agent_id!r} is overloaded"
                 )
-                self._spawn_unbounded(self._send_quietly(reply))
-            return
+                self._handlers.spawn(self._sender.send_quietly(reply))
+        else:
+            seq = message.seq
+            self._handlers.run(work, self._finished, seq, self._dispatcher.start(seq))
+
+    def _finished(self, seq: int | None, epoch: int) -> None:
         if seq is not None:
-            self._inbound.received(seq, done=False)
-        self._spawn_unbounded(self._in_slot(work, seq, self._inbound.epoch))
-
-    def _spawn_unbounded(self, work: Coroutine[Any, Any, None]) -> None:
-        task = asyncio.create_task(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _in_slot(self, work: Coroutine[Any, Any, None], seq: int | None, epoch: int) -> None:
-        try:
-            async with self._slots:
-                await work
-        except asyncio.CancelledError:
-            raise
-        except Exception:
-            self.stats.handler_errors += 1
-            log.exception("CALLBACK_FAILED", agent_id=self.agent_id)
-        if seq is not None:
-            # Done (even if it failed: a failure was answered or logged, not to be retried).
-            self._inbound.done(seq, epoch)
-            self._schedule_ack()
-
-    async def _serve_request(self, message: Message) -> None:
-        """Answer a REQUEST with the capability's handler (`serving.CapabilityServer`)."""
-        raise NotImplementedError
-
-    async def _send_quietly(self, message: Message) -> None:
-        try:
-            await self._send(message)
-        except AgentSDKError as exc:
-            log.warning("RESPONSE_NOT_SENT", agent_id=self.agent_id, error=str(exc))
+            self._dispatcher.finish(seq, epoch)
+            self._sender.ack_soon()
 
     async def _hook(self, hook: Callable[[], Awaitable[None]]) -> None:
         try:

@@ -18,7 +18,9 @@ from protocol.models import Message
 
 
 class Inbound:
-    """Which delivered messages are done, to acknowledge them cumulatively."""
+    """Which delivered messages are done, to acknowledge them cumulatively: owns the highest
+    `seq` seen, the `seq`s still handled, the last `up_to` acknowledged and the epoch (one per
+    registration)."""
 
     def __init__(self) -> None:
         self.epoch = 0
@@ -59,7 +61,8 @@ class Inbound:
 
 
 class Outbound:
-    """Messages sent to other agents and not yet confirmed by the lobby, oldest first."""
+    """Owns the messages sent to other agents and not yet confirmed by the lobby, oldest
+    first, up to `limit`."""
 
     def __init__(self, limit: int) -> None:
         self.limit = limit

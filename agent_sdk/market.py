@@ -27,7 +27,21 @@ class Order(BaseModel):
 
 
 class Trader(Caller):
-    """Marketplace messages and their callbacks; mixed into `Agent`."""
+    """Marketplace messages and their callbacks; mixed into `Agent`. The routes of TEXT,
+    ORDER_PROPOSAL, PAYMENT and PAYMENT_CONFIRMED (a payment nobody awaits)."""
+
+    def __init__(self, agent_id: str | None = None, **options: Any) -> None:
+        super().__init__(agent_id, **options)
+        self._routes.update(
+            {
+                MessageType.TEXT: lambda m: self.on_text(m, str(m.payload.get("content", ""))),
+                MessageType.ORDER_PROPOSAL: lambda m: self.on_order_proposal(m, m.payload),
+                MessageType.PAYMENT: lambda m: self.on_payment(m, m.payload),
+                MessageType.PAYMENT_CONFIRMED: lambda m: self.on_payment_confirmed(
+                    m.payload.get("transaction", {})
+                ),
+            }
+        )
 
     # -- callbacks (override) -------------------------------------------------------------
 
@@ -116,22 +130,6 @@ class Trader(Caller):
         reply = await self.ask_lobby(MessageType.FETCH_MESSAGES, payload)
         messages = [_message(m) for m in reply.payload["messages"]]
         return messages, int(reply.payload["cursor"])
-
-    # -- dispatch ---------------------------------------------------------------------------
-
-    def _marketplace(self, message: Message) -> bool:
-        kind, payload = message.message_type, message.payload
-        if kind is MessageType.TEXT:
-            self._spawn(self.on_text(message, str(payload.get("content", ""))), message)
-        elif kind is MessageType.ORDER_PROPOSAL:
-            self._spawn(self.on_order_proposal(message, payload), message)
-        elif kind is MessageType.PAYMENT:
-            self._spawn(self.on_payment(message, payload), message)
-        elif kind is MessageType.PAYMENT_CONFIRMED:
-            self._spawn(self.on_payment_confirmed(payload.get("transaction", {})), message)
-        else:
-            return False
-        return True
 
 
 def _message(raw: dict[str, Any]) -> Message:

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,7 +29,6 @@ from protocol.models import Message, MessageType
 log = structlog.get_logger("agent_sdk")
 
 MOVE_QUEUE_SIZE = 64
-_FIPA = frozenset(p.value for p in Performative)
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +42,8 @@ class Move:
 
 
 class DialogueHandle:
-    """One dialogue, from this agent's side."""
+    """One dialogue, from this agent's side: its state (`view`, the FIPA table's) and the
+    moves received in it, queued for `next_move()`."""
 
     def __init__(self, agent: Negotiator, view: Dialogue) -> None:
         self._agent = agent
@@ -94,9 +95,16 @@ class DialogueHandle:
 
 
 class Negotiator(Caller):
-    """Dialogues and their callbacks; mixed into `Agent`."""
+    """Dialogues and their callbacks; mixed into `Agent`. Owns this agent's dialogues, by id,
+    and the routes of the FIPA moves, TRANSACTION_CONFIRMED and DIALOGUE_EXPIRED."""
 
-    _dialogues: dict[str, DialogueHandle]
+    def __init__(self, agent_id: str | None = None, **options: Any) -> None:
+        super().__init__(agent_id, **options)
+        self._dialogues: dict[str, DialogueHandle] = {}
+        for performative in Performative:
+            self._routes[MessageType(performative.value)] = self._on_move
+        self._routes[MessageType.TRANSACTION_CONFIRMED] = self._on_transaction_confirmed
+        self._routes[MessageType.DIALOGUE_EXPIRED] = self._on_dialogue_expired
 
     # -- callbacks (override) -------------------------------------------------------------
 
@@ -157,30 +165,24 @@ class Negotiator(Caller):
 
     # -- dispatch ---------------------------------------------------------------------------
 
-    def _negotiation(self, message: Message) -> bool:
-        kind = message.message_type
+    def _on_move(self, message: Message) -> Coroutine[Any, Any, None] | None:
+        handle = self._incoming_move(message)
+        if handle is None:
+            return None
+        if message.message_type is not MessageType.CFP:  # the CFP is what the handle starts from
+            handle._received(Move(message.message_type, message.payload, message))
+        return self._move_callback(handle, message)
+
+    def _on_transaction_confirmed(self, message: Message) -> Coroutine[Any, Any, None]:
+        self._notice(message.conversation_id or "", message)
+        return self.on_transaction_confirmed(message.payload.get("transaction", {}))
+
+    def _on_dialogue_expired(self, message: Message) -> Coroutine[Any, Any, None]:
         dialogue_id = message.conversation_id or ""
-        if kind in _FIPA:
-            handle = self._incoming_move(message)
-            if handle is None:
-                return True
-            if kind is not MessageType.CFP:  # the CFP is what the handle starts from
-                handle._received(Move(kind, message.payload, message))
-            self._spawn(self._move_callback(handle, message), message)
-            return True
-        if kind is MessageType.TRANSACTION_CONFIRMED:
-            self._notice(dialogue_id, message)
-            transaction = message.payload.get("transaction", {})
-            self._spawn(self.on_transaction_confirmed(transaction), message)
-            return True
-        if kind is MessageType.DIALOGUE_EXPIRED:
-            handle = self._notice(dialogue_id, message)
-            if handle is not None:
-                handle.view.expire(asyncio.get_running_loop().time())
-            reason = str(message.payload.get("reason", ""))
-            self._spawn(self.on_dialogue_expired(dialogue_id, reason), message)
-            return True
-        return False
+        handle = self._notice(dialogue_id, message)
+        if handle is not None:
+            handle.view.expire(asyncio.get_running_loop().time())
+        return self.on_dialogue_expired(dialogue_id, str(message.payload.get("reason", "")))
 
     def _notice(self, dialogue_id: str, message: Message) -> DialogueHandle | None:
         handle = self._dialogues.get(dialogue_id)

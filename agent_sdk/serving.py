@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import structlog
 from pydantic import ValidationError
@@ -10,12 +11,19 @@ from pydantic import ValidationError
 from agent_sdk.capability import RequestContext, error_response_to, response_to
 from agent_sdk.core import AgentCore
 from agent_sdk.errors import CapabilityError
-from protocol.models import ErrorCode, Message, ResponseStatus
+from protocol.models import ErrorCode, Message, MessageType, ResponseStatus
 
 log = structlog.get_logger("agent_sdk")
 
 
 class CapabilityServer(AgentCore):
+    """Answers each REQUEST with the handler of its capability (`self.capabilities`); mixed
+    into `Agent`. The route of REQUEST."""
+
+    def __init__(self, agent_id: str | None = None, **options: Any) -> None:
+        super().__init__(agent_id, **options)
+        self._routes[MessageType.REQUEST] = self._serve_request
+
     async def _serve_request(self, message: Message) -> None:
         payload = message.payload
         name = str(payload.get("capability_name"))
@@ -26,21 +34,21 @@ class CapabilityServer(AgentCore):
                 ErrorCode.CAPABILITY_NOT_FOUND,
                 f"Capability '{name}' not found on agent '{self.agent_id}'.",
             )
-            await self._send_quietly(reply)
+            await self._sender.send_quietly(reply)
             return
         data = {k: v for k, v in payload.items() if k != "capability_name"}
         try:
             argument = spec.parse_input(data)
         except ValidationError as exc:
             reply = error_response_to(message, ErrorCode.INVALID_INPUT, _summary(exc))
-            await self._send_quietly(reply)
+            await self._sender.send_quietly(reply)
             return
         ctx = RequestContext(
             message.sender_id,
             message.conversation_id or "",
             name,
             message,
-            self._send,
+            self._sender.send,
             self.agent_id,
         )
         try:
@@ -63,7 +71,7 @@ class CapabilityServer(AgentCore):
                 "code": ErrorCode.INTERNAL,
                 "error": f"capability '{name}' failed with an internal error",
             }
-        await self._send_quietly(response_to(message, output))
+        await self._sender.send_quietly(response_to(message, output))
 
 
 def _summary(exc: ValidationError) -> str:

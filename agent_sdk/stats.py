@@ -7,6 +7,8 @@ from dataclasses import dataclass
 
 
 class Status(enum.StrEnum):
+    """Where the agent is in its lifecycle (`Agent.status`)."""
+
     IDLE = "idle"
     CONNECTING = "connecting"
     CONNECTED = "connected"
@@ -16,6 +18,8 @@ class Status(enum.StrEnum):
 
 @dataclass(slots=True)
 class AgentStats:
+    """Counters since the agent object was made (`Agent.stats`); never reset."""
+
     connects: int = 0
     reconnects: int = 0
     resumes: int = 0

@@ -73,7 +73,7 @@ async def test_queued_messages_survive_kill_9_and_arrive_in_order_once(tmp_path:
         sender = Agent("sender", lobby_url=lobby.url)
         async with sender:
             await send_numbers(sender, range(1000))
-            await until(lambda: len(sender._outbound) == 0)  # every message ACCEPTED
+            await until(lambda: len(sender._dispatcher.outbound) == 0)  # every message ACCEPTED
         lobby = restart(lobby, data, signal.SIGKILL)
         async with collector:
             await until(lambda: len(collector.seen) >= 1000)
@@ -96,7 +96,7 @@ async def test_a_stream_sent_across_kill_9_loses_and_duplicates_nothing(tmp_path
             lobby = restart(lobby, data, signal.SIGKILL)
             await stream
             await until(lambda: len(collector.seen) >= 300)
-            await until(lambda: len(sender._outbound) == 0)
+            await until(lambda: len(sender._dispatcher.outbound) == 0)
             await asyncio.sleep(0.3)
         assert sorted(collector.seen) == list(range(300))
         assert len(collector.seen) == 300
@@ -116,7 +116,8 @@ async def test_an_acknowledged_message_is_never_redelivered(tmp_path: Path) -> N
             await asyncio.sleep(0.2)  # the batched ACK goes out
         lobby = restart(lobby, data, signal.SIGTERM)
         fresh = Collector(lobby.url)
-        fresh._token = collector._token  # the same agent, restarted with its saved token
+        # The same agent, restarted with its saved token.
+        fresh._sender.token = collector._sender.token
         async with fresh:
             await asyncio.sleep(0.5)
         assert fresh.stats.resumes == 1
@@ -210,7 +211,7 @@ async def test_admin_commands_read_the_store(tmp_path: Path) -> None:
             pass
         async with Agent("sender", lobby_url=lobby.url) as sender:
             await send_numbers(sender, range(3))
-            await until(lambda: len(sender._outbound) == 0)
+            await until(lambda: len(sender._dispatcher.outbound) == 0)
         agents = orjson.loads(admin_command("agents", "--data-dir", str(data), "--json"))
         by_id = {a["agent_id"]: a for a in agents}
         assert by_id["collector"] == {
@@ -261,7 +262,7 @@ async def test_a_dialogue_and_a_purchase_survive_a_restart_midway(tmp_path: Path
             order = await seller.propose_order(
                 "buyer", [{"id": "a", "name": "apple", "price": "1.50", "quantity": 3}]
             )
-            await until(lambda: len(seller._outbound) == 0)
+            await until(lambda: len(seller._dispatcher.outbound) == 0)
 
             lobby = restart(lobby, data, signal.SIGKILL)
             await until(lambda: buyer.stats.resumes == 1 and seller.stats.resumes == 1)
@@ -282,7 +283,7 @@ async def test_a_dialogue_and_a_purchase_survive_a_restart_midway(tmp_path: Path
             )
             receipt = await buyer.pay(proposal)
             assert receipt["amount"] == "4.50"
-            await until(lambda: len(buyer._outbound) == 0)
+            await until(lambda: len(buyer._dispatcher.outbound) == 0)
 
         lobby = restart(lobby, data, signal.SIGTERM)
         async with Agent("auditor", lobby_url=lobby.url) as auditor:

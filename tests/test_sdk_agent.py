@@ -401,7 +401,7 @@ async def test_a_sender_waits_for_a_full_write_buffer_and_a_flooded_agent_stops_
         sending = asyncio.create_task(pump())
         await asyncio.sleep(0.5)
         assert sent < 200  # 10 MB: more than the socket buffers take
-        client_side = bulk._link._ws.transport  # type: ignore[union-attr]
+        client_side = bulk._sender.link._ws.transport  # type: ignore[union-attr]
         assert client_side.get_write_buffer_size() < 1_000_000
         server_side.transport.resume_reading()
         async with asyncio.timeout(20):

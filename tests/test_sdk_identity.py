@@ -210,7 +210,7 @@ async def test_a_clean_stop_waits_for_the_lobby_to_accept_what_was_sent(
     async with talker:
         for n in range(50):
             await talker.send("listener", MessageType.TEXT, {"content": str(n)})
-    assert len(talker._outbound) == 0  # every one ACCEPTED before the connection closed
+    assert len(talker._dispatcher.outbound) == 0  # every one ACCEPTED before the connection closed
     record = lobby.router.registry.get("listener")
     assert record is not None
     assert len(record.mailbox) == 50
@@ -228,12 +228,12 @@ async def test_the_clean_stop_wait_is_bounded_when_the_lobby_never_confirms(
             pass
     finally:
         await lobby.stop()
-    await until(lambda: not talker._connected.is_set())
+    await until(lambda: not talker._sender.connected.is_set())
     await talker.send("listener", MessageType.TEXT, {"content": "never confirmed"})
     with capture_logs() as logs:
         async with asyncio.timeout(10):  # a hang guard: the wait itself is 0.3 s
             await talker.stop()
-    assert len(talker._outbound) == 1
+    assert len(talker._dispatcher.outbound) == 1
     assert {"event": "STOPPED_UNCONFIRMED", "agent_id": "talker", "count": 1} in [
         {k: e[k] for k in ("event", "agent_id", "count") if k in e} for e in logs
     ]

@@ -1,0 +1,97 @@
+"""agent_sdk/calls.py: the futures of waiting calls and questions, completed from the
+dispatcher's actions (an event loop, no socket)."""
+
+from __future__ import annotations
+
+import pytest
+
+from agent_sdk.calls import PROGRESS_QUEUE_SIZE, Outstanding
+from agent_sdk.dispatch import Answer, Deliver, Dispatcher, Reply
+from agent_sdk.errors import (
+    InvalidInputError,
+    NotConnectedError,
+    RequestRefusedError,
+    UnknownReceiverError,
+)
+from agent_sdk.stats import AgentStats
+from protocol.codec import encode
+from protocol.models import LOBBY_ID, Message, MessageType
+
+
+def frame(sender_id: str, message_type: MessageType, payload: dict[str, object], cid: str) -> bytes:
+    return encode(Message(sender_id, "me", message_type, dict(payload), cid))
+
+
+def pair() -> tuple[Dispatcher, Outstanding]:
+    dispatcher = Dispatcher(AgentStats(), dedupe_window=10, max_unconfirmed=10)
+    return dispatcher, Outstanding(dispatcher)
+
+
+async def test_a_call_yields_progress_then_its_result_and_ignores_a_second_final() -> None:
+    dispatcher, outstanding = pair()
+    call = outstanding.call("c1", "seller", "price", stream=True)
+    (update,) = dispatcher.receive(
+        frame("seller", MessageType.RESPONSE, {"status": "in_progress", "n": 1}, "c1")
+    )
+    assert isinstance(update, Answer)
+    outstanding.answer(update.conversation_id, update.payload)
+    outstanding.answer("c1", {"status": "success", "price": 3})
+    outstanding.answer("c1", {"status": "success", "price": 4})
+    assert call.updates is not None
+    assert call.updates.get_nowait() == {"status": "in_progress", "n": 1}
+    assert await call.result == {"status": "success", "price": 3}
+
+
+async def test_a_slow_stream_consumer_keeps_the_latest_updates_and_counts_the_dropped() -> None:
+    _, outstanding = pair()
+    call = outstanding.call("c1", "seller", "price", stream=True)
+    for n in range(PROGRESS_QUEUE_SIZE + 3):
+        outstanding.answer("c1", {"status": "in_progress", "n": n})
+    assert call.dropped_updates == 3
+    assert call.updates is not None
+    assert call.updates.get_nowait() == {"status": "in_progress", "n": 3}
+
+
+async def test_an_error_response_and_a_refusal_raise_their_typed_errors() -> None:
+    _, outstanding = pair()
+    remote = outstanding.call("c1", "seller", "price", stream=False)
+    outstanding.answer("c1", {"status": "error", "code": "invalid_input", "error": "bad"})
+    with pytest.raises(InvalidInputError):
+        await remote.result
+    unknown = outstanding.call("c2", "nobody", "price", stream=False)
+    outstanding.refuse("c2", "unknown_receiver", "no such agent")
+    with pytest.raises(UnknownReceiverError):
+        await unknown.result
+    full = outstanding.call("c3", "seller", "price", stream=False)
+    outstanding.refuse("c3", "mailbox_full", "full")
+    with pytest.raises(RequestRefusedError):
+        await full.result
+
+
+async def test_a_question_gets_its_reply_once_and_a_late_one_is_not_taken() -> None:
+    dispatcher, outstanding = pair()
+    future = outstanding.question("q1")
+    (reply,) = dispatcher.receive(frame(LOBBY_ID, MessageType.MESSAGES, {"messages": []}, "q1"))
+    assert isinstance(reply, Reply)
+    assert outstanding.reply(reply.conversation_id, reply.message)
+    assert (await future).message_type is MessageType.MESSAGES
+    timed_out = outstanding.question("q2")
+    timed_out.cancel()
+    assert not outstanding.reply("q2", reply.message)  # the core delivers it instead
+
+
+async def test_forgetting_a_conversation_tells_the_dispatcher_too() -> None:
+    dispatcher, outstanding = pair()
+    outstanding.call("c1", "seller", "price", stream=False)
+    outstanding.forget("c1")
+    late = frame("seller", MessageType.RESPONSE, {"status": "success"}, "c1")
+    assert [type(a) for a in dispatcher.receive(late)] == [Deliver]
+
+
+async def test_a_stop_fails_every_call_and_cancels_every_question() -> None:
+    _, outstanding = pair()
+    call = outstanding.call("c1", "seller", "price", stream=False)
+    question = outstanding.question("q1")
+    outstanding.fail_all(NotConnectedError("stopped"))
+    assert isinstance(call.result.exception(), NotConnectedError)
+    assert question.cancelled()

@@ -1,0 +1,55 @@
+"""The exported names of `agent_sdk` (its `__all__`): exactly the documented ones, all present,
+and every exception under the one root."""
+
+from __future__ import annotations
+
+import agent_sdk
+
+
+def test_public_api_is_exactly_the_documented_names() -> None:
+    assert set(agent_sdk.__all__) == {
+        "TokenStore",
+        "TokenRefusedError",
+        "ReplacedError",
+        "MemoryTokenStore",
+        "FileTokenStore",
+        "EnvTokenStore",
+        "AgentIdTakenError",
+        "Agent",
+        "AgentBid",
+        "AgentSDKError",
+        "AgentStats",
+        "BidResponse",
+        "Bidder",
+        "Capability",
+        "CapabilityError",
+        "CapabilityNotFoundError",
+        "CapabilitySpec",
+        "DialogueHandle",
+        "InvalidInputError",
+        "LobbyError",
+        "Message",
+        "MessageType",
+        "Move",
+        "NotConnectedError",
+        "Order",
+        "RegistrationError",
+        "RemoteError",
+        "RequestContext",
+        "RequestError",
+        "RequestRefusedError",
+        "RequestTimeoutError",
+        "ServiceRecord",
+        "Status",
+        "TaskRFP",
+        "TaskResult",
+        "UnauthorizedError",
+        "UnknownReceiverError",
+        "capability",
+    }
+    for name in agent_sdk.__all__:
+        assert hasattr(agent_sdk, name), name
+    for name in agent_sdk.__all__:
+        value = getattr(agent_sdk, name)
+        if isinstance(value, type) and issubclass(value, Exception):
+            assert issubclass(value, agent_sdk.AgentSDKError), name

@@ -1,0 +1,83 @@
+"""agent_sdk/identity.py's pure parts: the token stores' behaviour and what a refused REGISTER
+is explained as (tests/test_sdk_identity.py runs them against real lobbies)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from structlog.testing import capture_logs
+
+from agent_sdk import (
+    AgentIdTakenError,
+    EnvTokenStore,
+    FileTokenStore,
+    MemoryTokenStore,
+    RegistrationError,
+    TokenRefusedError,
+)
+from agent_sdk.identity import Identity
+
+LOBBY = "ws://127.0.0.1:8765/"
+TOKEN = "3f1c2a9e-0000-4000-8000-000000000001"
+
+
+def test_the_memory_store_keeps_tokens_per_lobby_and_agent() -> None:
+    store = MemoryTokenStore()
+    assert store.load(LOBBY, "a") is None
+    store.save(LOBBY, "a", TOKEN)
+    assert store.load("ws://127.0.0.1:8765/other-path", "a") == TOKEN  # same host and port
+    assert store.load("ws://127.0.0.1:9999/", "a") is None
+    assert store.load(LOBBY, "b") is None
+    store.delete(LOBBY, "a")
+    assert store.load(LOBBY, "a") is None
+    assert TOKEN not in store.where(LOBBY, "a")
+
+
+def test_the_file_store_round_trips_and_deletes(tmp_path: Path) -> None:
+    store = FileTokenStore(tmp_path)
+    assert store.load(LOBBY, "a") is None
+    store.save(LOBBY, "a", TOKEN)
+    assert store.load(LOBBY, "a") == TOKEN
+    assert store.where(LOBBY, "a") == f"file {store.path(LOBBY, 'a')}"
+    store.delete(LOBBY, "a")
+    store.delete(LOBBY, "a")  # deleting twice is fine
+    assert store.load(LOBBY, "a") is None
+
+
+def test_the_env_store_reads_the_variable_and_keeps_a_new_token_in_memory_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setenv("AGENT_TOKEN", TOKEN)
+    store = EnvTokenStore("AGENT_TOKEN")
+    assert store.load(LOBBY, "a") == TOKEN
+    with capture_logs() as logs:
+        store.save(LOBBY, "a", TOKEN)  # the one it holds: nothing to say
+        assert logs == []
+        store.save(LOBBY, "a", "reissued")
+    assert [e["event"] for e in logs] == ["TOKEN_NOT_SAVED"]
+    assert "reissued" not in repr(logs)
+    assert store.load(LOBBY, "a") == "reissued"
+    store.delete(LOBBY, "a")
+    assert store.load(LOBBY, "a") == TOKEN
+    assert store.where(LOBBY, "a") == "environment variable AGENT_TOKEN"
+
+
+def test_a_refusal_other_than_a_taken_id_is_raised_as_is() -> None:
+    identity = Identity("a", LOBBY, None, MemoryTokenStore())
+    refused = RegistrationError("auth_failed", "bad token")
+    assert identity.refusal(refused, TOKEN) is refused
+
+
+def test_a_taken_id_is_explained_with_or_without_a_token() -> None:
+    identity = Identity("a", LOBBY, None, None)
+    taken = RegistrationError("agent_id_taken", "taken")
+    without = identity.refusal(taken, None)
+    assert type(without) is AgentIdTakenError
+    assert without.source is None
+    assert "no token store" in str(without)
+    identity.source = "the token= argument"
+    with_token = identity.refusal(taken, TOKEN)
+    assert isinstance(with_token, TokenRefusedError)
+    assert with_token.source == "the token= argument"
+    assert TOKEN not in str(with_token)
