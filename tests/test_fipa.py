@@ -140,6 +140,12 @@ def test_a_dialogue_starts_only_with_a_proper_cfp(
     assert refused.value.rule == rule
 
 
+def test_a_cfp_to_oneself_is_no_dialogue() -> None:
+    with pytest.raises(IllegalMove) as refused:
+        Dialogue.start("d", "b", "b", "1", "CFP", None, CFP, 0.0)
+    assert refused.value.rule == "not_a_party"
+
+
 def test_reply_by_sets_a_deadline_cleared_by_the_first_reply() -> None:
     d = started(reply_by=5)
     assert d.reply_by == 105.0

@@ -90,6 +90,7 @@ def test_a_valid_payment_returns_its_amount() -> None:
         ({"payer": "mallory"}, "wrong_payer"),
         ({"now": 1001.0}, "expired"),
         ({"amount": 0.29}, "wrong_amount"),
+        ({"amount": 0.31}, "wrong_amount"),
         ({"amount": 0.30000000000000004}, "bad_field"),
         ({"amount": True}, "bad_field"),
         (
