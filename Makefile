@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench schema asyncapi node-deps clean
+.PHONY: run test lint bench mutation schema asyncapi node-deps clean
 
 $(BIN)/python:
 	@echo "make: creating $(VENV) with $(PYTHON)"
@@ -53,6 +53,16 @@ test: lint node-deps
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
+# Mutation testing of the pure code against the synchronous tests: a few minutes, so not part
+# of `make test`. What is mutated and by which tests: [tool.mutmut] in pyproject.toml; the
+# score and every survivor's triage: docs/testing.md. A fresh run each time (mutants/ is a
+# scratch copy of the tree).
+mutation: $(STAMP)
+	rm -rf mutants
+	$(BIN)/mutmut run
+	$(BIN)/mutmut export-cicd-stats
+	$(BIN)/python -m tests.mutation_score
+
 schema: $(STAMP)
 	$(BIN)/lobby schema --write protocol/schema
 
@@ -60,4 +70,4 @@ asyncapi: $(STAMP)
 	$(BIN)/lobby asyncapi --write protocol/asyncapi.json
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache $(addsuffix /node_modules,$(NODE_DIRS))
+	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache mutants $(addsuffix /node_modules,$(NODE_DIRS))

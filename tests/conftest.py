@@ -129,3 +129,13 @@ def lobby_process(tmp_path: Path) -> Iterator[LobbyProcess]:
         if proc.process.poll() is None:
             proc.signal(signal.SIGKILL)
         proc.process.wait(5)
+
+
+def pytest_terminal_summary(
+    terminalreporter: pytest.TerminalReporter, config: pytest.Config
+) -> None:
+    """Tests run in random order (pytest-randomly): say which order, so a failure that
+    depends on it can be replayed with the same seed."""
+    if config.pluginmanager.hasplugin("randomly"):
+        seed = config.getoption("randomly_seed")
+        terminalreporter.write_line(f"random order: replay it with --randomly-seed={seed}")

@@ -6,7 +6,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import orjson
@@ -17,6 +16,7 @@ from lobby.cli import schema_file_bytes
 from protocol.models import MessageType
 from protocol.schema import all_schemas
 from tests.conftest import start_lobby_process
+from tests.waiting import BOUND, wait_until
 
 SCHEMA_DIR = Path(__file__).parent.parent / "protocol" / "schema"
 
@@ -46,16 +46,16 @@ def register(ws: websocket.WebSocket, agent_id: str) -> dict[str, object]:
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
-def test_a_signal_stops_the_lobby_cleanly_within_two_seconds(tmp_path: Path, signum: int) -> None:
+def test_a_signal_stops_the_lobby_cleanly(tmp_path: Path, signum: int) -> None:
+    """Each agent is told 1001, then the lobby logs its stop and exits 0 by itself."""
     proc = start_lobby_process(tmp_path / "data")
-    ws = websocket.create_connection(proc.url, timeout=5)
+    ws = websocket.create_connection(proc.url, timeout=BOUND)
     try:
         assert register(ws, "watcher")["message_type"] == "REGISTER_ACK"
-        started = time.monotonic()
         proc.signal(signum)
         assert close_code(ws) == 1001
-        assert proc.wait(2) == 0
-        assert time.monotonic() - started < 2
+        assert proc.wait(BOUND) == 0
+        assert [e["event"] for e in proc.events()][-1] == "LOBBY_STOPPED"
     finally:
         ws.shutdown()  # type: ignore[no-untyped-call]
         if proc.process.poll() is None:
@@ -214,10 +214,7 @@ def test_console_logs_written_to_a_file_carry_no_colour_codes(tmp_path: Path) ->
             stderr=subprocess.STDOUT,
         )
     try:
-        deadline = time.monotonic() + 15
-        while "LOBBY_LISTENING" not in log_path.read_text():
-            assert time.monotonic() < deadline, log_path.read_text()
-            time.sleep(0.02)
+        wait_until(lambda: "LOBBY_LISTENING" in log_path.read_text(), "LOBBY_LISTENING")
     finally:
         process.send_signal(signal.SIGTERM)
         assert process.wait(5) == 0

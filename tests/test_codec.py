@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
+import orjson
 import pytest
 
 from protocol import DecodeError, Message, MessageType, decode, encode
+from protocol.limits import MAX_AGENT_ID_LENGTH, MAX_ID_LENGTH, clip
 
 GOOD = (
     '{"sender_id": "a", "receiver_id": "b", "message_type": "REQUEST",'
@@ -92,3 +96,138 @@ def test_decode_error_keeps_what_it_could_read() -> None:
         decode('{"message_type": "REQUEST", "conversation_id": "k", "payload": {}}')
     assert refused.value.message_type == "REQUEST"
     assert refused.value.conversation_id == "k"
+
+
+def envelope(**fields: Any) -> str:
+    """A REQUEST frame with `fields` changed (None: the field left out)."""
+    frame: dict[str, Any] = {
+        "sender_id": "a",
+        "receiver_id": "b",
+        "message_type": "REQUEST",
+        "payload": {},
+        "conversation_id": "k",
+    }
+    frame.update(fields)
+    return orjson.dumps({k: v for k, v in frame.items() if v is not None}).decode()
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"message_type": None}, "missing field 'message_type'"),
+        ({"message_type": True}, "field 'message_type' must be a string, not a boolean"),
+        ({"message_type": "HELLO"}, "unknown message_type 'HELLO'"),
+        ({"sender_id": None}, "missing field 'sender_id'"),
+        ({"sender_id": False}, "field 'sender_id' must be a string, not a boolean"),
+        ({"receiver_id": {}}, "field 'receiver_id' must be a string, not an object"),
+        ({"payload": "x"}, "field 'payload' must be an object, not a string"),
+        ({"auth_token": 5}, "field 'auth_token' must be a string or null, not a number"),
+        ({"message_id": []}, "field 'message_id' must be a string or null, not an array"),
+        ({"in_reply_to": 1.5}, "field 'in_reply_to' must be a string or null, not a number"),
+        ({"seq": "1"}, "field 'seq' must be an integer or null, not a string"),
+        ({"redelivered": "yes"}, "field 'redelivered' must be a boolean or null, not a string"),
+        ({"redelivered": 1}, "field 'redelivered' must be a boolean or null, not a number"),
+        ({"sender_id": "s" * 129}, "field 'sender_id' has 129 characters; at most 128 are allowed"),
+        (
+            {"receiver_id": "r" * 129},
+            "field 'receiver_id' has 129 characters; at most 128 are allowed",
+        ),
+        (
+            {"auth_token": "t" * 257},
+            "field 'auth_token' has 257 characters; at most 256 are allowed",
+        ),
+        (
+            {"message_id": "m" * 257},
+            "field 'message_id' has 257 characters; at most 256 are allowed",
+        ),
+        (
+            {"in_reply_to": "i" * 257},
+            "field 'in_reply_to' has 257 characters; at most 256 are allowed",
+        ),
+        # Only the field that breaks a rule is named, not a valid one before it:
+        (
+            {"seq": 3, "redelivered": True, "message_id": "m" * 257},
+            "field 'message_id' has 257 characters; at most 256 are allowed",
+        ),
+        (
+            {"sender_id": "s" * 128, "auth_token": "t" * 256, "in_reply_to": "i" * 257},
+            "field 'in_reply_to' has 257 characters; at most 256 are allowed",
+        ),
+    ],
+)
+def test_a_malformed_frame_is_named_and_keeps_its_type_and_conversation(
+    fields: dict[str, Any], problem: str
+) -> None:
+    with pytest.raises(DecodeError) as refused:
+        decode(envelope(**fields))
+    assert refused.value.reason == problem
+    raw_type = fields.get("message_type", "REQUEST")
+    assert refused.value.message_type == (raw_type if type(raw_type) is str else None)
+    assert refused.value.conversation_id == "k"
+
+
+def test_a_null_field_is_named_null() -> None:
+    with pytest.raises(DecodeError) as refused:
+        decode('{"sender_id": null, "receiver_id": "b", "message_type": "ERROR", "payload": {}}')
+    assert refused.value.reason == "field 'sender_id' must be a string, not null"
+
+
+def test_a_too_long_conversation_id_is_refused_and_echoed_clipped() -> None:
+    long_id = "c" * 257
+    with pytest.raises(DecodeError) as refused:
+        decode(envelope(conversation_id=long_id))
+    assert refused.value.reason == (
+        "field 'conversation_id' has 257 characters; at most 256 are allowed"
+    )
+    assert refused.value.conversation_id == clip(long_id, MAX_ID_LENGTH)
+
+
+def test_a_valid_conversation_id_comes_back_whole_with_the_error() -> None:
+    conversation_id = "c" * MAX_ID_LENGTH
+    with pytest.raises(DecodeError) as refused:
+        decode(envelope(conversation_id=conversation_id, seq="x"))
+    assert refused.value.conversation_id == conversation_id
+
+
+def test_every_field_at_its_length_limit_is_accepted() -> None:
+    ids = {name: name[0] * MAX_ID_LENGTH for name in ("auth_token", "message_id", "in_reply_to")}
+    msg = decode(
+        envelope(
+            sender_id="s" * MAX_AGENT_ID_LENGTH,
+            receiver_id="r" * MAX_AGENT_ID_LENGTH,
+            conversation_id="c" * MAX_ID_LENGTH,
+            **ids,
+        )
+    )
+    assert len(msg.sender_id) == len(msg.receiver_id) == MAX_AGENT_ID_LENGTH
+    assert msg.conversation_id == "c" * MAX_ID_LENGTH
+    assert (msg.auth_token, msg.message_id, msg.in_reply_to) == tuple(ids.values())
+
+
+def test_every_field_survives_encode_and_decode() -> None:
+    msg = Message(
+        "a",
+        "b",
+        MessageType.PROPOSE,
+        {"proposal": {"price": 1}},
+        "k",
+        auth_token="t",
+        message_id="m",
+        in_reply_to="r",
+        seq=7,
+        redelivered=True,
+    )
+    assert orjson.loads(encode(msg)) == {
+        "sender_id": "a",
+        "receiver_id": "b",
+        "message_type": "PROPOSE",
+        "payload": {"proposal": {"price": 1}},
+        "conversation_id": "k",
+        "auth_token": "t",
+        "message_id": "m",
+        "in_reply_to": "r",
+        "seq": 7,
+        "redelivered": True,
+    }
+    assert decode(encode(msg)) == msg
+    assert decode(envelope(redelivered=False)).redelivered is False

@@ -166,6 +166,7 @@ def test_text_and_a_paid_proposal_end_in_payment_confirmed_for_both() -> None:
         ("mallory", "shop", 0.3, "p1", "wrong_payer"),
         ("alice", "mallory", 0.3, "p1", "wrong_payee"),
         ("alice", "shop", 0.25, "p1", "wrong_amount"),
+        ("alice", "shop", 0.35, "p1", "wrong_amount"),
         ("alice", "shop", 0.3, "nope", "unknown_proposal"),
     ],
 )

@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -17,12 +16,7 @@ from websockets.asyncio.client import connect
 from agent_sdk import Agent, Message, MessageType, RequestContext, capability
 from lobby.store.sqlite import FILE_NAME
 from tests.conftest import LobbyProcess, start_lobby_process
-
-
-async def until(predicate: Callable[[], bool], limit: float = 20.0) -> None:
-    async with asyncio.timeout(limit):
-        while not predicate():
-            await asyncio.sleep(0.02)
+from tests.waiting import until
 
 
 class Collector(Agent):
@@ -75,10 +69,11 @@ async def test_queued_messages_survive_kill_9_and_arrive_in_order_once(tmp_path:
             await send_numbers(sender, range(1000))
             await until(lambda: len(sender._dispatcher.outbound) == 0)  # every message ACCEPTED
         lobby = restart(lobby, data, signal.SIGKILL)
-        async with collector:
+        async with collector, sender:
             await until(lambda: len(collector.seen) >= 1000)
-            await asyncio.sleep(0.3)
-        assert collector.seen == list(range(1000))
+            await send_numbers(sender, range(1000, 1001))  # arrives behind any repeat
+            await until(lambda: 1000 in collector.seen)
+        assert collector.seen == list(range(1001))
         assert collector.stats.resumes == 1  # the restarted lobby still knew its token
     finally:
         stop(lobby)
@@ -95,11 +90,11 @@ async def test_a_stream_sent_across_kill_9_loses_and_duplicates_nothing(tmp_path
             await until(lambda: len(collector.seen) >= 100)
             lobby = restart(lobby, data, signal.SIGKILL)
             await stream
-            await until(lambda: len(collector.seen) >= 300)
             await until(lambda: len(sender._dispatcher.outbound) == 0)
-            await asyncio.sleep(0.3)
-        assert sorted(collector.seen) == list(range(300))
-        assert len(collector.seen) == 300
+            await send_numbers(sender, range(300, 301))  # arrives behind any repeat
+            await until(lambda: 300 in collector.seen)
+        assert sorted(collector.seen) == list(range(301))
+        assert len(collector.seen) == 301
         assert sender.stats.reconnects == 1
     finally:
         stop(lobby)
@@ -113,15 +108,16 @@ async def test_an_acknowledged_message_is_never_redelivered(tmp_path: Path) -> N
         async with collector, Agent("sender", lobby_url=lobby.url) as sender:
             await send_numbers(sender, range(20))
             await until(lambda: len(collector.seen) == 20)
-            await asyncio.sleep(0.2)  # the batched ACK goes out
+        # A clean stop sends the last ACK before closing; SIGTERM commits it.
         lobby = restart(lobby, data, signal.SIGTERM)
         fresh = Collector(lobby.url)
         # The same agent, restarted with its saved token.
         fresh._sender.token = collector._sender.token
-        async with fresh:
-            await asyncio.sleep(0.5)
+        async with fresh, Agent("sender", lobby_url=lobby.url) as sender:
+            await send_numbers(sender, range(20, 21))  # arrives behind any redelivery
+            await until(lambda: 20 in fresh.seen)
         assert fresh.stats.resumes == 1
-        assert fresh.seen == []
+        assert fresh.seen == [20]
     finally:
         stop(lobby)
 

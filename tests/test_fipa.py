@@ -140,6 +140,12 @@ def test_a_dialogue_starts_only_with_a_proper_cfp(
     assert refused.value.rule == rule
 
 
+def test_a_cfp_to_oneself_is_no_dialogue() -> None:
+    with pytest.raises(IllegalMove) as refused:
+        Dialogue.start("d", "b", "b", "1", "CFP", None, CFP, 0.0)
+    assert str(refused.value) == "a dialogue needs two different parties (rule: not_a_party)"
+
+
 def test_reply_by_sets_a_deadline_cleared_by_the_first_reply() -> None:
     d = started(reply_by=5)
     assert d.reply_by == 105.0
@@ -171,3 +177,180 @@ def test_diagram_is_generated_from_the_table() -> None:
 def test_protocol_md_shows_the_generated_diagram() -> None:
     protocol_md = (Path(__file__).parent.parent / "PROTOCOL.md").read_text()
     assert f"```mermaid\n{mermaid_diagram()}\n```" in protocol_md
+
+
+START_REFUSALS = [
+    (
+        ("PROPOSE", None, proposal(1)),
+        "PROPOSE cannot start dialogue 'd1': a dialogue starts with CFP",
+        "first_move_must_be_cfp",
+    ),
+    (("CFP", "7", CFP), "a CFP starts a dialogue and replies to no move", "first_move_must_be_cfp"),
+    (("CFP", None, {"query": "text"}), "a CFP payload needs an object 'query'", "bad_payload"),
+    *(
+        (
+            ("CFP", None, {**CFP, "reply_by": bad}),
+            "'reply_by' must be a positive number of seconds",
+            "bad_payload",
+        )
+        for bad in (0, -1, True, "5")
+    ),
+    (
+        ("CFP", None, {"query": {"role": "broker"}}),
+        "the CFP query's 'role' must be 'buyer' or 'seller'",
+        "bad_payload",
+    ),
+]
+
+
+@pytest.mark.parametrize(("start", "reason", "rule"), START_REFUSALS)
+def test_each_refused_start_says_what_is_wrong(
+    start: tuple[str, str | None, dict[str, Any]], reason: str, rule: str
+) -> None:
+    kind, target, payload = start
+    with pytest.raises(IllegalMove) as refused:
+        Dialogue.start("d1", "b", "s", "1", kind, target, payload, 0.0)
+    assert refused.value.reason == reason
+    assert str(refused.value) == f"{reason} (rule: {rule})"
+
+
+PROPOSED = [("s", "b", "2", "PROPOSE", "1", proposal(1))]
+
+MOVE_REFUSALS = [
+    (
+        [],
+        ("s", "b", "ACCEPT", "1", {}),
+        "ACCEPT from the responder refused: dialogue 'd1' is cfp_sent, where only PROPOSE, "
+        "DECLINE may follow",
+        "invalid_reply",
+    ),
+    (
+        [],
+        ("b", "s", "PROPOSE", "1", proposal(1)),
+        "PROPOSE from the initiator refused: dialogue 'd1' is cfp_sent and it is the other "
+        "party's turn",
+        "turn_taking",
+    ),
+    (
+        [],
+        ("s", "b", "PROPOSE", "0", proposal(1)),
+        "PROPOSE from the responder refused: it must reply to the latest move '1', not '0'",
+        "reply_to_latest_move",
+    ),
+    (
+        [],
+        ("s", "b", "PROPOSE", None, proposal(1)),
+        "PROPOSE from the responder refused: it must reply to the latest move '1', not None",
+        "reply_to_latest_move",
+    ),
+    (
+        [],
+        ("x", "b", "PROPOSE", "1", proposal(1)),
+        "PROPOSE refused: dialogue 'd1' is cfp_sent between 'b' and 's'; only they may move "
+        "in it, to each other",
+        "not_a_party",
+    ),
+    (
+        [],
+        ("s", "b", "CFP", None, CFP),
+        "CFP refused: conversation_id 'd1' already names a dialogue",
+        "conversation_id_in_use",
+    ),
+    (
+        [],
+        ("s", "b", "PROPOSE", "1", {"proposal": 5}),
+        "a PROPOSE payload needs an object 'proposal'",
+        "bad_payload",
+    ),
+    *(
+        (
+            [],
+            ("s", "b", "PROPOSE", "1", {"proposal": {"price": price}}),
+            "PROPOSE refused: the proposal's 'price' is no number",
+            "bad_payload",
+        )
+        for price in ("abc", [1], None)
+    ),
+    *(
+        (
+            [],
+            ("s", "b", "PROPOSE", "1", {"proposal": {"price": price}}),
+            "PROPOSE refused: the proposal's 'price' must be a non-negative number",
+            "bad_payload",
+        )
+        for price in (-0.01, "Infinity", "NaN")
+    ),
+    (
+        PROPOSED,
+        ("s", "b", "PROPOSE", "2", proposal(2)),
+        "PROPOSE from the responder refused: dialogue 'd1' is proposed and it is the other "
+        "party's turn",
+        "turn_taking",
+    ),
+    (
+        PROPOSED,
+        ("b", "s", "MATCH_ACCEPT", "2", {}),
+        "MATCH_ACCEPT from the initiator refused: dialogue 'd1' is proposed, where only "
+        "PROPOSE, ACCEPT, DECLINE may follow",
+        "invalid_reply",
+    ),
+    (
+        [("s", "b", "2", "DECLINE", "1", {})],
+        ("b", "s", "PROPOSE", "2", proposal(1)),
+        "PROPOSE refused: dialogue 'd1' is declined, it is over",
+        "dialogue_over",
+    ),
+]
+
+
+@pytest.mark.parametrize(("moves", "bad", "reason", "rule"), MOVE_REFUSALS)
+def test_each_refused_move_says_what_is_wrong(
+    moves: list[tuple[Any, ...]], bad: tuple[Any, ...], reason: str, rule: str
+) -> None:
+    d = started()
+    for move in moves:
+        play(d, move)
+    with pytest.raises(IllegalMove) as refused:
+        d.check(*bad)
+    assert refused.value.reason == reason
+    assert str(refused.value) == f"{reason} (rule: {rule})"
+
+
+@pytest.mark.parametrize("price", [0, 0.5, "0.99"])
+def test_a_price_below_one_is_a_price(price: Any) -> None:
+    d = started()
+    d.apply("s", "b", "2", "PROPOSE", "1", {"proposal": {"price": price}}, 0.0)
+    assert d.state is DialogueState.PROPOSED
+
+
+def test_a_short_reply_by_is_a_deadline() -> None:
+    assert started(reply_by=0.5).reply_by == 100.5
+
+
+def test_a_dialogue_records_its_parties_moves_and_times() -> None:
+    d = started()
+    assert (d.created_at, d.updated_at, d.moves) == (100.0, 100.0, 1)
+    assert (d.role_of("b"), d.role_of("s"), d.role_of("x")) == (
+        "initiator",
+        "responder",
+        "outsider",
+    )
+    assert (d.other("b"), d.other("s")) == ("s", "b")
+    d.apply("s", "b", "2", "PROPOSE", "1", proposal(20), now=101.0)
+    assert (d.last_move_id, d.last_sender, d.updated_at, d.moves) == ("2", "s", 101.0, 2)
+    assert (d.last_proposal, d.last_proposer) == (proposal(20)["proposal"], "s")
+    assert d.accepted_proposal is None
+    d.apply("b", "s", "3", "ACCEPT", "2", {}, now=102.0)
+    assert (d.accepted_proposal, d.accepted_proposer) == (proposal(20)["proposal"], "s")
+    assert d.moves == 3
+    assert d.terms() is None  # accepted, not matched yet
+    d.expire(150.0)
+    assert (d.state, d.updated_at) == (DialogueState.EXPIRED, 150.0)
+
+
+def test_a_decline_after_a_proposal_accepts_nothing() -> None:
+    d = started()
+    d.apply("s", "b", "2", "PROPOSE", "1", proposal(20), now=101.0)
+    d.apply("b", "s", "3", "DECLINE", "2", {}, now=102.0)
+    assert d.accepted_proposal is None
+    assert d.terms() is None

@@ -11,6 +11,7 @@ from agent_sdk import Agent, RequestContext, Status, capability
 from lobby.server import LobbyServer
 from lobby.transport.base import Link
 from tests.conftest import start_lobby_process
+from tests.waiting import until
 
 
 class SlowWorker(Agent):
@@ -26,12 +27,6 @@ class SlowWorker(Agent):
         self.started += 1
         await self.release.wait()
         return {"done": request["job"]}
-
-
-async def until(predicate: Any, limit: float = 10.0) -> None:
-    async with asyncio.timeout(limit):
-        while not predicate():
-            await asyncio.sleep(0.02)
 
 
 async def test_pending_request_survives_the_callers_reconnect(lobby: LobbyServer) -> None:
@@ -72,7 +67,7 @@ async def test_killed_lobby_restarts_and_agents_come_back_by_themselves(tmp_path
                 caller.request("slow_worker", "work", {"job": 1}, timeout=15)
             )
             await until(lambda: worker.started == 1)
-            await asyncio.sleep(0.1)  # the REQUEST's batch is committed
+            await until(lambda: len(caller._dispatcher.outbound) == 0)  # the REQUEST is committed
             first.signal(signal.SIGKILL)
             first.wait(5)
             second = start_lobby_process(tmp_path, port=first.port)

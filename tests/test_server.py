@@ -5,20 +5,25 @@ shows (framing, HTTP, closing handshakes) is tested in tests/transport/."""
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 from websockets.asyncio.client import connect
 
-from tests.conftest import TRANSPORTS
+from lobby.server import LobbyServer
+from lobby.store.sqlite import SqliteStore
+from tests.conftest import SETTINGS, TRANSPORTS
+from tests.waiting import BOUND
 from tests.wsclient import (
     CLOSED,
     Client,
     Served,
     frame,
     reply,
-    running,
     serving,
     token_of,
 )
@@ -34,9 +39,11 @@ async def served(tmp_path: Path, request: pytest.FixtureRequest) -> AsyncIterato
         yield served
 
 
-async def expect_silence(ws: Client, seconds: float = 0.2) -> None:
-    with pytest.raises(TimeoutError):
-        await asyncio.wait_for(ws.recv(), seconds)
+async def nothing_before_the_answer_to(ws: Client, agent_id: str, token: str) -> None:
+    """Nothing was sent to `ws` before now: what it asks the lobby next is the next thing it
+    gets (the lobby handles frames in order and writes each connection's frames in order)."""
+    await ws.send(frame(agent_id, "DISCOVER_SERVICES", {}, auth_token=token))
+    assert (await reply(ws))["message_type"] == "SERVICES_AVAILABLE"
 
 
 async def test_the_seed_flow(served: Served) -> None:
@@ -95,7 +102,7 @@ async def test_the_seed_flow(served: Served) -> None:
         )
         refused = await reply(rogue)
         assert refused["payload"]["code"] == "unauthorized"
-        await expect_silence(hunter)
+        await nothing_before_the_answer_to(hunter, "hunter", hunter_token)
 
 
 @pytest.mark.parametrize(
@@ -164,41 +171,62 @@ async def test_held_messages_arrive_on_resume(served: Served) -> None:
                     auth_token=sender_token,
                 )
             )
-        await asyncio.sleep(0.1)
+        await nothing_before_the_answer_to(sender, "sender", sender_token)  # all 3 handled
         async with served.connect() as again:
             await again.send(frame("receiver", "REGISTER", {}, auth_token=receiver_token))
             assert (await reply(again))["payload"]["status"] == "success_resumed"
             assert [(await reply(again))["payload"]["n"] for _ in range(3)] == [0, 1, 2]
 
 
+class GatedStore(SqliteStore):
+    """The sqlite store, whose writer thread waits at `gate` before each batch: the test
+    decides when a commit happens, and sees which message ids each one wrote."""
+
+    def __init__(self, data_dir: Path) -> None:
+        super().__init__(data_dir)
+        self.gate = threading.Event()
+        self.written: list[str] = []
+
+    def write(self, records: list[Any]) -> None:
+        assert self.gate.wait(BOUND), "the test never opened the gate"
+        super().write(records)
+        self.written += [r.message_id for r in records if hasattr(r, "message_id")]
+
+
 async def test_a_message_is_confirmed_once_its_group_commit_is_done(tmp_path: Path) -> None:
-    """ACCEPTED comes after the commit that holds the message, which starts at most
-    `commit_interval` after it was accepted."""
-    async with (
-        running(tmp_path, commit_interval=0.3) as lobby,
-        connect(lobby.url) as sender,
-        connect(lobby.url) as receiver,
-    ):
-        assert lobby.committer.stats()["commit_interval_ms"] == 300
-        token = await token_of(sender, "sender", acks=True)
-        await token_of(receiver, "receiver", capabilities=[CAP])
-        started = asyncio.get_running_loop().time()
-        await sender.send(
-            frame(
-                "sender",
-                "REQUEST",
-                {"capability_name": "price"},
-                receiver_id="receiver",
-                conversation_id="c1",
-                message_id="m1",
-                auth_token=token,
+    """ACCEPTED comes only after the batch that holds the message is written; delivery to
+    the receiver does not wait for it."""
+    store = GatedStore(tmp_path)
+    lobby = LobbyServer(replace(SETTINGS, data_dir=tmp_path), store=store)
+    store.gate.set()
+    await lobby.start()
+    try:
+        async with connect(lobby.url) as sender, connect(lobby.url) as receiver:
+            token = await token_of(sender, "sender", acks=True)
+            await token_of(receiver, "receiver", capabilities=[CAP])
+            store.gate.clear()
+            await sender.send(
+                frame(
+                    "sender",
+                    "REQUEST",
+                    {"capability_name": "price"},
+                    receiver_id="receiver",
+                    conversation_id="c1",
+                    message_id="m1",
+                    auth_token=token,
+                )
             )
-        )
-        assert (await reply(receiver))["message_type"] == "REQUEST"  # delivered at once
-        accepted = await reply(sender)
-        assert accepted["message_type"] == "ACCEPTED"
-        assert accepted["payload"] == {"message_id": "m1"}
-        assert asyncio.get_running_loop().time() - started >= 0.25
+            assert (await reply(receiver))["message_type"] == "REQUEST"  # delivered at once
+            await nothing_before_the_answer_to(sender, "sender", token)  # not confirmed yet
+            assert "m1" not in store.written
+            store.gate.set()
+            accepted = await reply(sender)
+            assert accepted["message_type"] == "ACCEPTED"
+            assert accepted["payload"] == {"message_id": "m1"}
+            assert "m1" in store.written
+    finally:
+        store.gate.set()
+        await lobby.stop()
 
 
 @pytest.mark.parametrize("transport", ["memory", *TRANSPORTS])

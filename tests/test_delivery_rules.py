@@ -1,0 +1,139 @@
+"""The delivery rules through the Router, synchronously, with the router's clock: a sender's
+resend is recognised by (sender, message_id) within the dedupe horizon only; an ACK covers no
+more than was delivered; the lobby's own notices are never refused by a full mailbox."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from tests.routerkit import Clock, Peer, join, make_router, world
+
+HORIZON = 60.0
+
+
+def resume(peer: Peer, **payload: Any) -> list[dict[str, Any]]:
+    """`peer` comes back on a new connection with its token: what it is sent, ACK first."""
+    router = peer.router
+    session = router.open(peer.agent_id)
+    frame = {
+        "sender_id": peer.agent_id,
+        "receiver_id": "global_lobby",
+        "message_type": "REGISTER",
+        "payload": payload,
+        "auth_token": peer.token,
+    }
+    actions = router.handle(session, orjson.dumps(frame).decode())
+    world.peers.pop(peer.session.id, None)
+    peer.session = session
+    world.peers[session.id] = peer
+    world.deliver(actions)
+    return peer.take()
+
+
+def text(peer: Peer, to: str, content: str, message_id: str) -> None:
+    peer.to(to, "TEXT", {"content": content}, message_id=message_id)
+
+
+def contents(peer: Peer) -> list[tuple[str, str]]:
+    return [(m["sender_id"], m["payload"]["content"]) for m in peer.take()]
+
+
+def test_a_resent_message_id_is_delivered_once() -> None:
+    router = make_router()
+    alice, bob = join(router, "alice"), join(router, "bob")
+    text(alice, "bob", "first", "m-1")
+    text(alice, "bob", "first again", "m-1")
+    text(alice, "bob", "second", "m-2")
+    assert contents(bob) == [("alice", "first"), ("alice", "second")]
+    assert alice.take() == []  # a resend is not refused
+
+
+def test_a_resent_request_reaches_the_receiver_once() -> None:
+    cap = {"name": "c", "description": "", "input_schema": {}, "output_schema": {}}
+    router = make_router()
+    alice, bob = join(router, "alice"), join(router, "bob", capabilities=[cap])
+    for _ in range(2):
+        alice.to("bob", "REQUEST", {"capability_name": "c"}, conversation_id="k", message_id="r")
+    assert [m["message_id"] for m in bob.take()] == ["r"]
+    bob.to("alice", "RESPONSE", {"status": "success"}, conversation_id="k")
+    assert alice.last()["payload"] == {"status": "success"}
+    bob.to("alice", "RESPONSE", {"status": "success"}, conversation_id="k")
+    assert bob.last()["payload"]["code"] == "unknown_conversation"  # one REQUEST was open
+
+
+def test_two_senders_with_the_same_message_id_are_both_delivered() -> None:
+    router = make_router()
+    alice, carol, bob = join(router, "alice"), join(router, "carol"), join(router, "bob")
+    text(alice, "bob", "from alice", "m-1")
+    text(carol, "bob", "from carol", "m-1")
+    assert contents(bob) == [("alice", "from alice"), ("carol", "from carol")]
+
+
+def test_a_resend_is_recognised_up_to_the_horizon_and_delivered_again_after_it() -> None:
+    clock = Clock()
+    router = make_router(clock, dedupe_horizon=HORIZON)
+    alice, bob = join(router, "alice"), join(router, "bob")
+    text(alice, "bob", "sent", "m-1")
+    clock.now += HORIZON
+    text(alice, "bob", "resent at the horizon", "m-1")
+    assert contents(bob) == [("alice", "sent")]
+    clock.now += 1
+    text(alice, "bob", "resent past the horizon", "m-1")
+    assert contents(bob) == [("alice", "resent past the horizon")]
+
+
+def test_trimming_the_dedupe_window_keeps_what_is_within_the_horizon() -> None:
+    """`compaction` (run by the server now and then) forgets only ids past the horizon."""
+    clock = Clock()
+    router = make_router(clock, dedupe_horizon=HORIZON)
+    alice, bob = join(router, "alice"), join(router, "bob")
+    text(alice, "bob", "old", "m-1")
+    clock.now += HORIZON / 2
+    text(alice, "bob", "recent", "m-2")
+    clock.now += HORIZON / 2 + 1  # m-1 is past the horizon, m-2 within it
+    router.compaction()
+    text(alice, "bob", "old again", "m-1")
+    text(alice, "bob", "recent again", "m-2")
+    assert contents(bob) == [("alice", "old"), ("alice", "recent"), ("alice", "old again")]
+
+
+def test_an_ack_beyond_the_last_seq_covers_only_what_was_delivered() -> None:
+    router = make_router()
+    alice, bob = join(router, "alice"), join(router, "bob", acks=True)
+    text(alice, "bob", "1", "m-1")
+    bob.take()
+    bob.send("ACK", {"up_to": 1000})  # more than the lobby ever delivered to bob
+    text(alice, "bob", "2", "m-2")
+    text(alice, "bob", "3", "m-3")
+    assert [m["seq"] for m in bob.take()] == [2, 3]
+    held = resume(bob, acks=True)[1:]
+    assert [(m["seq"], m["redelivered"]) for m in held] == [(2, True), (3, True)]
+    bob.send("ACK", {"up_to": 3})
+    assert resume(bob, acks=True)[1:] == []
+
+
+def test_the_lobbys_notices_are_held_even_in_a_full_mailbox() -> None:
+    clock = Clock()
+    router = make_router(clock, mailbox_limit=1)
+    buyer, seller = join(router, "buyer", acks=True), join(router, "seller")
+    buyer.to("seller", "CFP", {"query": {}, "reply_by": 5}, conversation_id="d1", message_id="1")
+    seller.to("buyer", "TEXT", {"content": "hold on"})  # fills the buyer's mailbox
+    seller.to("buyer", "TEXT", {"content": "one too many"})
+    assert seller.last()["payload"]["code"] == "mailbox_full"  # agents are refused
+    clock.now += 6
+    world.deliver(router.tick())
+    assert [m["message_type"] for m in buyer.take()] == ["TEXT", "DIALOGUE_EXPIRED"]
+    held = resume(buyer, acks=True)[1:]
+    assert [m["message_type"] for m in held] == ["TEXT", "DIALOGUE_EXPIRED"]
+
+
+def test_a_cfp_to_oneself_is_refused() -> None:
+    router = make_router()
+    loner = join(router, "loner")
+    loner.to("loner", "CFP", {"query": {}}, conversation_id="d1", message_id="1")
+    error = loner.last()
+    assert error["payload"]["code"] == "invalid_dialogue"
+    assert "rule: not_a_party" in error["payload"]["error"]
+    assert loner.take() == []
