@@ -99,6 +99,17 @@ def test_trimming_the_dedupe_window_keeps_what_is_within_the_horizon() -> None:
     assert contents(bob) == [("alice", "old"), ("alice", "recent"), ("alice", "old again")]
 
 
+def test_the_dedupe_window_keeps_at_most_its_size_forgetting_the_oldest() -> None:
+    router = make_router(dedupe_max=2)
+    alice, bob = join(router, "alice"), join(router, "bob")
+    for n in (1, 2, 3):
+        text(alice, "bob", f"{n}", f"m-{n}")
+    router.compaction()
+    for n in (1, 2, 3):
+        text(alice, "bob", f"{n} again", f"m-{n}")
+    assert contents(bob) == [("alice", "1"), ("alice", "2"), ("alice", "3"), ("alice", "1 again")]
+
+
 def test_an_ack_beyond_the_last_seq_covers_only_what_was_delivered() -> None:
     router = make_router()
     alice, bob = join(router, "alice"), join(router, "bob", acks=True)
