@@ -3,9 +3,9 @@
 A `Call` is one `request()`: a future for the final RESPONSE and, for `request_stream()`, a
 bounded queue of `in_progress` updates. A question to the lobby (`ask_lobby()`) is a future for
 its reply. `Outstanding` holds both; which message completes which is decided by the pure
-`agent_sdk.dispatch.Dispatcher`, told here whose answer each conversation expects. Calls live
-in the agent, not in a connection, so they survive a reconnect: a RESPONSE that arrives on the
-next connection still completes them.
+`agent_sdk.dispatch.Dispatcher`, which reads them. Calls live in the agent, not in a
+connection, so they survive a reconnect: a RESPONSE that arrives on the next connection still
+completes them.
 """
 
 from __future__ import annotations
@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agent_sdk.dispatch import Dispatcher
 from agent_sdk.errors import AgentSDKError, refused_error, remote_error
 from protocol.models import Message, ResponseStatus
 
@@ -67,48 +66,45 @@ class Call:
 
 
 class Outstanding:
-    """Owns the futures of this agent's awaited calls and lobby questions. `Caller` opens and
-    forgets them; `AgentCore` carries the dispatcher's `Answer`, `Refusal` and `Reply` here,
-    and fails them all when the agent stops."""
+    """Owns what this agent awaits, by conversation id: `calls` and `questions` (futures of the
+    lobby's replies), which the dispatcher reads to tell an answer from other messages.
+    `Caller` opens and forgets them; `AgentCore` carries the dispatcher's `Answer`, `Refusal`
+    and `Reply` here, and fails them all when the agent stops."""
 
-    def __init__(self, dispatcher: Dispatcher) -> None:
-        self._dispatcher = dispatcher
-        self._calls: dict[str, Call] = {}
-        self._questions: dict[str, asyncio.Future[Message]] = {}
+    def __init__(self) -> None:
+        self.calls: dict[str, Call] = {}
+        self.questions: dict[str, asyncio.Future[Message]] = {}
 
     def call(
         self, conversation_id: str, receiver_id: str, capability: str, *, stream: bool
     ) -> Call:
         """Await the RESPONSE to the REQUEST about to go to `receiver_id`."""
-        call = self._calls[conversation_id] = Call(receiver_id, capability, stream=stream)
-        self._dispatcher.expect_response(conversation_id, receiver_id)
+        call = self.calls[conversation_id] = Call(receiver_id, capability, stream=stream)
         return call
 
     def question(self, conversation_id: str) -> asyncio.Future[Message]:
         """Await the lobby's reply to the message about to go out in `conversation_id`."""
-        future = self._questions[conversation_id] = asyncio.get_running_loop().create_future()
-        self._dispatcher.expect_reply(conversation_id)
+        future = self.questions[conversation_id] = asyncio.get_running_loop().create_future()
         return future
 
     def forget(self, conversation_id: str) -> None:
         """Stop awaiting `conversation_id` (answered, timed out, or never sent)."""
-        self._calls.pop(conversation_id, None)
-        self._questions.pop(conversation_id, None)
-        self._dispatcher.forget(conversation_id)
+        self.calls.pop(conversation_id, None)
+        self.questions.pop(conversation_id, None)
 
     def answer(self, conversation_id: str, payload: dict[str, Any]) -> None:
-        call = self._calls.get(conversation_id)
+        call = self.calls.get(conversation_id)
         if call is not None:
             call.on_response(payload)
 
     def refuse(self, conversation_id: str, code: str, error: str) -> None:
-        call = self._calls.get(conversation_id)
+        call = self.calls.get(conversation_id)
         if call is not None:
             call.on_error(code, error)
 
     def reply(self, conversation_id: str, message: Message) -> bool:
-        """False if nobody awaits the reply any more (the question just timed out)."""
-        future = self._questions.get(conversation_id)
+        """Complete the question; False if it was answered already (or just timed out)."""
+        future = self.questions.get(conversation_id)
         if future is None or future.done():
             return False
         future.set_result(message)
@@ -116,8 +112,8 @@ class Outstanding:
 
     def fail_all(self, exc: AgentSDKError) -> None:
         """The agent stopped: every call fails with `exc`, every question is cancelled."""
-        for call in self._calls.values():
+        for call in self.calls.values():
             call.fail(exc)
-        for future in self._questions.values():
+        for future in self.questions.values():
             if not future.done():
                 future.cancel()

@@ -119,10 +119,14 @@ class AgentCore:
         self._routes: dict[MessageType, Route] = {}
         """What runs each message type delivered to the application; each layer adds its
         own in `__init__`. A type with no route goes to `on_message`."""
+        self._outstanding = Outstanding()
         self._dispatcher = Dispatcher(
-            self.stats, dedupe_window=dedupe_window, max_unconfirmed=max_unconfirmed
+            self.stats,
+            calls=self._outstanding.calls,
+            questions=self._outstanding.questions,
+            dedupe_window=dedupe_window,
+            max_unconfirmed=max_unconfirmed,
         )
-        self._outstanding = Outstanding(self._dispatcher)
         self._handlers = Handlers(
             self.agent_id, self.stats, max_concurrency=max_concurrency, backlog=backlog
         )
@@ -387,7 +391,7 @@ class AgentCore:
                 self._sender.room.set()
             elif isinstance(action, Reply):
                 if not self._outstanding.reply(action.conversation_id, action.message):
-                    self._deliver(action.message)  # timed out meanwhile: as if never awaited
+                    self._deliver(action.message)  # answered already: as if never awaited
             elif isinstance(action, Refusal):
                 self._outstanding.refuse(action.conversation_id, action.code, action.error)
             elif isinstance(action, LobbyComplaint):

@@ -14,7 +14,7 @@ For each frame, in this order:
       sends in `in_reply_to`          -> RoomFreed (that send is refused: never resent), then on
     RESPONSE in an awaited call       -> Answer (from the REQUEST's receiver, or the lobby)
     other RESPONSE                    -> Deliver (to `on_message`)
-    the lobby's reply to a question   -> Reply (once; a second one is delivered)
+    the lobby's reply to a question   -> Reply (delivered instead if it was answered already)
     lobby ERROR naming an awaited call
       in `original_conversation_id`   -> Refusal
     other lobby ERROR                 -> LobbyComplaint, then Deliver
@@ -30,8 +30,9 @@ moved, so that an ACK is due.
 from __future__ import annotations
 
 from collections import OrderedDict
+from collections.abc import Container, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 from agent_sdk.delivery import Inbound, Outbound
 from agent_sdk.stats import AgentStats
@@ -98,6 +99,14 @@ Action = Deliver | Answer | Refusal | Reply | LobbyComplaint | Unreadable | Room
 ROOM_FREED = RoomFreed()
 
 
+class AwaitedCall(Protocol):
+    """What the dispatcher reads of a call the agent awaits (`calls.Call`)."""
+
+    @property
+    def receiver_id(self) -> str:
+        """The agent the REQUEST went to: its RESPONSEs (and the lobby's) answer the call."""
+
+
 class SeenMessages:
     """The (sender, message_id) pairs seen lately, to drop a redelivered message. Bounded:
     the oldest are forgotten past `size`."""
@@ -119,36 +128,27 @@ class SeenMessages:
 
 class Dispatcher:
     """Owns the agent's protocol state on the read side: the dedupe window, the delivery
-    watermark (`inbound`), the sends awaiting the lobby's ACCEPTED (`outbound`), and which
-    conversations await an answer from whom. One per agent object; it outlives connections,
-    so calls survive a reconnect. Counts into `stats` (messages received, duplicates)."""
+    watermark (`inbound`) and the sends awaiting the lobby's ACCEPTED (`outbound`). Which
+    conversations the agent awaits an answer in, it reads and never changes: `calls` (by
+    conversation id, each with the agent its REQUEST went to) and `questions` to the lobby,
+    both kept by `calls.Outstanding`. One per agent object; it outlives connections, so calls
+    survive a reconnect. Counts into `stats` (messages received, duplicates)."""
 
-    def __init__(self, stats: AgentStats, *, dedupe_window: int, max_unconfirmed: int) -> None:
+    def __init__(
+        self,
+        stats: AgentStats,
+        *,
+        calls: Mapping[str, AwaitedCall],
+        questions: Container[str],
+        dedupe_window: int,
+        max_unconfirmed: int,
+    ) -> None:
         self.stats = stats
         self.inbound = Inbound()
         self.outbound = Outbound(max_unconfirmed)
         self._seen = SeenMessages(dedupe_window)
-        self._calls: dict[str, str] = {}
-        """Conversation of an awaited call -> the agent its REQUEST went to."""
-        self._questions: set[str] = set()
-        """Conversations of questions awaiting the lobby's reply."""
-
-    # -- what the agent awaits --------------------------------------------------------------
-
-    def expect_response(self, conversation_id: str, receiver_id: str) -> None:
-        """Call before sending a REQUEST in `conversation_id` to `receiver_id`: its RESPONSEs
-        (and the lobby's refusal) become `Answer`s (`Refusal`s) until `forget()`."""
-        self._calls[conversation_id] = receiver_id
-
-    def expect_reply(self, conversation_id: str) -> None:
-        """Call before asking the lobby something in `conversation_id`: its first reply
-        becomes a `Reply`."""
-        self._questions.add(conversation_id)
-
-    def forget(self, conversation_id: str) -> None:
-        """The caller stopped waiting (answered, timed out, failed to send)."""
-        self._calls.pop(conversation_id, None)
-        self._questions.discard(conversation_id)
+        self._calls = calls
+        self._questions = questions
 
     # -- the read side ---------------------------------------------------------------------
 
@@ -181,8 +181,8 @@ class Dispatcher:
             actions.append(ROOM_FREED)
         conversation_id = message.conversation_id or ""
         if kind is MessageType.RESPONSE:
-            receiver_id = self._calls.get(conversation_id)
-            if receiver_id is not None and message.sender_id in (receiver_id, LOBBY_ID):
+            call = self._calls.get(conversation_id)
+            if call is not None and message.sender_id in (call.receiver_id, LOBBY_ID):
                 self.settle(seq)
                 actions.append(Answer(conversation_id, message.payload))
             else:
@@ -190,7 +190,6 @@ class Dispatcher:
             return actions
         if from_lobby:
             if conversation_id in self._questions:
-                self._questions.discard(conversation_id)
                 self.settle(seq)
                 actions.append(Reply(conversation_id, message))
                 return actions

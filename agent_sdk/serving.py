@@ -52,8 +52,11 @@ class CapabilityServer(AgentCore):
             self.agent_id,
         )
         try:
-            async with asyncio.timeout(spec.timeout):
+            if spec.timeout is None:  # no timeout scope to enter: about 2 us a REQUEST
                 result = await spec.handler(self, argument, ctx)
+            else:
+                async with asyncio.timeout(spec.timeout):
+                    result = await spec.handler(self, argument, ctx)
             output = {**spec.dump_output(result), "status": ResponseStatus.SUCCESS}
         except CapabilityError as exc:
             output = {"status": ResponseStatus.ERROR, "code": exc.code, "error": exc.message}

@@ -23,8 +23,16 @@ def frame(sender_id: str, message_type: MessageType, payload: dict[str, object],
 
 
 def pair() -> tuple[Dispatcher, Outstanding]:
-    dispatcher = Dispatcher(AgentStats(), dedupe_window=10, max_unconfirmed=10)
-    return dispatcher, Outstanding(dispatcher)
+    """An agent's `Outstanding` and the dispatcher that reads it."""
+    outstanding = Outstanding()
+    dispatcher = Dispatcher(
+        AgentStats(),
+        calls=outstanding.calls,
+        questions=outstanding.questions,
+        dedupe_window=10,
+        max_unconfirmed=10,
+    )
+    return dispatcher, outstanding
 
 
 async def test_a_call_yields_progress_then_its_result_and_ignores_a_second_final() -> None:
@@ -68,19 +76,20 @@ async def test_an_error_response_and_a_refusal_raise_their_typed_errors() -> Non
         await full.result
 
 
-async def test_a_question_gets_its_reply_once_and_a_late_one_is_not_taken() -> None:
+async def test_a_question_takes_one_reply_and_an_answered_one_takes_no_more() -> None:
     dispatcher, outstanding = pair()
     future = outstanding.question("q1")
     (reply,) = dispatcher.receive(frame(LOBBY_ID, MessageType.MESSAGES, {"messages": []}, "q1"))
     assert isinstance(reply, Reply)
     assert outstanding.reply(reply.conversation_id, reply.message)
     assert (await future).message_type is MessageType.MESSAGES
+    assert not outstanding.reply("q1", reply.message)  # the core delivers a second one
     timed_out = outstanding.question("q2")
     timed_out.cancel()
-    assert not outstanding.reply("q2", reply.message)  # the core delivers it instead
+    assert not outstanding.reply("q2", reply.message)
 
 
-async def test_forgetting_a_conversation_tells_the_dispatcher_too() -> None:
+async def test_a_forgotten_conversation_is_no_longer_answered() -> None:
     dispatcher, outstanding = pair()
     outstanding.call("c1", "seller", "price", stream=False)
     outstanding.forget("c1")

@@ -3,6 +3,8 @@ no socket): frames in, actions out."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
 import orjson
@@ -25,8 +27,27 @@ from protocol.models import LOBBY_ID, Message, MessageType
 ME = "me"
 
 
-def dispatcher(*, max_unconfirmed: int = 10, dedupe_window: int = 100) -> Dispatcher:
-    return Dispatcher(AgentStats(), dedupe_window=dedupe_window, max_unconfirmed=max_unconfirmed)
+@dataclass
+class Awaited:
+    """A call as the dispatcher sees it (`calls.Call` in the agent)."""
+
+    receiver_id: str
+
+
+def dispatcher(
+    *,
+    calls: Mapping[str, Awaited] | None = None,
+    questions: set[str] | None = None,
+    max_unconfirmed: int = 10,
+    dedupe_window: int = 100,
+) -> Dispatcher:
+    return Dispatcher(
+        AgentStats(),
+        calls=calls if calls is not None else {},
+        questions=questions if questions is not None else set(),
+        dedupe_window=dedupe_window,
+        max_unconfirmed=max_unconfirmed,
+    )
 
 
 def frame(
@@ -78,8 +99,8 @@ def test_the_dedupe_window_forgets_the_oldest() -> None:
 
 
 def test_a_response_answers_the_call_awaiting_it_only_from_its_receiver_or_the_lobby() -> None:
-    d = dispatcher()
-    d.expect_response("c1", "seller")
+    calls = {"c1": Awaited("seller")}
+    d = dispatcher(calls=calls)
     progress = frame(
         "seller", MessageType.RESPONSE, {"status": "in_progress"}, conversation_id="c1"
     )
@@ -88,14 +109,13 @@ def test_a_response_answers_the_call_awaiting_it_only_from_its_receiver_or_the_l
     assert d.receive(stranger) == [Deliver(decode(stranger))]
     by_lobby = frame(LOBBY_ID, MessageType.RESPONSE, {"status": "error"}, conversation_id="c1")
     assert d.receive(by_lobby) == [Answer("c1", {"status": "error"})]
-    d.forget("c1")
+    del calls["c1"]  # the caller stopped waiting
     late = frame("seller", MessageType.RESPONSE, {"status": "success"}, conversation_id="c1")
     assert d.receive(late) == [Deliver(decode(late))]
 
 
 def test_a_lobby_error_naming_an_awaited_call_refuses_it() -> None:
-    d = dispatcher()
-    d.expect_response("c1", "nobody")
+    d = dispatcher(calls={"c1": Awaited("nobody")})
     error = {
         "error": "Agent 'nobody' is not registered.",
         "code": "unknown_receiver",
@@ -113,27 +133,26 @@ def test_a_lobby_error_about_nothing_awaited_is_a_complaint_and_reaches_on_messa
     assert d.receive(stray) == [LobbyComplaint("malformed", "no"), Deliver(decode(stray))]
 
 
-def test_a_question_gets_the_lobbys_first_reply_and_a_second_is_delivered() -> None:
-    d = dispatcher()
-    d.expect_reply("q1")
+def test_a_lobby_message_in_a_questions_conversation_is_its_reply_while_asked() -> None:
+    questions = {"q1", "q2"}
+    d = dispatcher(questions=questions)
     answer = frame(
         LOBBY_ID, MessageType.SERVICES_AVAILABLE, {"services_found": []}, conversation_id="q1"
     )
     (reply,) = d.receive(answer)
     assert reply == Reply("q1", decode(answer))
+    questions.discard("q1")  # answered: the asker forgets it
     again = frame(
         LOBBY_ID, MessageType.PAYMENT_CONFIRMED, {"transaction": {}}, conversation_id="q1"
     )
     assert d.receive(again) == [Deliver(decode(again))]
     # Only the lobby answers a question.
-    d.expect_reply("q2")
     other = frame("alice", MessageType.TEXT, {"content": "hi"}, conversation_id="q2")
     assert d.receive(other) == [Deliver(decode(other))]
 
 
 def test_a_request_is_always_delivered_even_in_an_awaited_conversation() -> None:
-    d = dispatcher()
-    d.expect_response("c1", "alice")
+    d = dispatcher(calls={"c1": Awaited("alice")})
     request = frame("alice", MessageType.REQUEST, {"capability_name": "x"}, conversation_id="c1")
     assert d.receive(request) == [Deliver(decode(request))]
 
@@ -156,9 +175,8 @@ def test_accepted_confirms_sends_in_order_and_frees_room_below_the_limit() -> No
 
 
 def test_a_refused_send_is_settled_and_the_refusal_goes_on_to_whoever_waits() -> None:
-    d = dispatcher()
+    d = dispatcher(calls={"c1": Awaited("nobody")})
     d.outbound.add(sent("s1", receiver_id="nobody"))
-    d.expect_response("c1", "nobody")
     error = {"error": "unknown", "code": "unknown_receiver", "original_conversation_id": "c1"}
     refused = frame(LOBBY_ID, MessageType.ERROR, error, conversation_id="c1", in_reply_to="s1")
     assert d.receive(refused) == [ROOM_FREED, Refusal("c1", "unknown_receiver", "unknown")]
@@ -166,8 +184,7 @@ def test_a_refused_send_is_settled_and_the_refusal_goes_on_to_whoever_waits() ->
 
 
 def test_what_the_dispatcher_takes_itself_is_settled_and_acknowledged() -> None:
-    d = dispatcher()
-    d.expect_response("c1", "seller")
+    d = dispatcher(calls={"c1": Awaited("seller")})
     d.outbound.add(sent("s1"))
     d.receive(frame(LOBBY_ID, MessageType.ACCEPTED, {"message_id": "s1"}, seq=1))
     d.receive(
@@ -218,8 +235,7 @@ def test_messages_without_seq_need_no_bookkeeping() -> None:
 
 
 def test_unknown_envelope_fields_are_ignored_and_the_payload_passed_as_sent() -> None:
-    d = dispatcher()
-    d.expect_response("c1", "seller")
+    d = dispatcher(calls={"c1": Awaited("seller")})
     payload = {"status": "success", "nested": {"items": [1, 2, 3]}}
     raw = orjson.dumps(
         {
