@@ -84,6 +84,7 @@ class LobbyServer:
         """Links with frames waiting to be flushed at the end of this batch."""
         self._batch_due = False
         self._unflushed = 0
+        self._query_due = False
         """Messages routed since the last flush."""
 
     @property
@@ -210,6 +211,9 @@ class LobbyServer:
                 log.warning("CONNECTION_TOO_SLOW", remote=link.remote)
                 self._close(session, CloseCode.TOO_SLOW, "too slow: outbound queue overflowed")
         self.committer.kick()
+        if self.router.queries and not self._query_due:
+            self._query_due = True
+            asyncio.get_running_loop().call_soon(self._answer_query)
 
     def closing(self, session: Session, code: int | None) -> None:
         """The connection of `session` stopped being open (its peer sent a close frame, or the
@@ -227,6 +231,20 @@ class LobbyServer:
         self.connections -= 1
         self._execute(self.router.close(session, code))
         self._batch()
+
+    def _answer_query(self) -> None:
+        """Answer one waiting DISCOVER_SERVICES, then let the loop poll again: every pass
+        reads and routes what arrived before the next query is answered, so an agent's
+        REQUEST waits for at most one query, however many are queued."""
+        self._query_due = False
+        session = self.router.queries[0][0]
+        try:
+            actions = self.router.answer_query()
+        except Exception:
+            log.exception("ROUTER_FAILED", session=session.id)
+            actions = [Send(session, _internal_error())]
+        self._execute(actions)
+        self.end_of_batch()
 
     # -- carrying out the router's actions --------------------------------------------------
 

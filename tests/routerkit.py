@@ -39,6 +39,8 @@ class Peer:
             **envelope,
         }
         world.deliver(self.router.handle(self.session, orjson.dumps(frame).decode()))
+        while self.router.queries:  # as the server does, one per pass of its loop
+            world.deliver(self.router.answer_query())
 
     def to(
         self, receiver: str, message_type: str, payload: dict[str, Any], **envelope: Any

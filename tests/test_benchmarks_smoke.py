@@ -93,7 +93,8 @@ def test_the_report_renders_every_section_with_targets() -> None:
     assert "| lobby (sqlite), picows | 2 |" in text
     assert "| lookups | 100,000 | 1.00 / 3.00 / 1.00 | 3.00x |" in text
     assert "capability with input schema | 2 | 1.00x | 1.00x | 1.0 | 0.0 |" in text
-    assert len(results["targets"]) == 12
+    assert len(results["targets"]) == 13
+    assert "sqlite store on picows, 1 pairs >= 1.3x websockets relay" in text
     assert {t["status"] for t in results["targets"]} == {"met", "NOT MET"}
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+from collections import deque
 from pathlib import Path
 from typing import Any
 
@@ -23,6 +24,7 @@ from lobby.server import LobbyServer
 from protocol.models import MAX_RANK, Capability
 from tests.conftest import TRANSPORTS
 from tests.routerkit import Clock, Peer, join
+from tests.transport.test_closing import Stubborn
 from tests.wsclient import frame, register, reply, running
 
 Key = tuple[str, str]
@@ -205,7 +207,8 @@ def me_frame(router: Router, me: Peer, payload: dict[str, Any]) -> bytes:
         "payload": payload,
         "auth_token": me.token,
     }
-    (send,) = router.handle(me.session, orjson.dumps(frame).decode())
+    assert router.handle(me.session, orjson.dumps(frame).decode()) == []
+    (send,) = router.answer_query()
     assert isinstance(send, Send)
     return send.frame
 
@@ -269,6 +272,54 @@ def test_a_lookup_at_100000_capabilities_reads_only_its_page() -> None:
             assert page.examined is not None
             assert page.examined <= 201
             assert len(page.hits) == min(200, page.examined)
+
+
+# -- queries wait in line ----------------------------------------------------------------------
+
+
+def test_queries_wait_in_line_at_most_four_per_agent_and_are_answered_oldest_first() -> None:
+    """A DISCOVER is answered after the routed messages of its pass (`Router.answer_query`,
+    one per pass of the server's loop); an agent may have four waiting, the fifth is refused."""
+    router, me = lobby()
+    for limit in (1, 2, 3, 4):
+        assert router.handle(me.session, me_frame_bytes(me, {"limit": limit})) == []
+    assert len(router.queries) == 4
+    world_actions = router.handle(me.session, me_frame_bytes(me, {"limit": 5}))
+    (refused,) = [orjson.loads(a.frame) for a in world_actions if isinstance(a, Send)]
+    assert refused["payload"]["code"] == "rate_limited"
+    assert "4 DISCOVER_SERVICES waiting" in refused["payload"]["error"]
+    sizes = []
+    while router.queries:
+        (send,) = router.answer_query()
+        assert isinstance(send, Send)
+        sizes.append(len(keys_of(orjson.loads(send.frame)["payload"])))
+    assert sizes == [1, 2, 3, 4]
+    # Answered, they no longer count: the agent may queue four again.
+    for limit in (1, 2, 3, 4):
+        assert router.handle(me.session, me_frame_bytes(me, {"limit": limit})) == []
+
+
+def test_a_query_whose_connection_closed_meanwhile_is_dropped() -> None:
+    router, me = lobby()
+    assert router.handle(me.session, me_frame_bytes(me, {})) == []
+    router.close(me.session)
+    assert router.answer_query() == []
+    assert router.queries == deque()
+    assert router.registry.agents["me"].queries_waiting == 0
+
+
+def test_a_bad_cursor_found_when_answering_is_refused_as_malformed() -> None:
+    router, me = lobby()
+    assert router.handle(me.session, me_frame_bytes(me, {"cursor": "????"})) == []
+    (error,) = router.answer_query()
+    assert isinstance(error, Send)
+    payload = orjson.loads(error.frame)["payload"]
+    assert payload["code"] == "malformed"
+    assert "cursor" in payload["error"]
+
+
+def me_frame_bytes(me: Peer, payload: dict[str, Any]) -> str:
+    return frame(me.agent_id, "DISCOVER_SERVICES", payload, auth_token=me.token)
 
 
 # -- over real sockets --------------------------------------------------------------------------
@@ -356,3 +407,24 @@ def test_a_lexical_page_cut_short_is_marked_approximate(monkeypatch: pytest.Monk
     answer = ask(me, {"query": "alpha beta", "limit": 5})
     assert answer["approximate"] is True
     assert len(keys_of(answer)) == 5
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_read_routes_its_messages_before_answering_its_queries(
+    tmp_path: Path, transport: str
+) -> None:
+    """Two frames in one TCP write: a DISCOVER, then a frame answered at once (here a query
+    refused for its limit). The lobby answers the second first: a query waits until what
+    its read brought has been routed, so it never holds other agents' messages back."""
+    async with running(tmp_path, transport=transport) as lobby, Stubborn.connect(lobby) as me:
+        me.send(frame("me", "REGISTER", {}))
+        token = (await me.recv())["payload"]["auth_token"]
+        assert me.protocol is not None
+        for payload in ({}, {"limit": 0}):
+            query = frame("me", "DISCOVER_SERVICES", payload, auth_token=token)
+            me.protocol.send_text(query.encode())
+        me.send_raw(b"".join(me.protocol.data_to_send()))
+        first, second = await me.recv(), await me.recv()
+        assert first["message_type"] == "ERROR"
+        assert first["payload"]["code"] == "malformed"
+        assert second["message_type"] == "SERVICES_AVAILABLE"

@@ -29,13 +29,16 @@ async def test_message_rate_is_limited_per_agent(tmp_path: Path) -> None:
     ):
         token = (await register(ws, "chatty"))["payload"]["auth_token"]
         other_token = (await register(other, "quiet"))["payload"]["auth_token"]
-        for _ in range(5):
-            await ws.send(frame("chatty", "DISCOVER_SERVICES", {}, auth_token=token))
-        replies = [await reply(ws) for _ in range(5)]
-        kinds = [r["message_type"] for r in replies]
-        assert kinds[:3] == ["SERVICES_AVAILABLE"] * 3
-        assert kinds[3:] == ["ERROR", "ERROR"]
-        assert replies[3]["payload"]["code"] == "rate_limited"
+        for n in range(5):
+            query = frame(
+                "chatty", "DISCOVER_SERVICES", {}, auth_token=token, conversation_id=f"q{n}"
+            )
+            await ws.send(query)
+        # A refusal is answered at once, a query after the rest of its read: match by id.
+        replies = {r["conversation_id"]: r for r in [await reply(ws) for _ in range(5)]}
+        kinds = [replies[f"q{n}"]["message_type"] for n in range(5)]
+        assert kinds == ["SERVICES_AVAILABLE"] * 3 + ["ERROR", "ERROR"]
+        assert replies["q3"]["payload"]["code"] == "rate_limited"
         # Another agent has its own allowance.
         await other.send(frame("quiet", "DISCOVER_SERVICES", {}, auth_token=other_token))
         assert (await reply(other))["message_type"] == "SERVICES_AVAILABLE"
@@ -237,9 +240,13 @@ async def test_discovery_has_its_own_lower_rate_per_agent(tmp_path: Path) -> Non
     ):
         token = (await register(ws, "seeker"))["payload"]["auth_token"]
         other_token = (await register(other, "calm"))["payload"]["auth_token"]
-        for _ in range(3):
-            await ws.send(frame("seeker", "DISCOVER_SERVICES", {}, auth_token=token))
-        replies = [await reply(ws) for _ in range(3)]
+        for n in range(3):
+            query = frame(
+                "seeker", "DISCOVER_SERVICES", {}, auth_token=token, conversation_id=f"q{n}"
+            )
+            await ws.send(query)
+        by_id = {r["conversation_id"]: r for r in [await reply(ws) for _ in range(3)]}
+        replies = [by_id[f"q{n}"] for n in range(3)]
         assert [r["message_type"] for r in replies] == ["SERVICES_AVAILABLE"] * 2 + ["ERROR"]
         refusal = replies[2]["payload"]
         assert refusal["code"] == "rate_limited"

@@ -28,6 +28,11 @@ from protocol.models import (
     DiscoverServicesPayload,
 )
 
+MAX_WAITING_QUERIES: Final = 4
+"""DISCOVER_SERVICES one agent may have waiting for their answers; more gets `rate_limited`.
+Answers come one per pass of the event loop, so a flood of queries waits in line instead of
+holding the loop; this bound keeps that line short (the SDK pages one answer at a time)."""
+
 _SERVICE: Final = len(b'{"agent_id":,"relevant_capabilities":[],"online":false},')
 """A service's bytes besides its agent id and capabilities (`false` is the longer boolean)."""
 _SCORE: Final = len(b',"score":')
@@ -177,4 +182,10 @@ def _services(
     return list(grouped.values()), head
 
 
-__all__ = ["BadDiscovery", "decode_cursor", "encode_cursor", "services_available"]
+__all__ = [
+    "MAX_WAITING_QUERIES",
+    "BadDiscovery",
+    "decode_cursor",
+    "encode_cursor",
+    "services_available",
+]

@@ -74,6 +74,8 @@ class AgentRecord:
     """Its message rate limit, made on first use."""
     discover_bucket: TokenBucket | None = None
     """Its DISCOVER_SERVICES rate limit, made on its first query."""
+    queries_waiting: int = 0
+    """Its DISCOVER_SERVICES accepted and not yet answered (`Router.queries`)."""
 
 
 class Registry:

@@ -15,6 +15,7 @@ from __future__ import annotations
 import hmac
 import time
 import uuid
+from collections import deque
 from collections.abc import Callable
 from typing import Any, Final, NoReturn, TypeVar
 
@@ -29,7 +30,7 @@ from lobby.core.delivery import (
     Delivery,
     MailboxFull,
 )
-from lobby.core.discovery import BadDiscovery, services_available
+from lobby.core.discovery import MAX_WAITING_QUERIES, BadDiscovery, services_available
 from lobby.core.limits import Limits, TokenBucket
 from lobby.core.refusal import (
     Refusal,
@@ -120,6 +121,9 @@ class Router:
         self.ledger = Ledger()
         self.negotiations = Negotiations(self, timeout=dialogue_timeout, remember=dedupe_horizon)
         self.market = Marketplace(self)
+        self.queries: deque[tuple[Session, AgentRecord, DiscoverServicesPayload, Message]]
+        self.queries = deque()
+        """DISCOVER_SERVICES accepted and not yet answered, oldest first (`answer_query`)."""
         move = self.negotiations.move
         self._routed: dict[MessageType, Callable[[Session, AgentRecord, Message], list[Action]]]
         self._routed = {
@@ -367,6 +371,25 @@ class Router:
     ) -> list[Action]:
         self._limit_discovery(agent)
         query = validate(DiscoverServicesPayload, msg)
+        if agent.queries_waiting >= MAX_WAITING_QUERIES:
+            raise Refusal(
+                ErrorCode.RATE_LIMITED,
+                f"agent {agent.agent_id!r} already has {MAX_WAITING_QUERIES} "
+                "DISCOVER_SERVICES waiting for their answers; this one was not answered",
+            )
+        # Answered later, one per pass of the event loop (`answer_query`), after the routed
+        # messages that pass read: a query costs up to a few ms, a routed message microseconds.
+        agent.queries_waiting += 1
+        self.queries.append((session, agent, query, msg))
+        return []
+
+    def answer_query(self) -> list[Action]:
+        """Answer the oldest DISCOVER_SERVICES waiting in `queries` (call only while it holds
+        one): SERVICES_AVAILABLE, an ERROR, or nothing when its connection closed meanwhile."""
+        session, agent, query, msg = self.queries.popleft()
+        agent.queries_waiting -= 1
+        if session.agent is not agent:
+            return []
         message_id = self.delivery.new_message_id()
 
         def answer(payload: dict[str, Any]) -> bytes:
@@ -387,7 +410,7 @@ class Router:
         try:
             payload = services_available(self.registry, agent.agent_id, query, room=room)
         except BadDiscovery as bad:
-            raise Refusal(ErrorCode.MALFORMED, str(bad)) from None
+            return self._error(session, msg, ErrorCode.MALFORMED, str(bad))
         return [Send(session, answer(payload))]
 
     def _update_capabilities(

@@ -6,12 +6,18 @@ picows hands over frames, not messages: fragments are joined here (within
 `max_message_bytes`, past which the connection is closed with 1009), the client's CLOSE is
 answered here, and a frame that is the last of its read ends the batch (`end_of_batch`).
 Keepalive is picows' own auto-ping.
+
+Outgoing text frames are framed here and written together at `flush`, one write per
+connection and batch: picows' own `send` writes each frame at once, one system call per
+message, which cost the lobby more than picows' C parser saves (BENCHMARKS.md). A server's
+frames are unmasked, so framing is a header in front of the payload.
 """
 
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+import struct
+from typing import Any, Final
 
 import orjson
 from picows import (
@@ -38,6 +44,21 @@ _TEXT, _BINARY, _CONT, _CLOSE = (
 )
 
 
+_SHORT: Final = struct.Struct("!BB").pack
+_MEDIUM: Final = struct.Struct("!BBH").pack
+_LONG: Final = struct.Struct("!BBQ").pack
+_FIN_TEXT: Final = 0x81
+
+
+def text_frame_header(size: int) -> bytes:
+    """RFC 6455 5.2: FIN + text opcode, then the payload length (unmasked: sent by a server)."""
+    if size < 126:
+        return _SHORT(_FIN_TEXT, size)
+    if size < 65536:
+        return _MEDIUM(_FIN_TEXT, 126, size)
+    return _LONG(_FIN_TEXT, 127, size)
+
+
 class PicowsLink(WSListener):
     """One connection: picows' listener, and the lobby's `Link` to it."""
 
@@ -50,6 +71,8 @@ class PicowsLink(WSListener):
         self._fragments: list[bytes] = []
         self._fragmented_size = 0
         self._fragmented_binary = False
+        self._pending: list[bytes] = []
+        """Frames (header, payload, header, ...) `put` since the last `flush`."""
 
     def on_ws_connected(self, transport: WSTransport) -> None:
         self._transport = transport
@@ -94,6 +117,7 @@ class PicowsLink(WSListener):
             # NO_INFO, 0, on the wire).
             code = frame.get_close_code()
             self._lobby.closing(session, None if code is None else code.value)
+            self.flush()  # what was put before the close goes first
             transport.send_close(WSCloseCode.OK if code is WSCloseCode.NO_INFO else code)
             transport.disconnect()
         if frame.last_in_buffer:
@@ -111,18 +135,25 @@ class PicowsLink(WSListener):
         transport = self._transport
         if transport is None or transport.is_close_frame_sent:
             return False
-        transport.send(_TEXT, frame)  # framed in C and written at once
+        self._pending += (text_frame_header(len(frame)), frame)
         return True
 
     def flush(self) -> int:
         transport = self._transport
-        return 0 if transport is None else transport.underlying_transport.get_write_buffer_size()
+        if transport is None:
+            return 0
+        underlying = transport.underlying_transport
+        if self._pending:
+            pending, self._pending = self._pending, []
+            underlying.write(b"".join(pending))
+        return int(underlying.get_write_buffer_size())
 
     def shut(self, code: int, reason: str) -> None:
         """Send the close frame and close TCP once what is buffered is written; a peer that
         does not read it within `close_timeout` is cut off."""
         transport = self._transport
         if transport is not None and not transport.is_close_frame_sent:
+            self.flush()  # what was put before the close goes first
             transport.send_close(code, reason.encode())  # type: ignore[arg-type]  # any close code
             transport.disconnect()
             close_timeout = self._lobby.settings.close_timeout
@@ -174,4 +205,4 @@ class PicowsTransport:
             await self._server.wait_closed()
 
 
-__all__ = ["PicowsLink", "PicowsTransport"]
+__all__ = ["PicowsLink", "PicowsTransport", "text_frame_header"]

@@ -120,3 +120,35 @@ async def test_a_close_without_a_code_is_answered_with_a_valid_close(lobby: Lobb
         assert Close.parse(bytes(closes[0].data)).code in (1000, 1005)
     finally:
         writer.close()
+
+
+@pytest.mark.parametrize("size", [0, 1, 125, 126, 127, 65535, 65536, 300_000])
+def test_picows_text_frame_headers_are_the_minimal_rfc_6455_ones(size: int) -> None:
+    """The picows transport frames its own text frames (to write a batch at once): header
+    and payload must be byte for byte what websockets frames for an unmasked server frame."""
+    from lobby.transport.picows import text_frame_header
+
+    payload = b"x" * size
+    expected = Frame(Opcode.TEXT, payload).serialize(mask=False)
+    assert text_frame_header(size) + payload == expected
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_burst_of_messages_of_every_size_arrives_whole_and_in_order(
+    tmp_path: Path, transport: str
+) -> None:
+    """Frames written together (one write per connection and batch) stay whole and in order,
+    whatever their length field's size: under 126 bytes, up to 65,535, and beyond."""
+    sizes = [1, 60, 200, 65_000, 66_000, 150_000, 5, 1_000]
+    async with (
+        running(tmp_path, max_message_bytes=1_000_000, transport=transport) as lobby,
+        connect(lobby.url, max_size=None) as a,
+        connect(lobby.url, max_size=None) as b,
+    ):
+        token = await token_of(a, "a")
+        await token_of(b, "b")
+        for n in sizes:
+            text = {"content": str(n) * n}
+            await a.send(frame("a", "TEXT", text, auth_token=token, receiver_id="b"))
+        received = [await reply(b) for _ in sizes]
+        assert [m["payload"]["content"] for m in received] == [str(n) * n for n in sizes]
