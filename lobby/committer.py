@@ -18,8 +18,9 @@ from concurrent.futures import ThreadPoolExecutor
 import structlog
 
 from lobby.core.delivery import Delivery
+from lobby.core.records import Compaction, Record
 from lobby.core.session import Session
-from lobby.store.base import Compaction, Record, Store
+from lobby.store.base import Store
 
 log = structlog.get_logger("lobby.store")
 

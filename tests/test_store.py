@@ -9,7 +9,7 @@ import orjson
 
 from lobby.core import Router
 from lobby.core.limits import Limits
-from lobby.store.base import DELIVERED
+from lobby.core.records import DELIVERED
 from lobby.store.sqlite import SqliteStore, stored_messages
 from tests.routerkit import Clock, join, make_router, world
 

@@ -20,9 +20,9 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON
+from lobby.core.records import Effect, StateRemoved, StateSaved
 from lobby.core.registry import AgentRecord
 from lobby.core.session import Action, Session
-from lobby.store.base import Effect, StateRemoved, StateSaved
 from protocol.fipa import Dialogue, IllegalMove
 from protocol.market import (
     InvalidOrder,

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 
 import structlog
 
+from lobby.core.records import Effect
 from lobby.core.refusal import Refusal, unknown_receiver
 from lobby.core.registry import AgentRecord
 from lobby.core.session import Action, Send, Session
-from lobby.store.base import Effect
 from protocol.limits import clip
 from protocol.models import ErrorCode, Message, MessageType, ResponseStatus
 

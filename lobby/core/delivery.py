@@ -20,9 +20,9 @@ from __future__ import annotations
 import itertools
 from typing import Final
 
+from lobby.core.records import DELIVERED, Acked, Effect, MessageStored, Record, Snapshot
 from lobby.core.registry import AgentRecord
 from lobby.core.session import Action, Send, Session
-from lobby.store.base import DELIVERED, Acked, Effect, MessageStored, Record, Snapshot
 from protocol.codec import encode
 from protocol.models import Message
 

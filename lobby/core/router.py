@@ -31,6 +31,7 @@ from lobby.core.delivery import (
 )
 from lobby.core.discovery import BadDiscovery, services_available
 from lobby.core.limits import Limits, TokenBucket
+from lobby.core.records import AgentRemoved, AgentSaved, Compaction, Effect, Snapshot, StateSaved
 from lobby.core.refusal import (
     Refusal,
     hash_token,
@@ -41,7 +42,6 @@ from lobby.core.refusal import (
 from lobby.core.registration import Registrar
 from lobby.core.registry import AgentRecord, Registry
 from lobby.core.session import Action, Close, Send, Session
-from lobby.store.base import AgentRemoved, AgentSaved, Compaction, Effect, Snapshot, StateSaved
 from protocol.codec import decode, encode
 from protocol.errors import DecodeError
 from protocol.limits import MAX_SENTENCE_LENGTH, clip

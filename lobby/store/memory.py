@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from lobby.store.base import Compaction, Record, Snapshot
+from lobby.core.records import Compaction, Record, Snapshot
 
 
 class MemoryStore:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import orjson
 
-from lobby.store.base import (
+from lobby.core.records import (
     Acked,
     AgentRemoved,
     AgentSaved,
