@@ -15,7 +15,7 @@ from tests.routerkit import Clock, join, make_router, world
 
 
 def commit(router: Router, store: SqliteStore) -> None:
-    records, _ = router.delivery.take_journal()
+    records = router.take_journal().records
     store.write(records)
 
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import structlog
 
-from lobby.core.records import Effect
+from lobby.core.records import Effect, Snapshot
 from lobby.core.refusal import Refusal, unknown_receiver
 from lobby.core.registry import AgentRecord
 from lobby.core.session import Action, Send, Session
@@ -36,11 +36,38 @@ class Conversations:
         self.open: dict[ConversationKey, int] = {}
         """Open conversations -> how many REQUESTs in each wait for a final RESPONSE."""
 
-    def restore(self, conversations: dict[ConversationKey, int]) -> None:
-        """The open conversations after a restart; each requester's count follows."""
-        self.open = conversations
+    # The rule, used live and at restore: a REQUEST opens (requester, responder,
+    # conversation_id) once more; a final RESPONSE closes it once.
+
+    def _opens(self, key: ConversationKey) -> None:
+        self.open[key] = self.open.get(key, 0) + 1
+
+    def _closes(self, key: ConversationKey, count: int) -> None:
+        if count > 1:
+            self.open[key] = count - 1
+        else:
+            del self.open[key]
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """The open conversations after a restart: the snapshot's checkpoint, then the effect
+        of each message stored after it (for a receiver still registered); each requester's
+        count follows. Call after `Delivery.restore`."""
+        self.open = dict(snapshot.conversations)
         agents = self.router.registry.agents
-        for (requester_id, _, _), count in conversations.items():
+        for row in snapshot.messages:
+            cid = row.conversation_id
+            if row.row_id <= snapshot.conversations_upto or cid is None:
+                continue
+            if row.receiver not in agents:
+                continue
+            if row.effect == Effect.OPENS:
+                self._opens((row.sender, row.receiver, cid))
+            elif row.effect == Effect.CLOSES:
+                key = (row.receiver, row.sender, cid)
+                count = self.open.get(key)
+                if count is not None:
+                    self._closes(key, count)
+        for (requester_id, _, _), count in self.open.items():
             requester = agents.get(requester_id)
             if requester is not None:
                 requester.open_requests += count
@@ -98,8 +125,7 @@ class Conversations:
                 "RESPONSE; this one was not routed",
             )
         actions = router.deliver(target, msg, session, Effect.OPENS, now)
-        key = (agent.agent_id, target.agent_id, conversation_id)
-        self.open[key] = self.open.get(key, 0) + 1
+        self._opens((agent.agent_id, target.agent_id, conversation_id))
         agent.open_requests += 1
         if router.trace:
             log.debug(
@@ -135,10 +161,7 @@ class Conversations:
         final = status != ResponseStatus.IN_PROGRESS
         actions = router.deliver(target, msg, session, Effect.CLOSES if final else Effect.NONE, now)
         if final:
-            if open_requests > 1:
-                self.open[key] = open_requests - 1
-            else:
-                del self.open[key]
+            self._closes(key, open_requests)
             target.open_requests = max(0, target.open_requests - 1)
         return actions
 

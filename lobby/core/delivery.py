@@ -20,7 +20,7 @@ from __future__ import annotations
 import itertools
 from typing import Final
 
-from lobby.core.records import DELIVERED, Acked, Effect, MessageStored, Record, Snapshot
+from lobby.core.records import DELIVERED, Acked, Batch, MessageStored, Record, Snapshot
 from lobby.core.registry import AgentRecord
 from lobby.core.session import Action, Send, Session
 from protocol.codec import encode
@@ -162,14 +162,19 @@ class Delivery:
                 agent.acked_seq = last
         return actions
 
-    def take_journal(self) -> tuple[list[Record], dict[Session, str]]:
-        """Hand the pending records and confirmations to the I/O layer (one group commit)."""
+    @property
+    def pending(self) -> bool:
+        """Whether records or confirmations wait for a commit."""
+        return bool(self.journal or self.accepted)
+
+    def take_journal(self) -> Batch:
+        """Hand the pending records and confirmations over (one group commit)."""
         journal, accepted = self.journal, self.accepted
         if self.delivered:
             journal.extend(Acked(agent_id, seq) for agent_id, seq in self.delivered.items())
             self.delivered = {}
         self.journal, self.accepted = [], {}
-        return journal, accepted
+        return Batch(journal, accepted)
 
     def forget_old(self, now: float) -> None:
         """Drop dedupe entries past the horizon or beyond the size cap, oldest first."""
@@ -182,16 +187,13 @@ class Delivery:
             del seen[key]
             excess -= 1
 
-    def restore(
-        self, snapshot: Snapshot, agents: dict[str, AgentRecord]
-    ) -> dict[tuple[str, str, str], int]:
-        """Rebuild mailboxes, sequence numbers and the dedupe window from `snapshot`; return
-        the open conversations (the checkpoint plus the messages stored after it)."""
+    def restore(self, snapshot: Snapshot, agents: dict[str, AgentRecord]) -> None:
+        """Rebuild mailboxes, sequence numbers and the dedupe window from `snapshot` (the open
+        conversations are `Conversations.restore`'s)."""
         for agent_id, up_to in snapshot.acked.items():
             agent = agents.get(agent_id)
             if agent is not None:
                 agent.acked_seq = agent.next_seq = agent.delivered_seq = up_to
-        conversations = dict(snapshot.conversations)
         for row in snapshot.messages:
             self.last_row = max(self.last_row, row.row_id)
             self.seen[(row.sender, row.message_id)] = row.at
@@ -203,20 +205,3 @@ class Delivery:
                 agent.mailbox.append((row.seq, row.frame))
                 # It may have reached the agent before the restart: mark it redelivered.
                 agent.delivered_seq = max(agent.delivered_seq, row.seq)
-            if row.row_id > snapshot.conversations_upto and row.conversation_id is not None:
-                _replay_effect(conversations, row)
-        return conversations
-
-
-def _replay_effect(conversations: dict[tuple[str, str, str], int], row: MessageStored) -> None:
-    assert row.conversation_id is not None
-    if row.effect == Effect.OPENS:
-        key = (row.sender, row.receiver, row.conversation_id)
-        conversations[key] = conversations.get(key, 0) + 1
-    elif row.effect == Effect.CLOSES:
-        key = (row.receiver, row.sender, row.conversation_id)
-        count = conversations.get(key, 0)
-        if count > 1:
-            conversations[key] = count - 1
-        else:
-            conversations.pop(key, None)

@@ -9,7 +9,10 @@ to run: the store imports them, never the reverse.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Final
+from typing import TYPE_CHECKING, Final
+
+if TYPE_CHECKING:
+    from lobby.core.session import Session
 
 
 @dataclass(slots=True)
@@ -114,3 +117,12 @@ class Compaction:
     acked: dict[str, int]
     forget_before: float
     """Acknowledged messages older than this (the dedupe horizon) may be deleted."""
+
+
+@dataclass(slots=True)
+class Batch:
+    """One group commit: the `records` to persist, and per acknowledging sender the last
+    message_id it is to be told is accepted once they are durable (`Router.committed`)."""
+
+    records: list[Record]
+    accepted: dict[Session, str]

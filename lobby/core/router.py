@@ -31,9 +31,18 @@ from lobby.core.delivery import (
 )
 from lobby.core.discovery import BadDiscovery, services_available
 from lobby.core.limits import Limits, TokenBucket
-from lobby.core.records import AgentRemoved, AgentSaved, Compaction, Effect, Snapshot, StateSaved
+from lobby.core.records import (
+    AgentRemoved,
+    AgentSaved,
+    Batch,
+    Compaction,
+    Effect,
+    Snapshot,
+    StateSaved,
+)
 from lobby.core.refusal import (
     Refusal,
+    error_payload,
     hash_token,
     require_lobby_receiver,
     unknown_receiver,
@@ -152,7 +161,8 @@ class Router:
             self.registry.add(record)
             capabilities = [Capability.model_validate(c) for c in orjson.loads(saved.capabilities)]
             self.registry.set_capabilities(record, capabilities)
-        self.requests.restore(self.delivery.restore(snapshot, self.registry.agents))
+        self.delivery.restore(snapshot, self.registry.agents)
+        self.requests.restore(snapshot)
         transactions = [orjson.loads(t) for t in snapshot.state.get("transaction", [])]
         self.ledger.transactions = transactions
         self.negotiations.restore(snapshot.state.get("dialogue", []))
@@ -176,6 +186,31 @@ class Router:
             acked={a.agent_id: a.acked_seq for a in self.registry.agents.values()},
             forget_before=now - delivery.dedupe_horizon,
         )
+
+    # -- the journal ------------------------------------------------------------------------
+
+    @property
+    def journal_pending(self) -> bool:
+        """Whether records or confirmations wait for a commit (`take_journal`)."""
+        return self.delivery.pending
+
+    def take_journal(self) -> Batch:
+        """What must be persisted now, as one group commit: hand its `records` to
+        `Store.write()` and, once they are durable, call `committed(batch)`."""
+        return self.delivery.take_journal()
+
+    def committed(self, batch: Batch) -> list[Action]:
+        """The actions a durable commit causes: each acknowledging sender still connected is
+        told (ACCEPTED) the last of its messages in `batch`."""
+        actions: list[Action] = []
+        for session, message_id in batch.accepted.items():
+            agent = session.agent
+            if agent is not None:
+                accepted = Message(
+                    LOBBY_ID, agent.agent_id, MessageType.ACCEPTED, {"message_id": message_id}
+                )
+                actions.append(Send(session, encode(accepted)))
+        return actions
 
     @property
     def conversations(self) -> dict[ConversationKey, int]:
@@ -211,6 +246,17 @@ class Router:
             return False
         session.proven = (agent, token)
         return True
+
+    def failed(self, session: Session) -> list[Action]:
+        """The answer to a message whose handling raised (a bug in the core): an ERROR
+        `internal`, and nothing routed. The I/O layer calls this instead of `handle`'s result."""
+        payload = error_payload(
+            ErrorCode.INTERNAL,
+            "the lobby failed to process this message; nothing was routed",
+            None,
+            None,
+        )
+        return [Send(session, encode(Message(LOBBY_ID, "", MessageType.ERROR, payload)))]
 
     def binary(self, session: Session) -> list[Action]:
         return self._error(
@@ -520,12 +566,7 @@ class Router:
             message_type = msg.message_type
             conversation_id = msg.conversation_id
             original_id = msg.message_id
-        payload = {
-            "error": clip(reason, MAX_SENTENCE_LENGTH),  # its quoted values are clipped already
-            "code": code,
-            "original_message_type": message_type,
-            "original_conversation_id": conversation_id,
-        }
+        payload = error_payload(code, reason, message_type, conversation_id)
         receiver = session.agent.agent_id if session.agent is not None else ""
         if not receiver and msg is not None:
             receiver = msg.sender_id
