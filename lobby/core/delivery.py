@@ -32,12 +32,16 @@ _REDELIVERED: Final = b',"redelivered":true}'
 
 
 class MailboxFull(Exception):
+    """Raised by `Delivery.accept` when the receiver already holds `mailbox_limit` messages."""
+
     def __init__(self, agent_id: str, limit: int) -> None:
         super().__init__(f"agent {agent_id!r} already holds {limit} undelivered messages")
 
 
 class Delivery:
-    """Sequence numbers, mailboxes, the dedupe window and the journal of records to persist."""
+    """Owns what delivery needs across messages: per-receiver sequence numbers and mailboxes,
+    the dedupe window, and the journal of records to persist with the confirmations that wait
+    for its commit."""
 
     def __init__(
         self,

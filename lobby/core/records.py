@@ -28,6 +28,8 @@ class AgentSaved:
 
 @dataclass(slots=True)
 class AgentRemoved:
+    """An agent unregistered: its registration and what was held for it are forgotten."""
+
     agent_id: str
 
 

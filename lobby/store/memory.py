@@ -6,6 +6,8 @@ from lobby.core.records import Compaction, Record, Snapshot
 
 
 class MemoryStore:
+    """A `Store` that keeps nothing: the lobby's state lives and dies with the process."""
+
     durable = False
 
     def load(self) -> Snapshot:

@@ -77,6 +77,8 @@ class StoreLocked(Exception):
 
 
 class SqliteStore:
+    """A `Store` in one SQLite file under `data_dir`, held locked against a second lobby."""
+
     durable = True
 
     def __init__(self, data_dir: Path, *, fsync: bool = False) -> None:
