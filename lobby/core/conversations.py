@@ -108,7 +108,7 @@ class Conversations:
                 f"'{clip(name)}' on agent '{target.agent_id}'.",
             )
         now = state.clock()
-        if state.delivery.is_duplicate(msg, session, now):
+        if state.is_duplicate(msg, session, now):
             return []
         check = entry.input_check
         if check is not None:
@@ -155,7 +155,7 @@ class Conversations:
             del self.open[key]
             raise Refusal(ErrorCode.UNKNOWN_RECEIVER, unknown_receiver(msg.receiver_id))
         now = state.clock()
-        if state.delivery.is_duplicate(msg, session, now):
+        if state.is_duplicate(msg, session, now):
             return []
         final = status != ResponseStatus.IN_PROGRESS
         actions = state.deliver(target, msg, session, Effect.CLOSES if final else Effect.NONE, now)

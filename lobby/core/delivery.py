@@ -21,21 +21,15 @@ import itertools
 from typing import Final
 
 from lobby.core.records import DELIVERED, Acked, Batch, MessageStored, Record, Snapshot
+from lobby.core.refusal import Refusal
 from lobby.core.registry import AgentRecord
 from lobby.core.session import Action, Send, Session
 from protocol.codec import encode
-from protocol.models import Message
+from protocol.models import ErrorCode, Message
 
 DEFAULT_DEDUPE_HORIZON: Final = 24 * 3600.0
 DEFAULT_DEDUPE_MAX: Final = 500_000
 _REDELIVERED: Final = b',"redelivered":true}'
-
-
-class MailboxFull(Exception):
-    """Raised by `Delivery.accept` when the receiver already holds `mailbox_limit` messages."""
-
-    def __init__(self, agent_id: str, limit: int) -> None:
-        super().__init__(f"agent {agent_id!r} already holds {limit} undelivered messages")
 
 
 class Delivery:
@@ -90,17 +84,20 @@ class Delivery:
         self,
         target: AgentRecord,
         msg: Message,
-        *,
         sender: Session | None,
         effect: int,
         now: float,
         force: bool = False,
     ) -> list[Action]:
-        """Stamp, journal and deliver (or hold) `msg` for `target`; `MailboxFull` refuses it
-        with nothing changed (unless `force`: the lobby's own notices are never refused). The
-        sender's token never leaves: it is dropped here."""
+        """Stamp, journal and deliver (or hold) `msg` for `target`; a full mailbox refuses it
+        (`mailbox_full`) with nothing changed, unless `force`: the lobby's own notices are never
+        refused. The sender's token never leaves: it is dropped here."""
         if len(target.mailbox) >= self.mailbox_limit and not force:
-            raise MailboxFull(target.agent_id, self.mailbox_limit)
+            raise Refusal(
+                ErrorCode.MAILBOX_FULL,
+                f"agent {target.agent_id!r} already holds {self.mailbox_limit} undelivered "
+                "messages",
+            )
         seq = target.next_seq = target.next_seq + 1
         sender_set_id = msg.message_id
         if sender_set_id is None:

@@ -53,7 +53,7 @@ class Marketplace:
             state.refuse(ErrorCode.INVALID_PAYMENT, str(invalid))
         target = state.receiver(msg)
         now = state.clock()
-        if state.delivery.is_duplicate(msg, session, now):
+        if state.is_duplicate(msg, session, now):
             return []
         if msg.message_id is None:
             msg.message_id = state.delivery.new_message_id()
@@ -117,7 +117,7 @@ class Marketplace:
         state = self.state
         target = state.receiver(msg)
         now = state.clock()
-        if state.delivery.is_duplicate(msg, session, now):
+        if state.is_duplicate(msg, session, now):
             return []
         return state.deliver(target, msg, session, Effect.NONE, now)
 

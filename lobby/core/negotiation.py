@@ -61,7 +61,7 @@ class Negotiations:
             state.refuse(ErrorCode.MALFORMED, f"a {msg.message_type} needs a conversation_id")
         target = state.receiver(msg)
         now = state.clock()
-        if state.delivery.is_duplicate(msg, session, now):
+        if state.is_duplicate(msg, session, now):
             return []
         if msg.message_id is None:
             msg.message_id = state.delivery.new_message_id()

@@ -3,10 +3,10 @@
 `LobbyState` is the one object the handlers (conversations.py, negotiation.py, marketplace.py,
 registration.py, to_lobby.py) receive: the registry, the delivery state (mailboxes, dedupe
 window, the journal), the ledger, the limits and the clock, plus the ways a handler answers:
-`deliver` a message, `notify` agents, `reply` to a sender, `refuse` (an ERROR to the sender,
-nothing changed), `record` a transaction, `save` an agent. It is a leaf: it imports no handler
-and no router, and the router is only the entry point that dispatches to the handlers (h11's
-`Connection` over its `ConnectionState`).
+`deliver` a message (once `is_duplicate` says it is new), `notify` agents, `reply` to a sender,
+`refuse` (an ERROR to the sender, nothing changed), `record` a transaction, `save` an agent. It
+is a leaf: it imports no handler and no router, and the router is only the entry point that
+dispatches to the handlers (h11's `Connection` over its `ConnectionState`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from typing import Any, NoReturn
 import orjson
 import structlog
 
-from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON, DEFAULT_DEDUPE_MAX, Delivery, MailboxFull
+from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON, DEFAULT_DEDUPE_MAX, Delivery
 from lobby.core.limits import Limits
 from lobby.core.records import AgentSaved, Effect, Record, StateSaved
 from lobby.core.refusal import Refusal, error_payload, unknown_receiver
@@ -77,21 +77,20 @@ class LobbyState:
             dedupe_max=dedupe_max,
         )
         self.ledger = Ledger()
+        # The two delivery steps a forwarding handler takes, as the Delivery's own methods:
+        # no wrapper call on the hot path, and the walk goes handler -> delivery, one way.
+        self.is_duplicate = self.delivery.is_duplicate
+        """Whether `msg` resends a message_id its sender already sent (it is then confirmed,
+        and must be neither stored nor forwarded again)."""
+        self.deliver = self.delivery.accept
+        """Accept a message for its receiver: stamped, journaled, written or held; a full
+        mailbox refuses it (`mailbox_full`) with nothing changed."""
 
     def journaled(self, record: Record) -> None:
         """Append `record` to the journal the next commit persists."""
         self.delivery.journal.append(record)
 
     # -- what a handler does --------------------------------------------------------------
-
-    def deliver(
-        self, target: AgentRecord, msg: Message, sender: Session | None, effect: int, now: float
-    ) -> list[Action]:
-        """Accept `msg` for `target` (see Delivery.accept); a full mailbox refuses it."""
-        try:
-            return self.delivery.accept(target, msg, sender=sender, effect=effect, now=now)
-        except MailboxFull as full:
-            raise Refusal(ErrorCode.MAILBOX_FULL, str(full)) from None
 
     @staticmethod
     def refuse(code: ErrorCode, reason: str) -> NoReturn:
