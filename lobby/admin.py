@@ -15,7 +15,7 @@ from typing import Any
 
 import orjson
 
-from lobby.store.base import MessageStored
+from lobby.core.records import MessageStored
 from lobby.store.sqlite import FILE_NAME, stored_messages
 
 

@@ -6,37 +6,44 @@ batch holds many messages and the store's fixed cost per commit (a transaction, 
 rewritten in the WAL, a thread wake-up) is paid once for all of them; at low load a message
 waits at most `interval` to be committed. Only after a batch is committed are its senders told
 (ACCEPTED): "accepted" means durable. Delivery to receivers does not wait for the commit.
+
+The committer builds no message: the core hands out each batch (`Router.take_journal()`) and
+turns a finished commit into actions (`Router.committed()`), which `execute` carries out.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from concurrent.futures import ThreadPoolExecutor
 
 import structlog
 
-from lobby.core.delivery import Delivery
-from lobby.core.session import Session
-from lobby.store.base import Compaction, Record, Store
+from lobby.core.records import Batch, Compaction
+from lobby.core.router import Router
+from lobby.core.session import Action
+from lobby.store.base import Store
 
 log = structlog.get_logger("lobby.store")
 
-Confirm = Callable[[dict[Session, str]], None]
+Execute = Callable[[Iterable[Action]], None]
 
 
 class Committer:
+    """Owns the writer thread and the commit timer: when a batch of the router's journal is
+    written, and what is done once it is durable."""
+
     def __init__(
-        self, store: Store, delivery: Delivery, confirm: Confirm, *, interval: float = 0.002
+        self, store: Store, router: Router, execute: Execute, *, interval: float = 0.002
     ) -> None:
         self.store = store
         self.interval = interval
         """At most one commit starts per interval: rows gather into bigger batches, since a
         commit's fixed cost (rewriting the last pages in the WAL) dwarfs a row's."""
         self._timer: asyncio.TimerHandle | None = None
-        self.delivery = delivery
-        self._confirm = confirm
+        self.router = router
+        self._execute = execute
         self._executor = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lobby-store")
         self._in_flight: asyncio.Future[None] | None = None
         self.batches = 0
@@ -50,11 +57,7 @@ class Committer:
     def kick(self) -> None:
         """Commit what the journal holds soon, unless a batch is already being written or
         due (then it goes into that one). Call after each handled frame; cheap when idle."""
-        if (
-            self._in_flight is None
-            and self._timer is None
-            and (self.delivery.journal or self.delivery.accepted)
-        ):
+        if self._in_flight is None and self._timer is None and self.router.journal_pending:
             if not self.store.durable:
                 self._submit()
             else:
@@ -66,32 +69,32 @@ class Committer:
             self._submit()
 
     def _submit(self) -> None:
-        records, accepted = self.delivery.take_journal()
+        batch = self.router.take_journal()
         if not self.store.durable:
-            self._confirm(accepted)
+            self._execute(self.router.committed(batch))
             return
         loop = asyncio.get_running_loop()
         self._started = loop.time()
-        future = loop.run_in_executor(self._executor, self.store.write, records)
+        future = loop.run_in_executor(self._executor, self.store.write, batch.records)
         self._in_flight = future
-        future.add_done_callback(lambda done: self._written(done, records, accepted))
+        future.add_done_callback(lambda done: self._written(done, batch))
 
-    def _written(
-        self, done: asyncio.Future[None], records: list[Record], accepted: dict[Session, str]
-    ) -> None:
+    def _written(self, done: asyncio.Future[None], batch: Batch) -> None:
         if self._in_flight is done:
             self._in_flight = None
         if done.cancelled() or done.exception() is not None:
             # Nothing in this batch is confirmed; senders resend after reconnecting.
             self.failed = True
-            log.error("STORE_WRITE_FAILED", records=len(records), error=repr(done.exception()))
+            log.error(
+                "STORE_WRITE_FAILED", records=len(batch.records), error=repr(done.exception())
+            )
         else:
             self.batches += 1
-            self.records += len(records)
+            self.records += len(batch.records)
             took = asyncio.get_running_loop().time() - self._started
             self.max_write_s = max(self.max_write_s, took)
-            self._confirm(accepted)
-        if self._timer is None and (self.delivery.journal or self.delivery.accepted):
+            self._execute(self.router.committed(batch))
+        if self._timer is None and self.router.journal_pending:
             # Rows gathered while this batch was written: commit them one interval after this
             # batch started, or now if writing it took longer than that.
             wait = self._started + self.interval - asyncio.get_running_loop().time()
@@ -125,7 +128,7 @@ class Committer:
                 # Awaiting a finished future does not yield: let its callback run first.
                 await asyncio.sleep(0)
                 continue
-            if not (self.delivery.journal or self.delivery.accepted):
+            if not self.router.journal_pending:
                 return
             self._submit()
 

@@ -33,8 +33,7 @@ from lobby.core.router import Router
 from lobby.core.session import Action, Send, Session
 from lobby.store import Store, open_store
 from lobby.transport.base import Link, Transport
-from protocol.codec import encode
-from protocol.models import LOBBY_ID, CloseCode, ErrorCode, Message, MessageType
+from protocol.models import LOBBY_ID, CloseCode
 
 log = structlog.get_logger("lobby.server")
 
@@ -67,7 +66,7 @@ class LobbyServer:
         )
         self.store: Store = store or open_store(settings)
         self.committer = Committer(
-            self.store, self.router.delivery, self._confirm, interval=settings.commit_interval
+            self.store, self.router, self._execute, interval=settings.commit_interval
         )
         self.transport = transport or _transport(settings.transport)
         self._running = False
@@ -184,7 +183,7 @@ class LobbyServer:
         except Exception:
             # A bug in the core must cost this one message, not the connection.
             log.exception("ROUTER_FAILED", session=session.id)
-            actions = [Send(session, _internal_error())]
+            actions = router.failed(session)
         if actions:
             self._execute(actions)
         self._batch()
@@ -242,7 +241,7 @@ class LobbyServer:
             actions = self.router.answer_query()
         except Exception:
             log.exception("ROUTER_FAILED", session=session.id)
-            actions = [Send(session, _internal_error())]
+            actions = self.router.failed(session)
         self._execute(actions)
         self.end_of_batch()
 
@@ -290,22 +289,6 @@ class LobbyServer:
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    def _confirm(self, accepted: dict[Session, str]) -> None:
-        """Tell each acknowledging sender the last of its messages now committed."""
-        for session, message_id in accepted.items():
-            agent = session.agent
-            if agent is None:
-                continue
-            frame = encode(
-                Message(
-                    LOBBY_ID,
-                    agent.agent_id,
-                    MessageType.ACCEPTED,
-                    {"message_id": message_id},
-                )
-            )
-            self._send(session, frame)
-
     async def _tick_periodically(self) -> None:
         """Deadlines (dialogue expiry) are checked twice a second."""
         while True:
@@ -346,16 +329,6 @@ def _transport(name: str) -> Transport:
     from lobby.transport.websockets import WebsocketsTransport
 
     return WebsocketsTransport()
-
-
-def _internal_error() -> bytes:
-    payload = {
-        "error": "the lobby failed to process this message; nothing was routed",
-        "code": ErrorCode.INTERNAL,
-        "original_message_type": None,
-        "original_conversation_id": None,
-    }
-    return encode(Message(LOBBY_ID, "", MessageType.ERROR, payload))
 
 
 __all__ = ["LobbyServer", "Session"]

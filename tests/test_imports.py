@@ -13,6 +13,8 @@ import graphlib
 import importlib.machinery
 import importlib.util
 import pkgutil
+import subprocess
+import sys
 from functools import cache
 from pathlib import Path
 
@@ -152,3 +154,16 @@ def test_lobby_transport_exports() -> None:
     for module in (lobby.transport, memory):
         for name in module.__all__:
             assert getattr(module, name) is not None
+
+
+def test_the_core_loads_no_store_and_no_socket_library() -> None:
+    """`import lobby.core`, in a fresh interpreter, loads no store, sqlite or WebSocket module:
+    the core knows no persistence and no I/O, at import time too."""
+    code = "import lobby.core, sys; print('\\n'.join(sorted(sys.modules)))"
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.split()
+    assert "lobby.core.router" in loaded  # the probe really imported the core
+    forbidden = ("lobby.store", "sqlite3", "_sqlite3", "websockets", "picows", "lobby.server")
+    # `startswith` catches their submodules too (lobby.store.sqlite, websockets.asyncio, ...).
+    assert [m for m in loaded if m in forbidden or m.startswith(forbidden)] == []

@@ -9,13 +9,13 @@ import orjson
 
 from lobby.core import Router
 from lobby.core.limits import Limits
-from lobby.store.base import DELIVERED
+from lobby.core.records import DELIVERED
 from lobby.store.sqlite import SqliteStore, stored_messages
 from tests.routerkit import Clock, join, make_router, world
 
 
 def commit(router: Router, store: SqliteStore) -> None:
-    records, _ = router.delivery.take_journal()
+    records = router.take_journal().records
     store.write(records)
 
 

@@ -10,19 +10,15 @@ one `deliver`, and a schema check only for a capability that declares a schema.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 import structlog
 
+from lobby.core.records import Effect, Snapshot
 from lobby.core.refusal import Refusal, unknown_receiver
 from lobby.core.registry import AgentRecord
 from lobby.core.session import Action, Send, Session
-from lobby.store.base import Effect
+from lobby.core.state import LobbyState
 from protocol.limits import clip
 from protocol.models import ErrorCode, Message, MessageType, ResponseStatus
-
-if TYPE_CHECKING:
-    from lobby.core.router import Router
 
 log = structlog.get_logger("lobby")
 
@@ -31,16 +27,46 @@ ConversationKey = tuple[str, str, str]
 
 
 class Conversations:
-    def __init__(self, router: Router) -> None:
-        self.router = router
+    """Owns the open conversations (REQUESTs waiting for a final RESPONSE) and the rule that
+    opens and closes them; handles REQUEST and RESPONSE."""
+
+    def __init__(self, state: LobbyState) -> None:
+        self.state = state
         self.open: dict[ConversationKey, int] = {}
         """Open conversations -> how many REQUESTs in each wait for a final RESPONSE."""
 
-    def restore(self, conversations: dict[ConversationKey, int]) -> None:
-        """The open conversations after a restart; each requester's count follows."""
-        self.open = conversations
-        agents = self.router.registry.agents
-        for (requester_id, _, _), count in conversations.items():
+    # The rule, used live and at restore: a REQUEST opens (requester, responder,
+    # conversation_id) once more; a final RESPONSE closes it once.
+
+    def _opens(self, key: ConversationKey) -> None:
+        self.open[key] = self.open.get(key, 0) + 1
+
+    def _closes(self, key: ConversationKey, count: int) -> None:
+        if count > 1:
+            self.open[key] = count - 1
+        else:
+            del self.open[key]
+
+    def restore(self, snapshot: Snapshot) -> None:
+        """The open conversations after a restart: the snapshot's checkpoint, then the effect
+        of each message stored after it (for a receiver still registered); each requester's
+        count follows. Call after `Delivery.restore`."""
+        self.open = dict(snapshot.conversations)
+        agents = self.state.registry.agents
+        for row in snapshot.messages:
+            cid = row.conversation_id
+            if row.row_id <= snapshot.conversations_upto or cid is None:
+                continue
+            if row.receiver not in agents:
+                continue
+            if row.effect == Effect.OPENS:
+                self._opens((row.sender, row.receiver, cid))
+            elif row.effect == Effect.CLOSES:
+                key = (row.receiver, row.sender, cid)
+                count = self.open.get(key)
+                if count is not None:
+                    self._closes(key, count)
+        for (requester_id, _, _), count in self.open.items():
             requester = agents.get(requester_id)
             if requester is not None:
                 requester.open_requests += count
@@ -48,14 +74,14 @@ class Conversations:
     def request(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
         """Authorize by capability (and its `authorized_requester_ids`), forward, and open
         the conversation its RESPONSEs will answer."""
-        router = self.router
+        state = self.state
         conversation_id = msg.conversation_id
         if conversation_id is None:
             raise Refusal(ErrorCode.MALFORMED, "a REQUEST needs a conversation_id")
         name = msg.payload.get("capability_name")
         if type(name) is not str:
             raise Refusal(ErrorCode.MALFORMED, "a REQUEST payload needs a string 'capability_name'")
-        target = router.registry.agents.get(msg.receiver_id)
+        target = state.registry.agents.get(msg.receiver_id)
         if target is None:
             raise Refusal(ErrorCode.UNKNOWN_RECEIVER, unknown_receiver(msg.receiver_id))
         entry = target.capabilities.get(name)
@@ -81,8 +107,8 @@ class Conversations:
                 f"Unauthorized: Agent '{agent.agent_id}' is not authorized to call capability "
                 f"'{clip(name)}' on agent '{target.agent_id}'.",
             )
-        now = router.clock()
-        if router.delivery.is_duplicate(msg, session, now):
+        now = state.clock()
+        if state.is_duplicate(msg, session, now):
             return []
         check = entry.input_check
         if check is not None:
@@ -90,18 +116,17 @@ class Conversations:
             if invalid is not None:
                 reason = invalid.sentence(name, target.agent_id)
                 return self._deny(session, msg, ErrorCode.INVALID_INPUT, reason, invalid.path)
-        limit = router.limits.max_open_requests
+        limit = state.limits.max_open_requests
         if limit and agent.open_requests >= limit:
             raise Refusal(
                 ErrorCode.LIMIT_EXCEEDED,
                 f"agent {agent.agent_id!r} already has {limit} REQUESTs waiting for a final "
                 "RESPONSE; this one was not routed",
             )
-        actions = router.deliver(target, msg, session, Effect.OPENS, now)
-        key = (agent.agent_id, target.agent_id, conversation_id)
-        self.open[key] = self.open.get(key, 0) + 1
+        actions = state.deliver(target, msg, session, Effect.OPENS, now)
+        self._opens((agent.agent_id, target.agent_id, conversation_id))
         agent.open_requests += 1
-        if router.trace:
+        if state.trace:
             log.debug(
                 "REQUEST_AUTHORIZED",
                 requester=agent.agent_id,
@@ -113,7 +138,7 @@ class Conversations:
 
     def response(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
         """Forward a RESPONSE to an open REQUEST of its receiver's; a final one closes it."""
-        router = self.router
+        state = self.state
         status = msg.payload.get("status")
         if type(status) is not str:
             raise Refusal(ErrorCode.MALFORMED, "a RESPONSE payload needs a string 'status'")
@@ -125,20 +150,17 @@ class Conversations:
                 f"no open REQUEST from {msg.receiver_id!r} to {agent.agent_id!r} in conversation "
                 f"{None if msg.conversation_id is None else clip(msg.conversation_id)!r}",
             )
-        target = router.registry.agents.get(msg.receiver_id)
+        target = state.registry.agents.get(msg.receiver_id)
         if target is None:
             del self.open[key]
             raise Refusal(ErrorCode.UNKNOWN_RECEIVER, unknown_receiver(msg.receiver_id))
-        now = router.clock()
-        if router.delivery.is_duplicate(msg, session, now):
+        now = state.clock()
+        if state.is_duplicate(msg, session, now):
             return []
         final = status != ResponseStatus.IN_PROGRESS
-        actions = router.deliver(target, msg, session, Effect.CLOSES if final else Effect.NONE, now)
+        actions = state.deliver(target, msg, session, Effect.CLOSES if final else Effect.NONE, now)
         if final:
-            if open_requests > 1:
-                self.open[key] = open_requests - 1
-            else:
-                del self.open[key]
+            self._closes(key, open_requests)
             target.open_requests = max(0, target.open_requests - 1)
         return actions
 
@@ -155,7 +177,7 @@ class Conversations:
         payload = {"status": ResponseStatus.ERROR, "code": code, "error": reason}
         if path is not None:
             payload["path"] = path
-        frame = self.router.from_lobby(
+        frame = self.state.from_lobby(
             msg.sender_id, MessageType.RESPONSE, payload, msg.conversation_id, msg.message_id
         )
         return [Send(session, frame)]

@@ -20,24 +20,22 @@ from __future__ import annotations
 import itertools
 from typing import Final
 
+from lobby.core.records import DELIVERED, Acked, Batch, MessageStored, Record, Snapshot
+from lobby.core.refusal import Refusal
 from lobby.core.registry import AgentRecord
 from lobby.core.session import Action, Send, Session
-from lobby.store.base import DELIVERED, Acked, Effect, MessageStored, Record, Snapshot
 from protocol.codec import encode
-from protocol.models import Message
+from protocol.models import ErrorCode, Message
 
 DEFAULT_DEDUPE_HORIZON: Final = 24 * 3600.0
 DEFAULT_DEDUPE_MAX: Final = 500_000
 _REDELIVERED: Final = b',"redelivered":true}'
 
 
-class MailboxFull(Exception):
-    def __init__(self, agent_id: str, limit: int) -> None:
-        super().__init__(f"agent {agent_id!r} already holds {limit} undelivered messages")
-
-
 class Delivery:
-    """Sequence numbers, mailboxes, the dedupe window and the journal of records to persist."""
+    """Owns what delivery needs across messages: per-receiver sequence numbers and mailboxes,
+    the dedupe window, and the journal of records to persist with the confirmations that wait
+    for its commit."""
 
     def __init__(
         self,
@@ -86,17 +84,20 @@ class Delivery:
         self,
         target: AgentRecord,
         msg: Message,
-        *,
         sender: Session | None,
         effect: int,
         now: float,
         force: bool = False,
     ) -> list[Action]:
-        """Stamp, journal and deliver (or hold) `msg` for `target`; `MailboxFull` refuses it
-        with nothing changed (unless `force`: the lobby's own notices are never refused). The
-        sender's token never leaves: it is dropped here."""
+        """Stamp, journal and deliver (or hold) `msg` for `target`; a full mailbox refuses it
+        (`mailbox_full`) with nothing changed, unless `force`: the lobby's own notices are never
+        refused. The sender's token never leaves: it is dropped here."""
         if len(target.mailbox) >= self.mailbox_limit and not force:
-            raise MailboxFull(target.agent_id, self.mailbox_limit)
+            raise Refusal(
+                ErrorCode.MAILBOX_FULL,
+                f"agent {target.agent_id!r} already holds {self.mailbox_limit} undelivered "
+                "messages",
+            )
         seq = target.next_seq = target.next_seq + 1
         sender_set_id = msg.message_id
         if sender_set_id is None:
@@ -162,14 +163,19 @@ class Delivery:
                 agent.acked_seq = last
         return actions
 
-    def take_journal(self) -> tuple[list[Record], dict[Session, str]]:
-        """Hand the pending records and confirmations to the I/O layer (one group commit)."""
+    @property
+    def pending(self) -> bool:
+        """Whether records or confirmations wait for a commit."""
+        return bool(self.journal or self.accepted)
+
+    def take_journal(self) -> Batch:
+        """Hand the pending records and confirmations over (one group commit)."""
         journal, accepted = self.journal, self.accepted
         if self.delivered:
             journal.extend(Acked(agent_id, seq) for agent_id, seq in self.delivered.items())
             self.delivered = {}
         self.journal, self.accepted = [], {}
-        return journal, accepted
+        return Batch(journal, accepted)
 
     def forget_old(self, now: float) -> None:
         """Drop dedupe entries past the horizon or beyond the size cap, oldest first."""
@@ -182,16 +188,13 @@ class Delivery:
             del seen[key]
             excess -= 1
 
-    def restore(
-        self, snapshot: Snapshot, agents: dict[str, AgentRecord]
-    ) -> dict[tuple[str, str, str], int]:
-        """Rebuild mailboxes, sequence numbers and the dedupe window from `snapshot`; return
-        the open conversations (the checkpoint plus the messages stored after it)."""
+    def restore(self, snapshot: Snapshot, agents: dict[str, AgentRecord]) -> None:
+        """Rebuild mailboxes, sequence numbers and the dedupe window from `snapshot` (the open
+        conversations are `Conversations.restore`'s)."""
         for agent_id, up_to in snapshot.acked.items():
             agent = agents.get(agent_id)
             if agent is not None:
                 agent.acked_seq = agent.next_seq = agent.delivered_seq = up_to
-        conversations = dict(snapshot.conversations)
         for row in snapshot.messages:
             self.last_row = max(self.last_row, row.row_id)
             self.seen[(row.sender, row.message_id)] = row.at
@@ -203,20 +206,3 @@ class Delivery:
                 agent.mailbox.append((row.seq, row.frame))
                 # It may have reached the agent before the restart: mark it redelivered.
                 agent.delivered_seq = max(agent.delivered_seq, row.seq)
-            if row.row_id > snapshot.conversations_upto and row.conversation_id is not None:
-                _replay_effect(conversations, row)
-        return conversations
-
-
-def _replay_effect(conversations: dict[tuple[str, str, str], int], row: MessageStored) -> None:
-    assert row.conversation_id is not None
-    if row.effect == Effect.OPENS:
-        key = (row.sender, row.receiver, row.conversation_id)
-        conversations[key] = conversations.get(key, 0) + 1
-    elif row.effect == Effect.CLOSES:
-        key = (row.receiver, row.sender, row.conversation_id)
-        count = conversations.get(key, 0)
-        if count > 1:
-            conversations[key] = count - 1
-        else:
-            conversations.pop(key, None)

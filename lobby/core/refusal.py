@@ -7,11 +7,11 @@ than a few hundred characters, whatever the frame held.
 from __future__ import annotations
 
 import hashlib
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from protocol.limits import clip
+from protocol.limits import MAX_SENTENCE_LENGTH, clip
 from protocol.models import LOBBY_ID, ErrorCode, Message
 
 _P = TypeVar("_P", bound=BaseModel)
@@ -19,6 +19,18 @@ _P = TypeVar("_P", bound=BaseModel)
 
 def hash_token(token: str) -> bytes:
     return hashlib.sha256(token.encode()).digest()
+
+
+def error_payload(
+    code: ErrorCode, reason: str, message_type: str | None, conversation_id: str | None
+) -> dict[str, Any]:
+    """The payload of every ERROR the lobby sends: the one place its shape is written."""
+    return {
+        "error": clip(reason, MAX_SENTENCE_LENGTH),  # its quoted values are clipped already
+        "code": code,
+        "original_message_type": message_type,
+        "original_conversation_id": conversation_id,
+    }
 
 
 class Refusal(Exception):

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import hmac
 import uuid
-from typing import TYPE_CHECKING
 
 import structlog
 
@@ -18,6 +17,7 @@ from lobby.core.refusal import Refusal, hash_token, require_lobby_receiver, vali
 from lobby.core.registry import AgentRecord
 from lobby.core.schemas import check_input_schemas
 from lobby.core.session import Action, Close, Send, Session
+from lobby.core.state import LobbyState
 from protocol.limits import MAX_AGENT_ID_LENGTH, MAX_SENTENCE_LENGTH, clip
 from protocol.models import (
     AGENT_ID_RE,
@@ -31,16 +31,16 @@ from protocol.models import (
     RegisterStatus,
 )
 
-if TYPE_CHECKING:
-    from lobby.core.router import Router
-
 log = structlog.get_logger("lobby")
 
 
 class Registrar:
-    def __init__(self, router: Router, limits: Limits) -> None:
-        self.router = router
-        self.limits = limits
+    """Owns the REGISTER attempt counters; handles REGISTER (a new agent or a resumed one) and
+    checks a declaration of capabilities."""
+
+    def __init__(self, state: LobbyState) -> None:
+        self.state = state
+        self.limits: Limits = state.limits
         self.attempts: dict[str, TokenBucket] = {}
         """REGISTER attempts per source address."""
 
@@ -58,7 +58,7 @@ class Registrar:
         payload = validate(RegisterPayload, msg)
         self._check_registration_key(payload.registration_key)
         self.check_capabilities(payload.capabilities)
-        record = self.router.registry.get(agent_id)
+        record = self.state.registry.get(agent_id)
         token = msg.auth_token
         if record is not None:
             if token is None or not hmac.compare_digest(hash_token(token), record.token_hash):
@@ -71,11 +71,11 @@ class Registrar:
         token = str(uuid.uuid4())
         record = AgentRecord(agent_id, hash_token(token), acks=payload.acks)
         record.bucket = self._message_bucket()
-        self.router.registry.add(record)
-        self.router.registry.set_capabilities(record, payload.capabilities or [])
+        self.state.registry.add(record)
+        self.state.registry.set_capabilities(record, payload.capabilities or [])
         record.session = session
         session.agent = record
-        self.router.save(record)
+        self.state.save(record)
         log.info(
             "AGENT_REGISTERED",
             agent_id=agent_id,
@@ -94,14 +94,14 @@ class Registrar:
             old.agent = None
             actions.append(Close(old, CloseCode.REPLACED, "replaced by a newer connection"))
         if payload.capabilities is not None:
-            self.router.registry.set_capabilities(record, payload.capabilities)
+            self.state.registry.set_capabilities(record, payload.capabilities)
         changed = payload.capabilities is not None or payload.acks != record.acks
         record.acks = payload.acks
         record.bucket = record.bucket or self._message_bucket()
         record.session = session
         session.agent = record
         if changed:
-            self.router.save(record)
+            self.state.save(record)
         log.info(
             "AGENT_RESUMED",
             agent_id=record.agent_id,
@@ -109,14 +109,14 @@ class Registrar:
             held_messages=len(record.mailbox),
         )
         actions.append(self._register_ack(session, record.agent_id, RegisterStatus.RESUMED, token))
-        actions.extend(self.router.delivery.replay(record, session))
+        actions.extend(self.state.delivery.replay(record, session))
         return actions
 
     def _check_registration_rate(self, session: Session) -> None:
         limits = self.limits
         if not limits.registration_rate:
             return
-        now = self.router.clock()
+        now = self.state.clock()
         bucket = self.attempts.get(session.host)
         if bucket is None:
             bucket = TokenBucket(limits.registration_rate, limits.registration_burst, now)
@@ -154,13 +154,13 @@ class Registrar:
         limits = self.limits
         if not limits.message_rate:
             return None
-        return TokenBucket(limits.message_rate, limits.message_burst, self.router.clock())
+        return TokenBucket(limits.message_rate, limits.message_burst, self.state.clock())
 
     def _register_ack(
         self, session: Session, agent_id: str, status: RegisterStatus, token: str
     ) -> Send:
         payload = {"status": status, "lobby_id": LOBBY_ID, "auth_token": token}
-        return Send(session, self.router.from_lobby(agent_id, MessageType.REGISTER_ACK, payload))
+        return Send(session, self.state.from_lobby(agent_id, MessageType.REGISTER_ACK, payload))
 
     def forget_idle(self, now: float) -> None:
         """Drop the attempt counters of addresses that have been quiet long enough."""

@@ -1,10 +1,13 @@
 """The routing core: a frame in, a list of actions out. No await, no socket, no file.
 
 `Router.handle(session, frame)` is the whole lobby as a function of its state: it decodes the
-frame once, authenticates it against the session's agent, decides (registration, discovery,
+frame once, authenticates it against the session's agent, and hands the message to the handler
+its type names in one table (`_handlers`); the handler decides (registration, discovery,
 authorization, conversation tracking) and returns the `Send`/`Close` actions the I/O layer must
-carry out. Every refusal is an ERROR (or, for REQUESTs refused by authorization, the seed's error
-RESPONSE) to the sender alone; nothing is forwarded and no state changes.
+carry out. The handlers share one `LobbyState` (state.py) and never see the router. What must be
+persisted leaves by one route too: `take_journal()`, then `committed()` once it is durable.
+Every refusal is an ERROR (or, for REQUESTs refused by authorization, the seed's error RESPONSE)
+to the sender alone; nothing is forwarded and no state changes.
 
 The REQUEST/RESPONSE path is the hot path: one decode, one SHA-256 of the token, a few dict
 lookups and one encode. Per-message logging is at DEBUG, filtered out by default.
@@ -14,60 +17,42 @@ from __future__ import annotations
 
 import hmac
 import time
-import uuid
 from collections import deque
 from collections.abc import Callable
-from typing import Any, Final, NoReturn, TypeVar
+from typing import Final
 
 import orjson
 import structlog
 
-from lobby.core.commerce import DEFAULT_DIALOGUE_TIMEOUT, Ledger, Marketplace, Negotiations
 from lobby.core.conversations import ConversationKey, Conversations
-from lobby.core.delivery import (
-    DEFAULT_DEDUPE_HORIZON,
-    DEFAULT_DEDUPE_MAX,
-    Delivery,
-    MailboxFull,
-)
-from lobby.core.discovery import MAX_WAITING_QUERIES, BadDiscovery, services_available
-from lobby.core.limits import Limits, TokenBucket
-from lobby.core.refusal import (
-    Refusal,
-    hash_token,
-    require_lobby_receiver,
-    unknown_receiver,
-    validate,
-)
+from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON, DEFAULT_DEDUPE_MAX, Delivery
+from lobby.core.limits import Limits
+from lobby.core.marketplace import Marketplace
+from lobby.core.negotiation import DEFAULT_DIALOGUE_TIMEOUT, Negotiations
+from lobby.core.records import Batch, Compaction, Snapshot
+from lobby.core.refusal import Refusal, error_payload, hash_token
 from lobby.core.registration import Registrar
 from lobby.core.registry import AgentRecord, Registry
-from lobby.core.session import Action, Close, Send, Session
-from lobby.store.base import AgentRemoved, AgentSaved, Compaction, Effect, Snapshot, StateSaved
+from lobby.core.session import Action, Send, Session
+from lobby.core.state import Ledger, LobbyState
+from lobby.core.to_lobby import ToLobby
 from protocol.codec import decode, encode
 from protocol.errors import DecodeError
-from protocol.limits import MAX_SENTENCE_LENGTH, clip
+from protocol.limits import clip
 from protocol.models import (
     LOBBY_ID,
     Capability,
-    CloseCode,
     DiscoverServicesPayload,
     ErrorCode,
-    FetchMessagesPayload,
     Message,
     MessageType,
-    RegisterPayload,
-    UpdateCapabilitiesPayload,
     close_code_name,
 )
 
 log = structlog.get_logger("lobby")
-_P = TypeVar(
-    "_P",
-    RegisterPayload,
-    DiscoverServicesPayload,
-    UpdateCapabilitiesPayload,
-    FetchMessagesPayload,
-)
+Handler = Callable[[Session, AgentRecord, Message], list[Action]]
+"""What the dispatch table maps each message type to: the sender's session, its (proven)
+agent, the message; the actions to carry out. A handler raises `Refusal` to refuse."""
 
 DEFAULT_MAILBOX_LIMIT: Final = 10_000
 
@@ -87,9 +72,11 @@ _LOBBY_ONLY: Final = frozenset(
 
 
 class Router:
-    """The lobby's decisions and state. Call `open` when a connection is accepted, `handle` for
-    every text message it sends (its UTF-8 bytes, or the `str`), `binary` for a binary one, and
-    `close` when it is gone; carry out the returned actions in order."""
+    """The lobby's sans-I/O entry point: owns the dispatch table and the handlers, over one
+    `LobbyState`. Call `open` when a connection is accepted, `handle` for every text message it
+    sends (its UTF-8 bytes, or the `str`), `binary` for a binary one, and `close` when it is
+    gone; carry out the returned actions in order. Take the journal (`take_journal`) to commit
+    it, and carry out `committed(batch)` once it is durable."""
 
     def __init__(
         self,
@@ -102,31 +89,26 @@ class Router:
         trace: bool = False,
         dialogue_timeout: float = DEFAULT_DIALOGUE_TIMEOUT,
     ) -> None:
-        self.registry = Registry()
-        self.trace = trace
-        """Log every routed message at DEBUG. Off, a message costs no logging call at all
-        (even a filtered-out structlog call costs about a microsecond)."""
-        self.limits = limits or Limits()
-        self.registrar = Registrar(self, self.limits)
-        self.requests = Conversations(self)
-        """Open REQUESTs: how many final RESPONSEs each key still expects."""
-        # Lobby-assigned message ids: unique per process start, cheap to make.
-        self.delivery = Delivery(
-            id_prefix=uuid.uuid4().hex[:12],
+        self.state = state = LobbyState(
             mailbox_limit=mailbox_limit,
             dedupe_horizon=dedupe_horizon,
             dedupe_max=dedupe_max,
+            limits=limits,
+            clock=clock,
+            trace=trace,
         )
-        self.clock = clock
-        self.ledger = Ledger()
-        self.negotiations = Negotiations(self, timeout=dialogue_timeout, remember=dedupe_horizon)
-        self.market = Marketplace(self)
-        self.queries: deque[tuple[Session, AgentRecord, DiscoverServicesPayload, Message]]
-        self.queries = deque()
-        """DISCOVER_SERVICES accepted and not yet answered, oldest first (`answer_query`)."""
-        move = self.negotiations.move
-        self._routed: dict[MessageType, Callable[[Session, AgentRecord, Message], list[Action]]]
-        self._routed = {
+        self.registrar = Registrar(state)
+        self.requests = Conversations(state)
+        """Open REQUESTs: how many final RESPONSEs each key still expects."""
+        self.negotiations = Negotiations(state, timeout=dialogue_timeout, remember=dedupe_horizon)
+        self.market = Marketplace(state)
+        self.to_lobby = ToLobby(state, self.registrar)
+        move, to_lobby = self.negotiations.move, self.to_lobby
+        # The one dispatch table: every message type a registered agent may send, and a
+        # refusal for each one it may not.
+        self._handlers: dict[MessageType, Handler] = {
+            MessageType.REQUEST: self.requests.request,
+            MessageType.RESPONSE: self.requests.response,
             MessageType.CFP: move,
             MessageType.PROPOSE: move,
             MessageType.ACCEPT: move,
@@ -135,17 +117,49 @@ class Router:
             MessageType.TEXT: self.market.text,
             MessageType.ORDER_PROPOSAL: self.market.order_proposal,
             MessageType.PAYMENT: self.market.payment,
+            MessageType.ACK: to_lobby.ack,
+            MessageType.FETCH_MESSAGES: to_lobby.fetch_messages,
+            MessageType.LIST_TRANSACTIONS: to_lobby.list_transactions,
+            MessageType.DISCOVER_SERVICES: to_lobby.discover_services,
+            MessageType.UPDATE_CAPABILITIES: to_lobby.update_capabilities,
+            MessageType.UNREGISTER: to_lobby.unregister,
+            MessageType.REGISTER: _already_registered,
+            **dict.fromkeys(_LOBBY_ONLY, _sent_by_the_lobby_only),
         }
-        self._lobby_handlers: dict[
-            MessageType, Callable[[Session, AgentRecord, Message], list[Action]]
-        ] = {
-            MessageType.ACK: self._ack,
-            MessageType.FETCH_MESSAGES: self._fetch_messages,
-            MessageType.LIST_TRANSACTIONS: self._list_transactions,
-            MessageType.DISCOVER_SERVICES: self._discover_services,
-            MessageType.UPDATE_CAPABILITIES: self._update_capabilities,
-            MessageType.UNREGISTER: self._unregister,
-        }
+
+    # The shared state, as the router's callers (the server, tests) read it.
+
+    @property
+    def registry(self) -> Registry:
+        return self.state.registry
+
+    @property
+    def delivery(self) -> Delivery:
+        return self.state.delivery
+
+    @property
+    def ledger(self) -> Ledger:
+        return self.state.ledger
+
+    @property
+    def limits(self) -> Limits:
+        return self.state.limits
+
+    @property
+    def clock(self) -> Callable[[], float]:
+        return self.state.clock
+
+    # -- DISCOVER_SERVICES waiting in line ------------------------------------------------
+
+    @property
+    def queries(self) -> deque[tuple[Session, AgentRecord, DiscoverServicesPayload, Message]]:
+        """DISCOVER_SERVICES accepted and not yet answered, oldest first: the I/O layer calls
+        `answer_query` for one per pass of its loop while any wait."""
+        return self.to_lobby.queries
+
+    def answer_query(self) -> list[Action]:
+        """Answer the oldest waiting DISCOVER_SERVICES (`ToLobby.answer_query`)."""
+        return self.to_lobby.answer_query()
 
     # -- persistence ----------------------------------------------------------------------
 
@@ -156,7 +170,8 @@ class Router:
             self.registry.add(record)
             capabilities = [Capability.model_validate(c) for c in orjson.loads(saved.capabilities)]
             self.registry.set_capabilities(record, capabilities)
-        self.requests.restore(self.delivery.restore(snapshot, self.registry.agents))
+        self.delivery.restore(snapshot, self.registry.agents)
+        self.requests.restore(snapshot)
         transactions = [orjson.loads(t) for t in snapshot.state.get("transaction", [])]
         self.ledger.transactions = transactions
         self.negotiations.restore(snapshot.state.get("dialogue", []))
@@ -170,8 +185,8 @@ class Router:
 
     def compaction(self) -> Compaction:
         """A checkpoint for `Store.compact`; also trims the in-memory dedupe window."""
-        now = self.clock()
-        delivery = self.delivery
+        now = self.state.clock()
+        delivery = self.state.delivery
         delivery.forget_old(now)
         self.registrar.forget_idle(now)
         return Compaction(
@@ -180,6 +195,31 @@ class Router:
             acked={a.agent_id: a.acked_seq for a in self.registry.agents.values()},
             forget_before=now - delivery.dedupe_horizon,
         )
+
+    # -- the journal ------------------------------------------------------------------------
+
+    @property
+    def journal_pending(self) -> bool:
+        """Whether records or confirmations wait for a commit (`take_journal`)."""
+        return self.delivery.pending
+
+    def take_journal(self) -> Batch:
+        """What must be persisted now, as one group commit: hand its `records` to
+        `Store.write()` and, once they are durable, call `committed(batch)`."""
+        return self.delivery.take_journal()
+
+    def committed(self, batch: Batch) -> list[Action]:
+        """The actions a durable commit causes: each acknowledging sender still connected is
+        told (ACCEPTED) the last of its messages in `batch`."""
+        actions: list[Action] = []
+        for session, message_id in batch.accepted.items():
+            agent = session.agent
+            if agent is not None:
+                accepted = Message(
+                    LOBBY_ID, agent.agent_id, MessageType.ACCEPTED, {"message_id": message_id}
+                )
+                actions.append(Send(session, encode(accepted)))
+        return actions
 
     @property
     def conversations(self) -> dict[ConversationKey, int]:
@@ -216,8 +256,19 @@ class Router:
         session.proven = (agent, token)
         return True
 
+    def failed(self, session: Session) -> list[Action]:
+        """The answer to a message whose handling raised (a bug in the core): an ERROR
+        `internal`, and nothing routed. The I/O layer calls this instead of `handle`'s result."""
+        payload = error_payload(
+            ErrorCode.INTERNAL,
+            "the lobby failed to process this message; nothing was routed",
+            None,
+            None,
+        )
+        return [Send(session, encode(Message(LOBBY_ID, "", MessageType.ERROR, payload)))]
+
     def binary(self, session: Session) -> list[Action]:
-        return self._error(
+        return self.state.error(
             session,
             None,
             ErrorCode.MALFORMED,
@@ -229,7 +280,7 @@ class Router:
         try:
             msg = decode(frame)
         except DecodeError as exc:
-            return self._error(
+            return self.state.error(
                 session,
                 None,
                 ErrorCode.MALFORMED,
@@ -240,6 +291,7 @@ class Router:
         agent = session.agent
         if agent is None:
             return self._unregistered(session, msg)
+        state = self.state
         token = msg.auth_token
         proven = session.proven
         if (
@@ -254,48 +306,24 @@ class Router:
         ):
             return self._auth_failed(session, agent, msg)
         bucket = agent.bucket
-        if bucket is not None and not bucket.take(self.clock()):
-            return self._error(
+        if bucket is not None and not bucket.take(state.clock()):
+            return state.error(
                 session,
                 msg,
                 ErrorCode.RATE_LIMITED,
-                f"agent {agent.agent_id!r} sends more than {self.limits.message_rate:g} "
+                f"agent {agent.agent_id!r} sends more than {state.limits.message_rate:g} "
                 "messages a second; this one was not routed",
             )
         try:
-            mtype = msg.message_type
-            if mtype is MessageType.REQUEST:
-                return self.requests.request(session, agent, msg)
-            if mtype is MessageType.RESPONSE:
-                return self.requests.response(session, agent, msg)
-            routed = self._routed.get(mtype)
-            if routed is not None:
-                return routed(session, agent, msg)
-            if mtype is MessageType.REGISTER:
-                raise Refusal(
-                    ErrorCode.ALREADY_REGISTERED,
-                    f"this connection is already registered as {agent.agent_id!r}",
-                )
-            if mtype in _LOBBY_ONLY:
-                raise Refusal(
-                    ErrorCode.MALFORMED,
-                    f"{mtype} is sent by the lobby only"
-                    + (
-                        "; answer a REQUEST with a RESPONSE whose status is 'error'"
-                        if mtype is MessageType.ERROR
-                        else ""
-                    ),
-                )
-            require_lobby_receiver(msg)
-            return self._lobby_handlers[mtype](session, agent, msg)
+            return self._handlers[msg.message_type](session, agent, msg)
         except Refusal as refusal:
-            return self._error(session, msg, refusal.code, refusal.reason)
+            return self.state.error(session, msg, refusal.code, refusal.reason)
 
     # -- REGISTER -------------------------------------------------------------------------
 
     def _unregistered(self, session: Session, msg: Message) -> list[Action]:
         if msg.message_type is not MessageType.REGISTER:
-            return self._error(
+            return self.state.error(
                 session,
                 msg,
                 ErrorCode.NOT_REGISTERED,
@@ -304,214 +332,14 @@ class Router:
         try:
             return self.registrar.register(session, msg)
         except Refusal as refusal:
-            return self._error(session, msg, refusal.code, refusal.reason)
-
-    def save(self, record: AgentRecord) -> None:
-        """Journal an agent's registration (token hash, capabilities, acks)."""
-        capabilities = orjson.dumps([entry.wire for entry in record.capabilities.values()])
-        self.delivery.journal.append(
-            AgentSaved(record.agent_id, record.token_hash, capabilities, record.acks)
-        )
-
-    # -- messages to the lobby ------------------------------------------------------------
-
-    def _ack(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
-        up_to = msg.payload.get("up_to")
-        if type(up_to) is not int or up_to < 0:
-            raise Refusal(
-                ErrorCode.MALFORMED, "an ACK payload needs a non-negative integer 'up_to'"
-            )
-        self.delivery.acknowledge(agent, up_to)
-        return []
+            return self.state.error(session, msg, refusal.code, refusal.reason)
 
     def tick(self) -> list[Action]:
         """Time passed: end the dialogues whose deadline is gone, forget those that ended
         longer ago than the dedupe horizon. Call about once a second."""
-        now = self.clock()
+        now = self.state.clock()
         self.negotiations.forget_ended(now)
         return self.negotiations.expire_due(now)
-
-    def _list_transactions(
-        self, session: Session, agent: AgentRecord, msg: Message
-    ) -> list[Action]:
-        payload = {"transactions": self.ledger.of(agent.agent_id)}
-        return [self.reply(session, MessageType.TRANSACTIONS, payload, msg)]
-
-    def _fetch_messages(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
-        """The mailbox pull: what is held for the agent after `since` (which acknowledges
-        everything up to it). Push delivery reads the same mailbox."""
-        query = validate(FetchMessagesPayload, msg)
-        if query.since is not None:
-            self.delivery.acknowledge(agent, query.since)
-        after = query.since or 0
-        held = [(seq, frame) for seq, frame in agent.mailbox if seq > after][: query.limit]
-        cursor = held[-1][0] if held else max(after, agent.acked_seq)
-        payload = {"messages": [orjson.Fragment(frame) for _, frame in held], "cursor": cursor}
-        return [self.reply(session, MessageType.MESSAGES, payload, msg)]
-
-    def _limit_discovery(self, agent: AgentRecord) -> None:
-        limits = self.limits
-        if not limits.discover_rate:
-            return
-        now = self.clock()
-        bucket = agent.discover_bucket
-        if bucket is None:
-            bucket = agent.discover_bucket = TokenBucket(
-                limits.discover_rate, limits.discover_burst, now
-            )
-        if not bucket.take(now):
-            raise Refusal(
-                ErrorCode.RATE_LIMITED,
-                f"agent {agent.agent_id!r} sends more than {limits.discover_rate:g} "
-                "DISCOVER_SERVICES a second; this one was not answered",
-            )
-
-    def _discover_services(
-        self, session: Session, agent: AgentRecord, msg: Message
-    ) -> list[Action]:
-        self._limit_discovery(agent)
-        query = validate(DiscoverServicesPayload, msg)
-        if agent.queries_waiting >= MAX_WAITING_QUERIES:
-            raise Refusal(
-                ErrorCode.RATE_LIMITED,
-                f"agent {agent.agent_id!r} already has {MAX_WAITING_QUERIES} "
-                "DISCOVER_SERVICES waiting for their answers; this one was not answered",
-            )
-        # Answered later, one per pass of the event loop (`answer_query`), after the routed
-        # messages that pass read: a query costs up to a few ms, a routed message microseconds.
-        agent.queries_waiting += 1
-        self.queries.append((session, agent, query, msg))
-        return []
-
-    def answer_query(self) -> list[Action]:
-        """Answer the oldest DISCOVER_SERVICES waiting in `queries` (call only while it holds
-        one): SERVICES_AVAILABLE, an ERROR, or nothing when its connection closed meanwhile."""
-        session, agent, query, msg = self.queries.popleft()
-        agent.queries_waiting -= 1
-        if session.agent is not agent:
-            return []
-        message_id = self.delivery.new_message_id()
-
-        def answer(payload: dict[str, Any]) -> bytes:
-            return encode(
-                Message(
-                    LOBBY_ID,
-                    agent.agent_id,
-                    MessageType.SERVICES_AVAILABLE,
-                    payload,
-                    msg.conversation_id,
-                    message_id=message_id,
-                )
-            )
-
-        # The payload may take what the bound leaves beside the envelope (whose own "{}" is
-        # the payload's place).
-        room = self.limits.max_discover_bytes - len(answer({})) + 2
-        try:
-            payload = services_available(self.registry, agent.agent_id, query, room=room)
-        except BadDiscovery as bad:
-            return self._error(session, msg, ErrorCode.MALFORMED, str(bad))
-        return [Send(session, answer(payload))]
-
-    def _update_capabilities(
-        self, session: Session, agent: AgentRecord, msg: Message
-    ) -> list[Action]:
-        update = validate(UpdateCapabilitiesPayload, msg)
-        self.registrar.check_capabilities(update.capabilities)
-        self.registry.set_capabilities(agent, update.capabilities)
-        self.save(agent)
-        log.info(
-            "AGENT_CAPABILITIES_UPDATED",
-            agent_id=agent.agent_id,
-            capabilities=clip(", ".join(sorted(agent.capabilities)), MAX_SENTENCE_LENGTH),
-        )
-        return []
-
-    def _unregister(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
-        self.registry.remove(agent.agent_id)
-        agent.session = None
-        session.agent = None
-        self.delivery.journal.append(AgentRemoved(agent.agent_id))
-        log.info("AGENT_UNREGISTERED", agent_id=agent.agent_id, dropped=len(agent.mailbox))
-        return [Close(session, CloseCode.UNREGISTERED, "unregistered")]
-
-    # -- delivery -------------------------------------------------------------------------
-
-    # -- helpers for the handlers (here and in commerce.py) --------------------------------
-
-    def deliver(
-        self, target: AgentRecord, msg: Message, sender: Session | None, effect: int, now: float
-    ) -> list[Action]:
-        """Accept `msg` for `target` (see Delivery.accept); a full mailbox refuses it."""
-        try:
-            return self.delivery.accept(target, msg, sender=sender, effect=effect, now=now)
-        except MailboxFull as full:
-            raise Refusal(ErrorCode.MAILBOX_FULL, str(full)) from None
-
-    @staticmethod
-    def refuse(code: ErrorCode, reason: str) -> NoReturn:
-        raise Refusal(code, reason)
-
-    def receiver(self, msg: Message) -> AgentRecord:
-        """The registered agent `msg` is addressed to, or a refusal `unknown_receiver`."""
-        target = self.registry.agents.get(msg.receiver_id)
-        if target is None:
-            raise Refusal(ErrorCode.UNKNOWN_RECEIVER, unknown_receiver(msg.receiver_id))
-        return target
-
-    def notify(
-        self,
-        agent_ids: tuple[str, ...],
-        message_type: MessageType,
-        payload: dict[str, Any],
-        conversation_id: str | None,
-        now: float,
-    ) -> list[Action]:
-        """A lobby notice to each agent, delivered like any message (stored, acknowledged)."""
-        actions: list[Action] = []
-        for agent_id in agent_ids:
-            target = self.registry.agents.get(agent_id)
-            if target is not None:
-                notice = Message(LOBBY_ID, agent_id, message_type, payload, conversation_id)
-                actions += self.delivery.accept(
-                    target, notice, sender=None, effect=Effect.NONE, now=now, force=True
-                )
-        return actions
-
-    def record(self, tx: dict[str, Any]) -> None:
-        """Add a transaction to the ledger, durably."""
-        self.ledger.transactions.append(tx)
-        data = orjson.dumps(tx)
-        self.delivery.journal.append(StateSaved("transaction", tx["transaction_id"], data))
-
-    def reply(
-        self, session: Session, message_type: MessageType, payload: dict[str, Any], msg: Message
-    ) -> Send:
-        """A direct answer from the lobby to the sender of `msg` (not stored)."""
-        frame = self.from_lobby(
-            msg.sender_id, message_type, payload, msg.conversation_id, msg.message_id
-        )
-        return Send(session, frame)
-
-    def from_lobby(
-        self,
-        receiver_id: str,
-        message_type: MessageType,
-        payload: dict[str, Any],
-        conversation_id: str | None = None,
-        in_reply_to: str | None = None,
-    ) -> bytes:
-        return encode(
-            Message(
-                LOBBY_ID,
-                receiver_id,
-                message_type,
-                payload,
-                conversation_id,
-                message_id=self.delivery.new_message_id(),
-                in_reply_to=in_reply_to,
-            )
-        )
 
     # -- refusals -------------------------------------------------------------------------
 
@@ -526,35 +354,24 @@ class Router:
         else:
             reason = f"invalid auth_token for agent {agent.agent_id!r}"
         log.warning("AUTHENTICATION_FAILED", agent_id=agent.agent_id, reason=reason)
-        return self._error(session, msg, ErrorCode.AUTH_FAILED, reason)
+        return self.state.error(session, msg, ErrorCode.AUTH_FAILED, reason)
 
-    def _error(
-        self,
-        session: Session,
-        msg: Message | None,
-        code: ErrorCode,
-        reason: str,
-        *,
-        message_type: str | None = None,
-        conversation_id: str | None = None,
-    ) -> list[Action]:
-        original_id = None
-        if msg is not None:
-            message_type = msg.message_type
-            conversation_id = msg.conversation_id
-            original_id = msg.message_id
-        payload = {
-            "error": clip(reason, MAX_SENTENCE_LENGTH),  # its quoted values are clipped already
-            "code": code,
-            "original_message_type": message_type,
-            "original_conversation_id": conversation_id,
-        }
-        receiver = session.agent.agent_id if session.agent is not None else ""
-        if not receiver and msg is not None:
-            receiver = msg.sender_id
-        if self.trace:
-            log.debug("MESSAGE_REFUSED", code=code, reason=reason, session=session.id)
-        frame = self.from_lobby(
-            receiver, MessageType.ERROR, payload, conversation_id, in_reply_to=original_id
-        )
-        return [Send(session, frame)]
+
+def _already_registered(session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
+    raise Refusal(
+        ErrorCode.ALREADY_REGISTERED,
+        f"this connection is already registered as {agent.agent_id!r}",
+    )
+
+
+def _sent_by_the_lobby_only(session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
+    mtype = msg.message_type
+    raise Refusal(
+        ErrorCode.MALFORMED,
+        f"{mtype} is sent by the lobby only"
+        + (
+            "; answer a REQUEST with a RESPONSE whose status is 'error'"
+            if mtype is MessageType.ERROR
+            else ""
+        ),
+    )

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lobby.store.base import Compaction, Record, Snapshot, Store
+from lobby.core.records import Compaction, Record, Snapshot
+from lobby.store.base import Store
 from lobby.store.memory import MemoryStore
 from lobby.store.sqlite import SqliteStore
 

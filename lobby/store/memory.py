@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from lobby.store.base import Compaction, Record, Snapshot
+from lobby.core.records import Compaction, Record, Snapshot
 
 
 class MemoryStore:
+    """A `Store` that keeps nothing: the lobby's state lives and dies with the process."""
+
     durable = False
 
     def load(self) -> Snapshot:

@@ -23,7 +23,7 @@ from pathlib import Path
 
 import orjson
 
-from lobby.store.base import (
+from lobby.core.records import (
     Acked,
     AgentRemoved,
     AgentSaved,
@@ -77,6 +77,8 @@ class StoreLocked(Exception):
 
 
 class SqliteStore:
+    """A `Store` in one SQLite file under `data_dir`, held locked against a second lobby."""
+
     durable = True
 
     def __init__(self, data_dir: Path, *, fsync: bool = False) -> None:

@@ -78,6 +78,9 @@ class Lobby(Protocol):
 
 
 class Transport(Protocol):
+    """Owns the listening socket (if any) and every connection it accepts: hands each message to
+    the `Lobby` and carries out what it writes. `start` once, `stop` once."""
+
     name: str
     """As /healthz reports it: websockets, picows, memory."""
 

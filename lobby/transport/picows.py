@@ -161,6 +161,8 @@ class PicowsLink(WSListener):
 
 
 class PicowsTransport:
+    """The `Transport` over picows (`--transport picows`): owns its server and connections."""
+
     name = "picows"
 
     def __init__(self) -> None:

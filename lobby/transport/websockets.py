@@ -143,6 +143,8 @@ class LobbyConnection(ServerConnection):
 
 
 class WebsocketsTransport:
+    """The default `Transport`, over websockets' asyncio server: owns its server and connections."""
+
     name = "websockets"
 
     def __init__(self) -> None:

@@ -17,10 +17,10 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from agent_sdk import Agent, InvalidInputError, RequestContext, capability
 from lobby.core import Send
+from lobby.core.records import AgentSaved, Snapshot
 from lobby.core.router import Router
 from lobby.core.schemas import REASON_MAX, input_check, pointer
 from lobby.server import LobbyServer
-from lobby.store.base import AgentSaved, Snapshot
 from protocol.models import Capability
 from tests.routerkit import Peer, join, make_router
 from tests.wsclient import frame, register, reply, running

@@ -1,6 +1,6 @@
-"""The delivery rules through the Router, synchronously, with the router's clock: a sender's
-resend is recognised by (sender, message_id) within the dedupe horizon only; an ACK covers no
-more than was delivered; the lobby's own notices are never refused by a full mailbox."""
+"""Delivery, synchronously through the Router and its clock: messages held for offline agents,
+redelivery to acknowledging agents, full mailboxes, the dedupe horizon, ACKs and the lobby's
+own notices (lobby/core/delivery.py)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,58 @@ from typing import Any
 
 import orjson
 
+from lobby.core import Router, Send
 from tests.routerkit import Clock, Peer, join, make_router, world
+
+
+def cap(name: str, authorized: list[str] | None = None, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "description": f"does {name}",
+        "input_schema": {},
+        "output_schema": {},
+        "authorized_requester_ids": authorized,
+        **extra,
+    }
+
+
+def raw(router: Router, session: Any, **frame: Any) -> list[Any]:
+    frame.setdefault("receiver_id", "global_lobby")
+    frame.setdefault("payload", {})
+    return router.handle(session, orjson.dumps(frame).decode())
+
+
+def frames(actions: list[Any]) -> list[dict[str, Any]]:
+    return [orjson.loads(a.frame) for a in actions if isinstance(a, Send)]
+
+
+def pair(authorized: list[str] | None = None) -> tuple[Router, Peer, Peer]:
+    router = make_router()
+    return router, join(router, "alice"), join(router, "bob", capabilities=[cap("c", authorized)])
+
+
+def request(peer: Peer, to: str = "bob", conversation: str | None = "k", **payload: Any) -> None:
+    envelope = {"conversation_id": conversation} if conversation else {}
+    peer.to(to, "REQUEST", {"capability_name": "c", **payload}, **envelope)
+
+
+ERROR_KEYS = {"error", "code", "original_message_type", "original_conversation_id"}
+
+
+def error_code(peer: Peer) -> str:
+    error = peer.last()
+    assert error["message_type"] == "ERROR"
+    assert set(error["payload"]) == ERROR_KEYS
+    return str(error["payload"]["code"])
+
+
+def text(peer: Peer, to: str, content: str, message_id: str) -> None:
+    peer.to(to, "TEXT", {"content": content}, message_id=message_id)
+
+
+def contents(peer: Peer) -> list[tuple[str, str]]:
+    return [(m["sender_id"], m["payload"]["content"]) for m in peer.take()]
+
 
 HORIZON = 60.0
 
@@ -32,12 +83,53 @@ def resume(peer: Peer, **payload: Any) -> list[dict[str, Any]]:
     return peer.take()
 
 
-def text(peer: Peer, to: str, content: str, message_id: str) -> None:
-    peer.to(to, "TEXT", {"content": content}, message_id=message_id)
+def test_messages_for_an_offline_agent_are_held_and_delivered_in_order() -> None:
+    router, alice, bob = pair()
+    router.close(bob.session)
+    for n in range(3):
+        request(alice, conversation=f"k{n}", n=n)
+    assert bob.take() == []
+    session = router.open()
+    held = frames(
+        raw(router, session, sender_id="bob", message_type="REGISTER", auth_token=bob.token)
+    )
+    assert held[0]["payload"]["status"] == "success_resumed"
+    assert [m["payload"]["n"] for m in held[1:]] == [0, 1, 2]
 
 
-def contents(peer: Peer) -> list[tuple[str, str]]:
-    return [(m["sender_id"], m["payload"]["content"]) for m in peer.take()]
+def test_acknowledging_agents_get_unacknowledged_messages_again() -> None:
+    router = make_router()
+    alice = join(router, "alice")
+    bob = join(router, "bob", capabilities=[cap("c")], acks=True)
+    for n in range(3):
+        request(alice, conversation=f"k{n}", n=n)
+    first = bob.take()
+    bob.send("ACK", {"up_to": first[0]["seq"]})
+    session = router.open()
+    again = frames(
+        raw(
+            router,
+            session,
+            sender_id="bob",
+            message_type="REGISTER",
+            auth_token=bob.token,
+            payload={"acks": True},
+        )
+    )[1:]
+    assert [m["payload"]["n"] for m in again] == [1, 2]
+    assert all(m["redelivered"] is True for m in again)
+
+
+def test_a_full_mailbox_refuses_the_sender() -> None:
+    router = make_router(mailbox_limit=2)
+    alice = join(router, "alice")
+    bob = join(router, "bob", capabilities=[cap("c")])
+    router.close(bob.session)
+    request(alice, conversation="k1")
+    request(alice, conversation="k2")
+    request(alice, conversation="k3")
+    assert error_code(alice) == "mailbox_full"
+    assert len(router.registry.agents["bob"].mailbox) == 2
 
 
 def test_a_resent_message_id_is_delivered_once() -> None:

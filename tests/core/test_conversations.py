@@ -1,0 +1,173 @@
+"""REQUEST and RESPONSE, synchronously through the Router: authorization by capability, the open
+conversations and their bound, and the refusals (lobby/core/conversations.py)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from lobby.core import Router
+from lobby.core.limits import Limits
+from lobby.core.records import AgentSaved, MessageStored, Snapshot
+from tests.routerkit import Peer, join, make_router
+
+ERROR_KEYS = {"error", "code", "original_message_type", "original_conversation_id"}
+
+
+def cap(name: str, authorized: list[str] | None = None, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "description": f"does {name}",
+        "input_schema": {},
+        "output_schema": {},
+        "authorized_requester_ids": authorized,
+        **extra,
+    }
+
+
+def error_code(peer: Peer) -> str:
+    error = peer.last()
+    assert error["message_type"] == "ERROR"
+    assert set(error["payload"]) == ERROR_KEYS
+    return str(error["payload"]["code"])
+
+
+def pair(authorized: list[str] | None = None) -> tuple[Router, Peer, Peer]:
+    router = make_router()
+    return router, join(router, "alice"), join(router, "bob", capabilities=[cap("c", authorized)])
+
+
+def request(peer: Peer, to: str = "bob", conversation: str | None = "k", **payload: Any) -> None:
+    envelope = {"conversation_id": conversation} if conversation else {}
+    peer.to(to, "REQUEST", {"capability_name": "c", **payload}, **envelope)
+
+
+def test_an_authorized_request_and_its_responses_are_forwarded_without_token() -> None:
+    router, alice, bob = pair(["alice"])
+    request(alice, item="x")
+    delivered = bob.last()
+    assert delivered["payload"] == {"capability_name": "c", "item": "x"}
+    assert "auth_token" not in delivered
+    assert delivered["message_id"]
+    assert delivered["seq"] == 1
+    bob.to("alice", "RESPONSE", {"status": "in_progress"}, conversation_id="k")
+    bob.to("alice", "RESPONSE", {"status": "success", "price": 3}, conversation_id="k")
+    updates = alice.take()
+    assert [u["payload"]["status"] for u in updates] == ["in_progress", "success"]
+    assert all("auth_token" not in u for u in updates)
+    bob.to("alice", "RESPONSE", {"status": "success"}, conversation_id="k")
+    assert error_code(bob) == "unknown_conversation"
+    assert router.conversations == {}
+
+
+def test_the_senders_message_id_is_kept() -> None:
+    _, alice, bob = pair()
+    alice.to("bob", "REQUEST", {"capability_name": "c"}, conversation_id="k", message_id="mine")
+    assert bob.last()["message_id"] == "mine"
+
+
+def test_unauthorized_gets_the_seeds_error_response() -> None:
+    router = make_router()
+    join(router, "price_hunter_A2_v2", capabilities=[cap("find", ["search_agent"])])
+    rogue = join(router, "rogue_007")
+    rogue.to("price_hunter_A2_v2", "REQUEST", {"capability_name": "find"}, conversation_id="k")
+    response = rogue.last()
+    assert response["message_type"] == "RESPONSE"
+    assert response["conversation_id"] == "k"
+    assert response["payload"] == {
+        "status": "error",
+        "code": "unauthorized",
+        "error": "Unauthorized: Agent 'rogue_007' is not authorized to call capability 'find' "
+        "on agent 'price_hunter_A2_v2'.",
+    }
+    assert router.conversations == {}
+
+
+@pytest.mark.parametrize("authorized", [None, []])
+def test_null_or_empty_authorization_is_public(authorized: list[str] | None) -> None:
+    _, alice, bob = pair(authorized)
+    request(alice)
+    assert bob.last()["message_type"] == "REQUEST"
+
+
+def test_unknown_capability_and_receiver_and_missing_conversation() -> None:
+    _, alice, bob = pair()
+    alice.to("bob", "REQUEST", {"capability_name": "nope"}, conversation_id="k")
+    assert alice.last()["payload"]["code"] == "capability_not_found"
+    request(alice, to="nobody")
+    assert error_code(alice) == "unknown_receiver"
+    request(alice, conversation=None)
+    assert error_code(alice) == "malformed"
+    assert bob.take() == []
+
+
+def test_only_the_responder_may_answer_and_only_to_the_requester() -> None:
+    router, alice, bob = pair()
+    mallory = join(router, "mallory")
+    request(alice)
+    mallory.to("alice", "RESPONSE", {"status": "success"}, conversation_id="k")
+    assert error_code(mallory) == "unknown_conversation"
+    bob.to("mallory", "RESPONSE", {"status": "success"}, conversation_id="k")
+    assert error_code(bob) == "unknown_conversation"
+    assert alice.take() == []
+    assert mallory.take() == []
+
+
+def test_open_requests_per_agent_are_bounded_and_freed_by_final_responses() -> None:
+    """Every unanswered REQUEST is remembered (so its RESPONSE can be authorized): an agent may
+    have at most `max_open_requests` of them, or it could fill the lobby's memory."""
+    router = Router(limits=Limits(message_rate=0, registration_rate=0, max_open_requests=2))
+    alice = join(router, "alice")
+    bob = join(router, "bob", capabilities=[cap("c")])
+    request(alice, conversation="k1")
+    request(alice, conversation="k2")
+    assert len(bob.take()) == 2
+    request(alice, conversation="k3")
+    assert error_code(alice) == "limit_exceeded"
+    assert bob.take() == []
+    bob.to("alice", "RESPONSE", {"status": "in_progress"}, conversation_id="k1")
+    request(alice, conversation="k3")
+    assert error_code(alice) == "limit_exceeded"  # an in_progress RESPONSE answers nothing yet
+    bob.to("alice", "RESPONSE", {"status": "success"}, conversation_id="k1")
+    request(alice, conversation="k3")
+    assert [m["conversation_id"] for m in bob.take()] == ["k3"]
+    assert router.registry.agents["alice"].open_requests == 2
+
+
+def answer(peer: Peer, conversation: str, status: str = "success") -> None:
+    peer.to("alice", "RESPONSE", {"status": status}, conversation_id=conversation)
+
+
+@pytest.mark.parametrize("checkpoint_after", [0, 2, 5])
+def test_a_restart_reopens_exactly_the_conversations_left_open(checkpoint_after: int) -> None:
+    """The rule that opens and closes conversations live is the one replayed at restore: from
+    the stored messages alone, or from a checkpoint plus the messages stored after it."""
+    router, alice, bob = pair()
+    steps: list[Callable[[], None]] = [
+        lambda: request(alice, conversation="k1"),
+        lambda: request(alice, conversation="k1"),
+        lambda: request(alice, conversation="k2"),
+        lambda: request(alice, conversation="k3"),
+        lambda: answer(bob, "k1", "in_progress"),
+        lambda: answer(bob, "k1"),  # one of k1's two REQUESTs answered
+        lambda: answer(bob, "k2", "error"),
+    ]
+    checkpoint = router.compaction()
+    for number, step in enumerate(steps, 1):
+        step()
+        if number == checkpoint_after:
+            checkpoint = router.compaction()
+    assert router.conversations == {("alice", "bob", "k1"): 1, ("alice", "bob", "k3"): 1}
+    records = router.take_journal().records
+    snapshot = Snapshot(
+        agents=[r for r in records if isinstance(r, AgentSaved)],
+        messages=[r for r in records if isinstance(r, MessageStored)],
+        conversations=checkpoint.conversations,
+        conversations_upto=checkpoint.upto_row,
+    )
+    restarted = make_router()
+    restarted.restore(snapshot)
+    assert restarted.conversations == router.conversations
+    assert restarted.registry.agents["alice"].open_requests == 2

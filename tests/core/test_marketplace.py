@@ -1,0 +1,101 @@
+"""The marketplace through the Router, synchronously: TEXT, order proposals and payments; what is
+forwarded, what is refused, what reaches the ledger (lobby/core/marketplace.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from tests.routerkit import Peer, join, make_router
+
+
+def market() -> tuple[Peer, Peer, Peer, Any]:
+    router = make_router()
+    return join(router, "shop"), join(router, "alice"), join(router, "mallory"), router
+
+
+ORDER = {
+    "items": [
+        {"id": "1", "name": "tea", "price": 0.1, "quantity": 1},
+        {"id": "2", "name": "cake", "price": 0.2, "quantity": 1},
+    ],
+    "total_price": 0.3,
+}
+
+
+def propose(shop: Peer, to: str = "alice", **changes: Any) -> None:
+    shop.to(to, "ORDER_PROPOSAL", {**ORDER, **changes}, message_id="p1", conversation_id="c")
+
+
+def test_text_and_a_paid_proposal_end_in_payment_confirmed_for_both() -> None:
+    shop, alice, _, router = market()
+    alice.to("shop", "TEXT", {"content": "tea and cake?"})
+    assert shop.last()["payload"] == {"content": "tea and cake?"}
+    propose(shop)
+    assert alice.last()["message_id"] == "p1"
+    alice.to("shop", "PAYMENT", {"amount": 0.30, "proposal_message_id": "p1"}, message_id="pay1")
+    to_shop = shop.take()
+    assert [m["message_type"] for m in to_shop] == ["PAYMENT", "PAYMENT_CONFIRMED"]
+    confirmation = alice.last()
+    assert confirmation["message_type"] == "PAYMENT_CONFIRMED"
+    tx = confirmation["payload"]["transaction"]
+    assert (tx["buyer"], tx["seller"], tx["amount"], tx["reference"]) == (
+        "alice",
+        "shop",
+        "0.30",
+        "p1",
+    )
+    assert router.ledger.transactions == [tx]
+    # The same PAYMENT again: the original confirmation, no second payment.
+    alice.to("shop", "PAYMENT", {"amount": 0.30, "proposal_message_id": "p1"}, message_id="pay1")
+    assert alice.last()["payload"]["transaction"] == tx
+    assert shop.take() == []
+    assert len(router.ledger.transactions) == 1
+
+
+@pytest.mark.parametrize(
+    ("payer", "payee", "amount", "proposal_id", "rule"),
+    [
+        ("mallory", "shop", 0.3, "p1", "wrong_payer"),
+        ("alice", "mallory", 0.3, "p1", "wrong_payee"),
+        ("alice", "shop", 0.25, "p1", "wrong_amount"),
+        ("alice", "shop", 0.35, "p1", "wrong_amount"),
+        ("alice", "shop", 0.3, "nope", "unknown_proposal"),
+    ],
+)
+def test_a_wrong_payment_is_refused_and_reaches_nobody(
+    payer: str, payee: str, amount: float, proposal_id: str, rule: str
+) -> None:
+    shop, alice, mallory, router = market()
+    propose(shop)
+    alice.take()
+    peers = {"alice": alice, "mallory": mallory, "shop": shop}
+    peers[payer].to(payee, "PAYMENT", {"amount": amount, "proposal_message_id": proposal_id})
+    error = peers[payer].last()
+    assert error["payload"]["code"] == "invalid_payment"
+    assert f"rule: {rule}" in error["payload"]["error"]
+    assert all(p.take() == [] for p in peers.values())
+    assert router.ledger.transactions == []
+
+
+def test_paying_twice_with_a_new_message_is_already_paid() -> None:
+    shop, alice, _, _ = market()
+    propose(shop)
+    alice.to("shop", "PAYMENT", {"amount": 0.3, "proposal_message_id": "p1"}, message_id="a")
+    alice.to("shop", "PAYMENT", {"amount": 0.3, "proposal_message_id": "p1"}, message_id="b")
+    assert "rule: already_paid" in alice.last()["payload"]["error"]
+
+
+def test_an_expired_proposal_cannot_be_paid() -> None:
+    shop, alice, _, _ = market()
+    propose(shop, expires_at="2000-01-01T00:00:00Z")
+    alice.to("shop", "PAYMENT", {"amount": 0.3, "proposal_message_id": "p1"})
+    assert "rule: expired" in alice.last()["payload"]["error"]
+
+
+def test_a_proposal_with_a_wrong_total_is_refused() -> None:
+    shop, alice, _, _ = market()
+    propose(shop, total_price=0.31)
+    assert "rule: total_mismatch" in shop.last()["payload"]["error"]
+    assert alice.take() == []

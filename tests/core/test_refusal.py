@@ -1,0 +1,35 @@
+"""Refusals (lobby/core/refusal.py): the one ERROR payload shape, and payload checks whose
+sentences name the problem and stay short whatever the frame held."""
+
+from __future__ import annotations
+
+import pytest
+
+from lobby.core.refusal import Refusal, error_payload, require_lobby_receiver, validate
+from protocol.limits import MAX_SENTENCE_LENGTH
+from protocol.models import ErrorCode, FetchMessagesPayload, Message, MessageType
+
+
+def test_the_error_payload_has_four_keys_and_a_bounded_sentence() -> None:
+    payload = error_payload(ErrorCode.MALFORMED, "x" * 5000, "REQUEST", None)
+    assert set(payload) == {"error", "code", "original_message_type", "original_conversation_id"}
+    assert payload["code"] == "malformed"
+    assert len(payload["error"]) < MAX_SENTENCE_LENGTH + 40
+    assert payload["error"].endswith(f"...(+{5000 - MAX_SENTENCE_LENGTH} characters)")
+
+
+def test_an_invalid_payload_is_refused_naming_the_field_and_clipping_it() -> None:
+    long_key = "k" * 1000
+    msg = Message("alice", "global_lobby", MessageType.FETCH_MESSAGES, {"limit": long_key})
+    with pytest.raises(Refusal) as refused:
+        validate(FetchMessagesPayload, msg)
+    assert refused.value.code == ErrorCode.MALFORMED
+    assert refused.value.reason.startswith("invalid FETCH_MESSAGES payload: limit: ")
+    assert len(refused.value.reason) < 400
+
+
+def test_a_message_to_the_lobby_must_name_it() -> None:
+    require_lobby_receiver(Message("alice", "global_lobby", MessageType.ACK, {"up_to": 1}))
+    with pytest.raises(Refusal) as refused:
+        require_lobby_receiver(Message("alice", "bob", MessageType.ACK, {"up_to": 1}))
+    assert refused.value.reason == "ACK must be addressed to 'global_lobby'"

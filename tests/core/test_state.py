@@ -1,0 +1,95 @@
+"""The state every handler shares (lobby/core/state.py), synchronously: the helpers handlers
+answer with build the same frames whoever calls them."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from lobby.core import LobbyState, Send, Session
+from lobby.core.records import AgentSaved, StateSaved
+from lobby.core.refusal import Refusal
+from lobby.core.registry import AgentRecord
+from protocol.models import ErrorCode, Message, MessageType
+from tests.routerkit import Clock
+
+
+def state_with(*agent_ids: str, mailbox_limit: int = 10) -> LobbyState:
+    state = LobbyState(mailbox_limit=mailbox_limit, clock=Clock())
+    for agent_id in agent_ids:
+        state.registry.add(AgentRecord(agent_id, b"hash", acks=True))
+    return state
+
+
+def test_an_error_goes_to_the_sender_alone_with_the_one_payload_shape() -> None:
+    state = state_with("alice")
+    session = Session()
+    session.agent = state.registry.agents["alice"]
+    msg = Message("alice", "bob", MessageType.TEXT, {}, "k1", message_id="m-1")
+    (action,) = state.error(session, msg, ErrorCode.UNKNOWN_RECEIVER, "no agent 'bob'")
+    assert isinstance(action, Send)
+    assert action.session is session
+    frame = orjson.loads(action.frame)
+    assert (frame["sender_id"], frame["receiver_id"]) == ("global_lobby", "alice")
+    assert frame["in_reply_to"] == "m-1"
+    assert frame["payload"] == {
+        "error": "no agent 'bob'",
+        "code": "unknown_receiver",
+        "original_message_type": "TEXT",
+        "original_conversation_id": "k1",
+    }
+    assert state.delivery.journal == []  # an ERROR is never stored
+
+
+def test_an_undecodable_frame_is_refused_with_what_could_be_read_of_it() -> None:
+    state = state_with()
+    (action,) = state.error(
+        Session(), None, ErrorCode.MALFORMED, "bad", message_type="REQUEST", conversation_id="c"
+    )
+    assert isinstance(action, Send)
+    payload = orjson.loads(action.frame)["payload"]
+    assert (payload["original_message_type"], payload["original_conversation_id"]) == (
+        "REQUEST",
+        "c",
+    )
+
+
+def test_a_notice_is_held_for_each_party_even_in_a_full_mailbox() -> None:
+    state = state_with("alice", "bob", mailbox_limit=0)
+    actions = state.notify(("alice", "bob", "gone"), MessageType.DIALOGUE_EXPIRED, {}, "d", 1.0)
+    assert actions == []  # both offline: held, not sent
+    for agent_id in ("alice", "bob"):
+        ((seq, frame),) = state.registry.agents[agent_id].mailbox
+        assert seq == 1
+        assert orjson.loads(frame)["message_type"] == "DIALOGUE_EXPIRED"
+
+
+def test_a_full_mailbox_refuses_a_delivered_message_and_changes_nothing() -> None:
+    state = state_with("bob", mailbox_limit=0)
+    bob = state.registry.agents["bob"]
+    msg = Message("alice", "bob", MessageType.TEXT, {"content": "hi"})
+    with pytest.raises(Refusal) as refused:
+        state.deliver(bob, msg, None, 0, 1.0)
+    assert refused.value.code == ErrorCode.MAILBOX_FULL
+    assert (bob.next_seq, len(bob.mailbox), state.delivery.journal) == (0, 0, [])
+
+
+def test_the_receiver_of_a_message_must_be_registered() -> None:
+    state = state_with("bob")
+    known = Message("alice", "bob", MessageType.TEXT, {})
+    assert state.receiver(known) is state.registry.agents["bob"]
+    with pytest.raises(Refusal) as refused:
+        state.receiver(Message("alice", "carol", MessageType.TEXT, {}))
+    assert refused.value.code == ErrorCode.UNKNOWN_RECEIVER
+
+
+def test_what_must_survive_a_restart_is_journaled() -> None:
+    state = state_with("alice")
+    state.save(state.registry.agents["alice"])
+    tx = {"transaction_id": "tx-1", "buyer": "alice", "seller": "bob"}
+    state.record(tx)
+    assert state.ledger.of("bob") == [tx]
+    saved, recorded = state.delivery.take_journal().records
+    assert isinstance(saved, AgentSaved)
+    assert (saved.agent_id, saved.capabilities, saved.acks) == ("alice", b"[]", True)
+    assert recorded == StateSaved("transaction", "tx-1", orjson.dumps(tx))

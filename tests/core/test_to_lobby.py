@@ -1,0 +1,145 @@
+"""Messages addressed to the lobby itself, synchronously through the Router: DISCOVER_SERVICES,
+UPDATE_CAPABILITIES, UNREGISTER, FETCH_MESSAGES (lobby/core/to_lobby.py)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from lobby.core import Close, Router, Send
+from lobby.core.limits import Limits
+from tests.routerkit import Clock, Peer, join, make_router
+
+
+def cap(name: str, authorized: list[str] | None = None, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "description": f"does {name}",
+        "input_schema": {},
+        "output_schema": {},
+        "authorized_requester_ids": authorized,
+        **extra,
+    }
+
+
+def raw(router: Router, session: Any, **frame: Any) -> list[Any]:
+    frame.setdefault("receiver_id", "global_lobby")
+    frame.setdefault("payload", {})
+    return router.handle(session, orjson.dumps(frame).decode())
+
+
+def frames(actions: list[Any]) -> list[dict[str, Any]]:
+    return [orjson.loads(a.frame) for a in actions if isinstance(a, Send)]
+
+
+def pair(authorized: list[str] | None = None) -> tuple[Router, Peer, Peer]:
+    router = make_router()
+    return router, join(router, "alice"), join(router, "bob", capabilities=[cap("c", authorized)])
+
+
+def request(peer: Peer, to: str = "bob", conversation: str | None = "k", **payload: Any) -> None:
+    envelope = {"conversation_id": conversation} if conversation else {}
+    peer.to(to, "REQUEST", {"capability_name": "c", **payload}, **envelope)
+
+
+def test_discovery_by_name_and_keywords_excludes_the_requester() -> None:
+    router = make_router()
+    join(router, "hunter", capabilities=[cap("price", keywords=["Shopping", "deals"])])
+    join(router, "other", capabilities=[cap("weather", keywords=["sky"])])
+    me = join(router, "me", capabilities=[cap("price", keywords=["shopping"])])
+    me.send("DISCOVER_SERVICES", {"capability_name": "price"})
+    payload = me.last()["payload"]
+    assert payload == {
+        "services_found": [
+            {
+                "agent_id": "hunter",
+                "relevant_capabilities": [
+                    {
+                        **cap("price", keywords=["Shopping", "deals"]),
+                        "attributes": None,
+                    }
+                ],
+                "online": True,
+            }
+        ],
+        "discovered_for_capability": "price",
+        "next": None,
+    }
+    me.send("DISCOVER_SERVICES", {"keywords": ["SHOPPING", "sky"]})
+    assert [s["agent_id"] for s in me.last()["payload"]["services_found"]] == ["hunter", "other"]
+    me.send("DISCOVER_SERVICES", {"query_keywords": ["sky"]})
+    assert [s["agent_id"] for s in me.last()["payload"]["services_found"]] == ["other"]
+
+
+def test_discovery_shows_offline_agents_as_offline() -> None:
+    router = make_router()
+    hunter = join(router, "hunter", capabilities=[cap("price")])
+    router.close(hunter.session)
+    me = join(router, "me")
+    me.send("DISCOVER_SERVICES", {"capability_name": "price"})
+    (service,) = me.last()["payload"]["services_found"]
+    assert service["online"] is False
+
+
+def test_update_capabilities_and_unregister() -> None:
+    router, alice, bob = pair()
+    bob.send("UPDATE_CAPABILITIES", {"capabilities": [cap("d")]})
+    assert bob.take() == []
+    request(alice)
+    assert alice.last()["payload"]["code"] == "capability_not_found"
+    actions = router.handle(
+        bob.session,
+        orjson.dumps(
+            {
+                "sender_id": "bob",
+                "receiver_id": "global_lobby",
+                "message_type": "UNREGISTER",
+                "payload": {},
+                "auth_token": bob.token,
+            }
+        ).decode(),
+    )
+    assert [(a.code) for a in actions if isinstance(a, Close)] == [4003]
+    assert "bob" not in router.registry.agents
+    (ack,) = frames(
+        raw(router, router.open(), sender_id="bob", message_type="REGISTER", auth_token=bob.token)
+    )
+    assert ack["payload"]["auth_token"] != bob.token  # the old token is gone; a new agent
+
+
+def test_the_discovery_rate_refills_with_the_router_clock() -> None:
+    clock = Clock()
+    router = Router(
+        limits=Limits(message_rate=0, registration_rate=0, discover_rate=2, discover_burst=1),
+        clock=clock,
+    )
+    seeker = join(router, "seeker")
+    kinds = []
+    for _ in range(2):
+        seeker.send("DISCOVER_SERVICES", {})
+        kinds.append(seeker.last()["message_type"])
+    assert kinds == ["SERVICES_AVAILABLE", "ERROR"]
+    clock.now += 0.5  # one more query's worth at 2 a second
+    seeker.send("DISCOVER_SERVICES", {})
+    assert seeker.last()["message_type"] == "SERVICES_AVAILABLE"
+    seeker.send("DISCOVER_SERVICES", {})
+    assert seeker.last()["payload"]["code"] == "rate_limited"
+
+
+def test_fetch_messages_reads_the_same_mailbox_as_push() -> None:
+    router = make_router()
+    sender = join(router, "sender")
+    poller = join(router, "poller", acks=True)
+    for n in range(5):
+        sender.to("poller", "TEXT", {"content": str(n)})
+    pushed = poller.take()
+    poller.send("FETCH_MESSAGES", {"limit": 3})
+    first = poller.last()["payload"]
+    assert first["messages"] == pushed[:3]
+    poller.send("FETCH_MESSAGES", {"since": first["cursor"]})
+    rest = poller.last()["payload"]
+    assert rest["messages"] == pushed[3:]
+    poller.send("FETCH_MESSAGES", {"since": rest["cursor"]})
+    assert poller.last()["payload"]["messages"] == []
+    assert not router.registry.agents["poller"].mailbox  # fetched = acknowledged

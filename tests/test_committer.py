@@ -1,0 +1,87 @@
+"""The committer (lobby/committer.py) over real stores: it writes the router's journal in
+group commits from its writer thread, and carries out the ACCEPTED frames the router makes of
+a commit only once that commit is durable. It builds no message itself."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from pathlib import Path
+
+import orjson
+
+from lobby.committer import Committer
+from lobby.core import Action, Router, Send
+from lobby.store.memory import MemoryStore
+from lobby.store.sqlite import SqliteStore
+from tests.routerkit import Peer, join, make_router
+
+
+def cap(name: str) -> dict[str, object]:
+    return {"name": name, "description": name, "input_schema": {}, "output_schema": {}}
+
+
+def parties(router: Router) -> Peer:
+    alice = join(router, "alice", acks=True)
+    join(router, "bob", capabilities=[cap("c")])
+    return alice
+
+
+def accepted(actions: list[Action]) -> list[tuple[int, str]]:
+    found = []
+    for action in actions:
+        assert isinstance(action, Send)
+        frame = orjson.loads(action.frame)
+        assert frame["message_type"] == "ACCEPTED"
+        found.append((action.session.id, frame["payload"]["message_id"]))
+    return found
+
+
+async def test_accepted_is_carried_out_once_the_batch_is_durable(tmp_path: Path) -> None:
+    router = make_router()
+    alice = parties(router)
+    done: list[Action] = []
+
+    def execute(actions: Iterable[Action]) -> None:
+        # What the store holds when the ACCEPTED frames are handed over: the batch is in.
+        for action in actions:
+            done.append(action)
+            assert (alice.agent_id, "a-2") in durable()
+
+    store = SqliteStore(tmp_path)
+
+    def durable() -> set[tuple[str, str]]:
+        # Read on the loop's thread while the writer thread is idle (its batch is done).
+        return {(m.sender, m.message_id) for m in store.load().messages}
+
+    committer = Committer(store, router, execute, interval=0.001)
+    for message_id in ("a-1", "a-2"):
+        alice.to(
+            "bob",
+            "REQUEST",
+            {"capability_name": "c"},
+            conversation_id=message_id,
+            message_id=message_id,
+        )
+    committer.kick()
+    await committer.flush()
+    assert accepted(done) == [(alice.session.id, "a-2")]
+    assert committer.batches >= 1
+    assert not router.journal_pending
+    await committer.close()
+    reopened = SqliteStore(tmp_path)
+    try:
+        assert [m.message_id for m in reopened.load().messages] == ["a-1", "a-2"]
+    finally:
+        reopened.close()
+
+
+async def test_a_store_that_keeps_nothing_confirms_at_once() -> None:
+    router = make_router()
+    alice = parties(router)
+    done: list[Action] = []
+    committer = Committer(MemoryStore(), router, done.extend)
+    alice.to("bob", "REQUEST", {"capability_name": "c"}, conversation_id="k", message_id="a-1")
+    committer.kick()  # not durable: no timer, no writer thread
+    assert accepted(done) == [(alice.session.id, "a-1")]
+    assert not router.journal_pending
+    await committer.close()
