@@ -422,13 +422,16 @@ class AgentCore:
                 )
                 self._handlers.spawn(self._sender.send_quietly(reply))
         else:
-            seq = message.seq
-            self._handlers.run(work, self._finished, seq, self._dispatcher.start(seq))
+            epoch = self._dispatcher.start(message.seq)
+            self._handlers.run(work, self._finished, message, epoch, cancelled=self._abandoned)
 
-    def _finished(self, seq: int | None, epoch: int) -> None:
-        if seq is not None:
-            self._dispatcher.finish(seq, epoch)
+    def _finished(self, message: Message, epoch: int) -> None:
+        if message.seq is not None:
+            self._dispatcher.finish(message.seq, epoch)
             self._sender.ack_soon()
+
+    def _abandoned(self, message: Message, epoch: int) -> None:
+        self._dispatcher.abandon(message, epoch)
 
     async def _hook(self, hook: Callable[[], Awaitable[None]]) -> None:
         try:
