@@ -227,7 +227,9 @@ class AgentCore:
         await self.stop()
 
     def run_forever(self) -> None:
-        """Run until SIGINT or SIGTERM: the entry point of an agent script."""
+        """Run until SIGINT or SIGTERM: the entry point of an agent script. If the lobby refuses
+        the agent (`RegistrationError`) or another process takes it over (`ReplacedError`), the
+        script exits with status 1 and one line on stderr naming the cause, not a traceback."""
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
@@ -235,7 +237,11 @@ class AgentCore:
                 loop.add_signal_handler(signum, self._stopping.set)
             await self.run()
 
-        asyncio.run(main())
+        try:
+            asyncio.run(main())
+        except AgentSDKError as exc:
+            # The cause is the lobby's answer, not a bug in the script: one line says it all.
+            raise SystemExit(f"agent {self.agent_id!r} stopped: {exc}") from None
 
     async def wait_connected(self, timeout: float | None = None) -> None:
         """Return once registered at the lobby; `NotConnectedError` after `timeout`."""
