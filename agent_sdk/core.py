@@ -28,8 +28,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
 from types import TracebackType
 from typing import Any, Self
 
-import structlog
-
 from agent_sdk.calls import Outstanding
 from agent_sdk.capability import CapabilitySpec, collect_capabilities, error_response_to
 from agent_sdk.connection import Link, Registration, registered_links
@@ -45,6 +43,7 @@ from agent_sdk.dispatch import (
 )
 from agent_sdk.errors import AgentSDKError, NotConnectedError, RegistrationError, ReplacedError
 from agent_sdk.identity import DEFAULT_TOKEN_STORE, Identity, TokenStore
+from agent_sdk.logs import log, set_level
 from agent_sdk.sending import Sender
 from agent_sdk.stats import AgentStats, Status
 from agent_sdk.tasks import Handlers
@@ -57,8 +56,6 @@ from protocol.models import (
     MessageType,
     close_code_name,
 )
-
-log = structlog.get_logger("agent_sdk")
 
 DEFAULT_LOBBY_URL = "ws://127.0.0.1:8765/"
 
@@ -79,7 +76,9 @@ class AgentCore:
     `max_unconfirmed` messages sent but not yet confirmed by the lobby (sending waits past it),
     `ssl_context` to trust a wss:// lobby's certificate (default: the system's), `token` to
     resume with and `token_store` to keep it across restarts (`agent_sdk.identity`),
-    `stop_timeout` seconds a clean stop waits for the lobby to confirm what was sent.
+    `stop_timeout` seconds a clean stop waits for the lobby to confirm what was sent,
+    `log_level` to show the SDK's own log from that level (`agent_sdk.logs`; default: as the
+    application configured `logging`, which prints nothing but warnings, to stderr).
     """
 
     agent_id: str = ""
@@ -101,6 +100,7 @@ class AgentCore:
         token: str | None = None,
         token_store: TokenStore | None = DEFAULT_TOKEN_STORE,
         stop_timeout: float = 2.0,
+        log_level: int | str | None = None,
     ) -> None:
         self.agent_id = agent_id or type(self).agent_id
         if not self.agent_id:
@@ -112,6 +112,8 @@ class AgentCore:
         self.connect_timeout = connect_timeout
         self.ssl_context = ssl_context
         self.stop_timeout = stop_timeout
+        if log_level is not None:
+            set_level(log_level)
         self._identity = Identity(self.agent_id, self.lobby_url, token, token_store)
         self.status = Status.IDLE
         self.stats = AgentStats()

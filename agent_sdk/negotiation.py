@@ -20,13 +20,10 @@ from collections.abc import Coroutine
 from dataclasses import dataclass
 from typing import Any
 
-import structlog
-
 from agent_sdk.caller import Caller
+from agent_sdk.logs import log
 from protocol.fipa import Dialogue, IllegalMove, Performative
 from protocol.models import Message, MessageType
-
-log = structlog.get_logger("agent_sdk")
 
 MOVE_QUEUE_SIZE = 64
 

@@ -7,17 +7,14 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-import structlog
-
 from agent_sdk.connection import Link
 from agent_sdk.dispatch import Dispatcher
 from agent_sdk.errors import AgentSDKError, NotConnectedError
+from agent_sdk.logs import log
 from agent_sdk.stats import AgentStats
 from agent_sdk.tasks import Handlers
 from protocol.codec import encode
 from protocol.models import LOBBY_ID, Message, MessageType
-
-log = structlog.get_logger("agent_sdk")
 
 ACK_DELAY = 0.005
 """Seconds to gather finished messages into one ACK."""

@@ -5,15 +5,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-import structlog
 from pydantic import ValidationError
 
 from agent_sdk.capability import RequestContext, error_response_to, response_to
 from agent_sdk.core import AgentCore
 from agent_sdk.errors import CapabilityError
+from agent_sdk.logs import log
 from protocol.models import ErrorCode, Message, MessageType, ResponseStatus
-
-log = structlog.get_logger("agent_sdk")
 
 
 class CapabilityServer(AgentCore):

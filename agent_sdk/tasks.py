@@ -6,11 +6,8 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-import structlog
-
+from agent_sdk.logs import log
 from agent_sdk.stats import AgentStats
-
-log = structlog.get_logger("agent_sdk")
 
 
 class Handlers:
