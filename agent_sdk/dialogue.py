@@ -144,6 +144,8 @@ class DialogueHandle:
         """The counterpart's next PROPOSE, as `model`. Raises `DialogueEndedError` if it
         declines or the dialogue expires instead, `DialogueError` if it accepts,
         `MoveTimeoutError` after `timeout`, `PayloadError` if the proposal does not fit."""
+        if self._moves.empty():
+            self._check_not_ended()  # no move is coming any more
         move = await self.next_move(timeout)
         if move.kind == MessageType.PROPOSE:
             return move.parse(model)
