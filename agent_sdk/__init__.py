@@ -48,6 +48,7 @@ from agent_sdk.errors import (
 from agent_sdk.identity import EnvTokenStore, FileTokenStore, MemoryTokenStore, TokenStore
 from agent_sdk.market import Order
 from agent_sdk.negotiation import DialogueHandle, Move, Transaction
+from agent_sdk.policy import Policy, RateLimit
 from protocol.models import Capability, Message, MessageType, ServiceRecord
 
 __all__ = [
@@ -79,6 +80,8 @@ __all__ = [
     "NotConnectedError",
     "Order",
     "PayloadError",
+    "Policy",
+    "RateLimit",
     "RateLimitedError",
     "RegistrationError",
     "RemoteError",

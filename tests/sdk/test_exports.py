@@ -55,6 +55,8 @@ def test_public_api_is_exactly_the_documented_names() -> None:
         "RateLimitedError",
         "RemoteTimeoutError",
         "Transaction",
+        "Policy",
+        "RateLimit",
     }
     for name in agent_sdk.__all__:
         assert hasattr(agent_sdk, name), name
