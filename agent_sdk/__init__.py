@@ -11,8 +11,11 @@
 
     Echo().run_forever()
 
-The exception tree is drawn in `agent_sdk.errors`; how an agent keeps its identity (its token)
-across restarts is in `agent_sdk.identity`.
+The exception tree is drawn in `agent_sdk.errors` (`except AgentSDKError` catches whatever the
+SDK raises); how an agent keeps its identity (its token) across restarts is in
+`agent_sdk.identity`; rate limits, run-time allow-lists and hooks on messages in `agent_sdk.policy`;
+typed negotiation in `agent_sdk.negotiation`; the SDK logs through `logging` (`agent_sdk.logs`)
+and prints nothing on stdout.
 """
 
 from agent_sdk.agent import Agent, AgentStats, Status
