@@ -20,8 +20,9 @@ from agent_sdk import (
     UnauthorizedError,
     capability,
 )
-from agent_sdk.policy import TokenBucket
+from agent_sdk.policy import Policy, TokenBucket
 from lobby.server import LobbyServer
+from tests.sdklogs import sdk_events
 from tests.waiting import until
 
 
@@ -133,3 +134,22 @@ async def test_hooks_observe_and_refuse_messages_in_and_out(lobby: LobbyServer) 
         (MessageType.TEXT, "rogue"),
         (MessageType.REQUEST, "rogue"),
     ]
+
+
+def test_a_hook_refuses_with_false_or_by_raising_and_the_failure_is_logged() -> None:
+    policy = Policy("me")
+    message = Message("me", "other", MessageType.TEXT, {"content": "hi"})
+    seen: list[str] = []
+    policy.add_outgoing(lambda m: seen.append(m.receiver_id))  # observes: None lets it through
+    assert policy.allows(policy.outgoing, message)
+    policy.add_outgoing(lambda m: m.receiver_id != "other")
+    assert not policy.allows(policy.outgoing, message)
+
+    def broken(m: Message) -> bool:
+        raise RuntimeError("boom")
+
+    policy.add_incoming(broken)
+    with sdk_events() as logs:
+        assert not policy.allows(policy.incoming, message)
+    assert [e["event"] for e in logs] == ["HOOK_FAILED"]
+    assert seen == ["other", "other"]
