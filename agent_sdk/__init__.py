@@ -11,8 +11,11 @@
 
     Echo().run_forever()
 
-The exception tree is drawn in `agent_sdk.errors`; how an agent keeps its identity (its token)
-across restarts is in `agent_sdk.identity`.
+The exception tree is drawn in `agent_sdk.errors` (`except AgentSDKError` catches whatever the
+SDK raises); how an agent keeps its identity (its token) across restarts is in
+`agent_sdk.identity`; rate limits, run-time allow-lists and hooks on messages in `agent_sdk.policy`;
+typed negotiation in `agent_sdk.negotiation`; the SDK logs through `logging` (`agent_sdk.logs`)
+and prints nothing on stdout.
 """
 
 from agent_sdk.agent import Agent, AgentStats, Status
@@ -24,11 +27,19 @@ from agent_sdk.errors import (
     AgentSDKError,
     CapabilityError,
     CapabilityNotFoundError,
+    DialogueEndedError,
+    DialogueError,
+    IllegalMoveError,
     InvalidInputError,
     LobbyError,
+    MessageRefusedError,
+    MoveTimeoutError,
     NotConnectedError,
+    PayloadError,
+    RateLimitedError,
     RegistrationError,
     RemoteError,
+    RemoteTimeoutError,
     ReplacedError,
     RequestError,
     RequestRefusedError,
@@ -39,7 +50,8 @@ from agent_sdk.errors import (
 )
 from agent_sdk.identity import EnvTokenStore, FileTokenStore, MemoryTokenStore, TokenStore
 from agent_sdk.market import Order
-from agent_sdk.negotiation import DialogueHandle, Move
+from agent_sdk.negotiation import DialogueHandle, Move, Transaction
+from agent_sdk.policy import Policy, RateLimit
 from protocol.models import Capability, Message, MessageType, ServiceRecord
 
 __all__ = [
@@ -54,19 +66,29 @@ __all__ = [
     "CapabilityError",
     "CapabilityNotFoundError",
     "CapabilitySpec",
+    "DialogueEndedError",
+    "DialogueError",
     "DialogueHandle",
     "EnvTokenStore",
     "FileTokenStore",
+    "IllegalMoveError",
     "InvalidInputError",
     "LobbyError",
     "MemoryTokenStore",
     "Message",
+    "MessageRefusedError",
     "MessageType",
     "Move",
+    "MoveTimeoutError",
     "NotConnectedError",
     "Order",
+    "PayloadError",
+    "Policy",
+    "RateLimit",
+    "RateLimitedError",
     "RegistrationError",
     "RemoteError",
+    "RemoteTimeoutError",
     "ReplacedError",
     "RequestContext",
     "RequestError",
@@ -78,6 +100,7 @@ __all__ = [
     "TaskResult",
     "TokenRefusedError",
     "TokenStore",
+    "Transaction",
     "UnauthorizedError",
     "UnknownReceiverError",
     "capability",

@@ -6,9 +6,14 @@ Declare capabilities with `@capability`, override the callbacks you need (`on_me
 
     AgentCore          core.py         lifecycle, connection, sending, the read loop
                        dispatch.py     what each frame received means (pure, no I/O)
+                       reading.py      carrying that out: answers, routes run as tasks
+                       policy.py       rate limits, hooks on messages in and out
+                       logs.py         the SDK's log (stdlib logging, `agent_sdk` logger)
     Caller             caller.py       request(), request_stream(), discover(), ask_lobby()
-    CapabilityServer   serving.py      answering REQUESTs with @capability handlers
-    Negotiator         negotiation.py  FIPA dialogues (cfp(), DialogueHandle), callbacks
+    CapabilityServer   serving.py      answering REQUESTs with @capability handlers,
+                                       set_authorized()
+    Negotiator         negotiation.py  FIPA dialogues (cfp()), typed callbacks
+                       dialogue.py     DialogueHandle: moves, next_proposal(), conclude()
     Trader             market.py       TEXT, order proposals, payments, fetch_messages()
     Auctioneer         auction.py      the Agora auction
 """

@@ -6,11 +6,11 @@ import asyncio
 from collections.abc import AsyncIterator
 from typing import Any, TypeVar, overload
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
 from agent_sdk.calls import Call
 from agent_sdk.core import AgentCore
-from agent_sdk.errors import LobbyError, RequestTimeoutError
+from agent_sdk.errors import LobbyError, PayloadError, RequestError, RequestTimeoutError
 from protocol.models import (
     LOBBY_ID,
     MAX_DISCOVER_LIMIT,
@@ -59,11 +59,16 @@ class Caller(AgentCore):
         output_type: type[M] | None = None,
     ) -> Any:
         """Call `capability` on `agent_id`; return the success payload (without `status`), or
-        an `output_type` instance. Raises a `RequestError` subclass on failure."""
+        an `output_type` instance. Raises a `RequestError` subclass on failure (a `RemoteError`
+        subclass chosen by the error's code, `RequestTimeoutError` on a timeout, the
+        caller's or the capability's), `PayloadError` if the answer does not fit
+        `output_type`."""
         conversation_id, call = await self._start_call(agent_id, capability, payload, False)
         try:
             async with asyncio.timeout(timeout or self.request_timeout):
                 result = await call.result
+        except RequestError:
+            raise  # the capability's own timeout is a TimeoutError too: not ours
         except TimeoutError:
             raise RequestTimeoutError(
                 f"no RESPONSE from {agent_id!r} for {capability!r} in time"
@@ -96,6 +101,8 @@ class Caller(AgentCore):
                         yield call.updates.get_nowait()
                     yield _result(call.result.result(), None)
                     return
+        except RequestError:
+            raise  # the capability's own timeout is a TimeoutError too: not ours
         except TimeoutError:
             raise RequestTimeoutError(
                 f"no final RESPONSE from {agent_id!r} for {capability!r} in time"
@@ -229,4 +236,11 @@ class Caller(AgentCore):
 
 def _result(payload: dict[str, Any], output_type: type[M] | None) -> Any:
     data = {k: v for k, v in payload.items() if k != "status"}
-    return output_type.model_validate(data) if output_type is not None else data
+    if output_type is None:
+        return data
+    try:
+        return output_type.model_validate(data)
+    except ValidationError as exc:
+        raise PayloadError(
+            f"the RESPONSE does not fit {output_type.__name__}: {exc}", exc.errors()
+        ) from None

@@ -12,6 +12,7 @@ and becomes the capability's `input_schema`; the return annotation becomes its
 
 from __future__ import annotations
 
+import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
@@ -19,6 +20,7 @@ from typing import Any, TypeVar, get_type_hints
 
 from pydantic import BaseModel
 
+from agent_sdk.policy import RateLimit
 from protocol.models import Capability, Message, MessageType, ResponseStatus
 
 Handler = Callable[..., Awaitable[Any]]
@@ -37,6 +39,7 @@ class CapabilitySpec:
     authorized: tuple[str, ...] | None
     timeout: float | None
     handler: Handler
+    rate_limit: RateLimit | None
     input_type: type[BaseModel] | None
     output_type: type[BaseModel] | None
 
@@ -74,12 +77,16 @@ def capability(
     keywords: Sequence[str] = (),
     authorized: Sequence[str] | None = None,
     timeout: float | None = None,
+    rate_limit: RateLimit | None = None,
 ) -> Callable[[H], H]:
     """Declare the decorated `async def handler(self, request, ctx)` as capability `name`.
 
-    `authorized` lists the agent ids allowed to call it (the lobby enforces it); `None` means
-    public. `description` defaults to the docstring's first line. `timeout` bounds one call of
-    the handler; past it the caller gets status `error`, code `timeout`.
+    `authorized` lists the agent ids allowed to call it (the lobby enforces it, and the agent
+    too; `Agent.set_authorized()` changes it at run time); `None` means public. `description`
+    defaults to the docstring's first line. `timeout` bounds one call of the handler; past it
+    the caller gets status `error`, code `timeout` (`RemoteTimeoutError`). `rate_limit`
+    (`RateLimit(calls=10, per=1.0)`) answers REQUESTs past it with code `rate_limited`
+    (`RateLimitedError`) before the handler runs.
     """
 
     def declare(handler: H) -> H:
@@ -93,6 +100,7 @@ def capability(
             authorized=tuple(authorized) if authorized else None,
             timeout=timeout,
             handler=handler,
+            rate_limit=rate_limit,
             input_type=None,
             output_type=None,
         )
@@ -121,16 +129,7 @@ def _with_types(spec: CapabilitySpec) -> CapabilitySpec:
         raise TypeError(f"capability {spec.name!r}: the handler must take the request")
     input_type = _model_or_none(hints.get(params[0]))
     output_type = _model_or_none(hints.get("return"))
-    return CapabilitySpec(
-        name=spec.name,
-        description=spec.description,
-        keywords=spec.keywords,
-        authorized=spec.authorized,
-        timeout=spec.timeout,
-        handler=spec.handler,
-        input_type=input_type,
-        output_type=output_type,
-    )
+    return dataclasses.replace(spec, input_type=input_type, output_type=output_type)
 
 
 def _model_or_none(annotation: Any) -> type[BaseModel] | None:

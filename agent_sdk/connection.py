@@ -16,18 +16,16 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any, cast
 
-import structlog
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.client import backoff, process_exception
 from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
 from agent_sdk.errors import RegistrationError
+from agent_sdk.logs import log
 from protocol.codec import decode, encode
 from protocol.errors import DecodeError
 from protocol.models import LOBBY_ID, ErrorCode, Message, MessageType, RegisterStatus
-
-log = structlog.get_logger("agent_sdk")
 
 WRITE_HIGH = 64 * 1024
 """Bytes waiting in the transport past which `Link.send` waits for them to drain."""

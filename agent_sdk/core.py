@@ -5,6 +5,8 @@ those layers adds the routes of the message types it handles to one table, `_rou
 `__init__`. What the core composes:
 
     dispatch.Dispatcher   what each frame received means (pure: decode, dedupe, answers, ACKs)
+    reading.Reader        carries that out: answers to calls, messages to routes as tasks
+    policy.Policy         hooks on every message in and out (`agent.policy`)
     calls.Outstanding     the futures of waiting calls and questions to the lobby
     tasks.Handlers        the tasks routes run in, bounded and tracked
     sending.Sender        the way out: sends, resends after a reconnect, ACKs
@@ -24,27 +26,21 @@ import os
 import signal
 import ssl
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine
+from collections.abc import AsyncIterator, Awaitable, Callable
 from types import TracebackType
 from typing import Any, Self
 
-import structlog
-
 from agent_sdk.calls import Outstanding
-from agent_sdk.capability import CapabilitySpec, collect_capabilities, error_response_to
+from agent_sdk.capability import CapabilitySpec, collect_capabilities
 from agent_sdk.connection import Link, Registration, registered_links
 from agent_sdk.dispatch import (
-    Answer,
-    Deliver,
     Dispatcher,
-    LobbyComplaint,
-    Refusal,
-    Reply,
-    RoomFreed,
-    Unreadable,
 )
 from agent_sdk.errors import AgentSDKError, NotConnectedError, RegistrationError, ReplacedError
 from agent_sdk.identity import DEFAULT_TOKEN_STORE, Identity, TokenStore
+from agent_sdk.logs import log, set_level
+from agent_sdk.policy import Policy
+from agent_sdk.reading import Reader, Route
 from agent_sdk.sending import Sender
 from agent_sdk.stats import AgentStats, Status
 from agent_sdk.tasks import Handlers
@@ -52,19 +48,12 @@ from protocol.models import (
     LOBBY_ID,
     Capability,
     CloseCode,
-    ErrorCode,
     Message,
     MessageType,
     close_code_name,
 )
 
-log = structlog.get_logger("agent_sdk")
-
 DEFAULT_LOBBY_URL = "ws://127.0.0.1:8765/"
-
-Route = Callable[[Message], Coroutine[Any, Any, None] | None]
-"""Runs a delivered message: the coroutine to run as a task, or None if there is nothing to
-run (the message is done)."""
 
 
 class AgentCore:
@@ -79,7 +68,9 @@ class AgentCore:
     `max_unconfirmed` messages sent but not yet confirmed by the lobby (sending waits past it),
     `ssl_context` to trust a wss:// lobby's certificate (default: the system's), `token` to
     resume with and `token_store` to keep it across restarts (`agent_sdk.identity`),
-    `stop_timeout` seconds a clean stop waits for the lobby to confirm what was sent.
+    `stop_timeout` seconds a clean stop waits for the lobby to confirm what was sent,
+    `log_level` to show the SDK's own log from that level (`agent_sdk.logs`; default: as the
+    application configured `logging`, which prints nothing but warnings, to stderr).
     """
 
     agent_id: str = ""
@@ -101,6 +92,7 @@ class AgentCore:
         token: str | None = None,
         token_store: TokenStore | None = DEFAULT_TOKEN_STORE,
         stop_timeout: float = 2.0,
+        log_level: int | str | None = None,
     ) -> None:
         self.agent_id = agent_id or type(self).agent_id
         if not self.agent_id:
@@ -112,6 +104,8 @@ class AgentCore:
         self.connect_timeout = connect_timeout
         self.ssl_context = ssl_context
         self.stop_timeout = stop_timeout
+        if log_level is not None:
+            set_level(log_level)
         self._identity = Identity(self.agent_id, self.lobby_url, token, token_store)
         self.status = Status.IDLE
         self.stats = AgentStats()
@@ -133,14 +127,27 @@ class AgentCore:
         self._stopping = asyncio.Event()
         self._id_prefix = uuid.uuid4().hex[:16]
         self._ids = itertools.count(1)
+        self.policy = Policy(self.agent_id)
+        """Hooks on every message in and out (`agent_sdk.policy`)."""
         self._sender = Sender(
             self.agent_id,
             self._dispatcher,
             self._handlers,
             self._stopping,
+            policy=self.policy,
             new_id=self.new_id,
             lobby_url=self.lobby_url,
             request_timeout=request_timeout,
+        )
+        self._reader = Reader(
+            self.agent_id,
+            dispatcher=self._dispatcher,
+            outstanding=self._outstanding,
+            sender=self._sender,
+            handlers=self._handlers,
+            routes=self._routes,
+            fallback=self.on_message,
+            policy=self.policy,
         )
         self._runner: asyncio.Task[None] | None = None
 
@@ -227,7 +234,9 @@ class AgentCore:
         await self.stop()
 
     def run_forever(self) -> None:
-        """Run until SIGINT or SIGTERM: the entry point of an agent script."""
+        """Run until SIGINT or SIGTERM: the entry point of an agent script. If the lobby refuses
+        the agent (`RegistrationError`) or another process takes it over (`ReplacedError`), the
+        script exits with status 1 and one line on stderr naming the cause, not a traceback."""
 
         async def main() -> None:
             loop = asyncio.get_running_loop()
@@ -235,7 +244,11 @@ class AgentCore:
                 loop.add_signal_handler(signum, self._stopping.set)
             await self.run()
 
-        asyncio.run(main())
+        try:
+            asyncio.run(main())
+        except AgentSDKError as exc:
+            # The cause is the lobby's answer, not a bug in the script: one line says it all.
+            raise SystemExit(f"agent {self.agent_id!r} stopped: {exc}") from None
 
     async def wait_connected(self, timeout: float | None = None) -> None:
         """Return once registered at the lobby; `NotConnectedError` after `timeout`."""
@@ -328,8 +341,9 @@ class AgentCore:
             sender.attach(link)
             await self._hook(self.on_connected)
             try:
+                receive = self._reader.receive
                 async for frame in link.frames():
-                    self._receive(frame)
+                    receive(frame)
             finally:
                 sender.detach(link)
             log.info(
@@ -375,60 +389,6 @@ class AgentCore:
             "capabilities": [c.model_dump(mode="json") for c in self.capability_models()],
             "acks": True,
         }
-
-    # -- internals: the read side ----------------------------------------------------------
-
-    def _receive(self, frame: str | bytes) -> None:
-        """Carry out what the dispatcher decides for one frame (see `agent_sdk.dispatch`)."""
-        # An if-chain, not `match`: class patterns cost about 1 us a frame here.
-        actions = self._dispatcher.receive(frame)
-        for action in actions:
-            if isinstance(action, Deliver):
-                self._deliver(action.message)
-            elif isinstance(action, Answer):
-                self._outstanding.answer(action.conversation_id, action.payload)
-            elif isinstance(action, RoomFreed):
-                self._sender.room.set()
-            elif isinstance(action, Reply):
-                if not self._outstanding.reply(action.conversation_id, action.message):
-                    self._deliver(action.message)  # answered already: as if never awaited
-            elif isinstance(action, Refusal):
-                self._outstanding.refuse(action.conversation_id, action.code, action.error)
-            elif isinstance(action, LobbyComplaint):
-                log.warning(
-                    "LOBBY_ERROR", agent_id=self.agent_id, code=action.code, error=action.error
-                )
-            elif isinstance(action, Unreadable):
-                log.warning("UNREADABLE_FRAME", agent_id=self.agent_id, error=action.reason)
-        if not actions or not isinstance(actions[-1], Deliver):
-            self._sender.ack_soon()  # the dispatcher settled it
-
-    def _deliver(self, message: Message) -> None:
-        """Run the route of the message's type (a layer's), else `on_message`, as a task."""
-        route = self._routes.get(message.message_type)
-        work = route(message) if route is not None else self.on_message(message)
-        if work is None:
-            self._dispatcher.settle(message.seq)  # the route took it without a task
-            self._sender.ack_soon()
-        elif self._handlers.full:
-            work.close()
-            self._dispatcher.settle(message.seq)
-            self._sender.ack_soon()
-            self.stats.overflow_dropped += 1
-            log.warning("AGENT_OVERLOADED", agent_id=self.agent_id, type=message.message_type)
-            if message.message_type is MessageType.REQUEST:
-                reply = error_response_to(
-                    message, ErrorCode.RATE_LIMITED, f"agent {self.agent_id!r} is overloaded"
-                )
-                self._handlers.spawn(self._sender.send_quietly(reply))
-        else:
-            seq = message.seq
-            self._handlers.run(work, self._finished, seq, self._dispatcher.start(seq))
-
-    def _finished(self, seq: int | None, epoch: int) -> None:
-        if seq is not None:
-            self._dispatcher.finish(seq, epoch)
-            self._sender.ack_soon()
 
     async def _hook(self, hook: Callable[[], Awaitable[None]]) -> None:
         try:

@@ -27,6 +27,9 @@ class Inbound:
         self.highest = 0
         self.acked = 0
         self._in_progress: set[int] = set()
+        self._abandoned: set[int] = set()
+        """`seq`s whose handler was cancelled (the agent stopped): never acknowledged until
+        the lobby delivers them again."""
 
     def reset(self) -> None:
         """The lobby no longer knows this agent (fresh registration): numbering restarts.
@@ -34,12 +37,15 @@ class Inbound:
         self.epoch += 1
         self.highest = self.acked = 0
         self._in_progress.clear()
+        self._abandoned.clear()
 
     def received(self, seq: int, *, done: bool) -> None:
         if seq > self.highest:
             self.highest = seq
         if not done:
             self._in_progress.add(seq)
+        if self._abandoned:
+            self._abandoned.discard(seq)
 
     def is_in_progress(self, seq: int) -> bool:
         return seq in self._in_progress
@@ -48,11 +54,20 @@ class Inbound:
         if epoch == self.epoch:
             self._in_progress.discard(seq)
 
+    def abandon(self, seq: int, epoch: int) -> None:
+        """The handler of `seq` was cancelled, not finished: hold the watermark below it until
+        the lobby delivers it again (it does, to a resumed agent, as it was never
+        acknowledged)."""
+        if epoch == self.epoch:
+            self._in_progress.discard(seq)
+            self._abandoned.add(seq)
+
     @property
     def watermark(self) -> int:
-        if self._in_progress:
-            return min(self._in_progress) - 1
-        return self.highest
+        mark = min(self._in_progress) - 1 if self._in_progress else self.highest
+        if self._abandoned:
+            mark = min(mark, min(self._abandoned) - 1)
+        return mark
 
     def ack_due(self) -> int | None:
         """The `up_to` to acknowledge now, if it moved."""

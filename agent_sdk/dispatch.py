@@ -125,6 +125,10 @@ class SeenMessages:
             self._seen.popitem(last=False)
         return False
 
+    def forget(self, sender_id: str, message_id: str) -> None:
+        """Take a message out of the window: its redelivery is to be handled after all."""
+        self._seen.pop((sender_id, message_id), None)
+
 
 class Dispatcher:
     """Owns the agent's protocol state on the read side: the dedupe window, the delivery
@@ -230,6 +234,14 @@ class Dispatcher:
         """The task handling `seq` ended (answered, failed or cancelled: never retried)."""
         if seq is not None:
             self.inbound.done(seq, epoch)
+
+    def abandon(self, message: Message, epoch: int) -> None:
+        """The task handling `message` was cancelled before it ended (the agent stopped): the
+        lobby delivers it again, and then it is handled, not dropped as a duplicate."""
+        if message.seq is not None and epoch == self.inbound.epoch:
+            self.inbound.abandon(message.seq, epoch)
+            if message.message_id is not None:
+                self._seen.forget(message.sender_id, message.message_id)
 
     def ack_due(self) -> int | None:
         """The `up_to` an ACK would carry now, if the watermark moved since the last one."""

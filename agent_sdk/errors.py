@@ -1,4 +1,5 @@
-"""Exceptions of the agent SDK. One root, so `except AgentSDKError` catches everything it raises.
+"""Exceptions of the agent SDK. One root, so `except AgentSDKError` catches everything it raises
+(tests/sdk/test_errors.py walks the SDK's source and holds every `raise` to it).
 
     AgentSDKError
      ├── NotConnectedError        the agent is not running, or stopped while waiting to connect
@@ -7,19 +8,42 @@
      │         └── TokenRefusedError         the token it resumed with was refused
      ├── ReplacedError            another connection resumed this agent (close 4001); not retried
      ├── LobbyError               the lobby answered with an ERROR (`code` says which)
+     ├── MessageRefusedError      an outgoing hook of this agent refused to send the message
+     ├── PayloadError             a payload received does not fit the model asked for (ValueError)
      ├── RequestError             a `request()` did not succeed
-     │    ├── RemoteError         the RESPONSE had status `error` (`code`, `error`, `payload`)
+     │    ├── RemoteError         the RESPONSE had status `error` (`code`, `message`, `payload`)
      │    │    ├── CapabilityNotFoundError   code `capability_not_found`
      │    │    ├── UnauthorizedError         code `unauthorized`
-     │    │    └── InvalidInputError         code `invalid_input`
+     │    │    ├── InvalidInputError         code `invalid_input`
+     │    │    ├── RateLimitedError          code `rate_limited`
+     │    │    ├── RemoteTimeoutError        code `timeout` (also a RequestTimeoutError)
+     │    │    └── (yours)                   `class OutOfStock(RemoteError, code="out_of_stock")`
      │    ├── UnknownReceiverError           the lobby knows no such agent
      │    ├── RequestRefusedError            the lobby refused the REQUEST itself (an ERROR)
      │    └── RequestTimeoutError            no final RESPONSE in time (also a `TimeoutError`)
+     ├── DialogueError            a FIPA dialogue did not go as asked
+     │    ├── IllegalMoveError    the move breaks a rule of `protocol.fipa` (`rule` names it)
+     │    ├── MoveTimeoutError    no move arrived in time (also a `TimeoutError`)
+     │    └── DialogueEndedError  the dialogue ended (declined, expired) before what was awaited
      └── CapabilityError          raised BY a capability handler to answer with a chosen code
 
 `CapabilityError` is the one meant to be raised by your code: the handler's RESPONSE then has
 status `error` with its `code` and `message`. Any other exception from a handler is answered
 with code `internal` and a generic text (the traceback stays in the agent's own log).
+
+A caller catches a remote error by its code as a class: every `RemoteError` subclass declared
+with `code=` is what a RESPONSE with that code raises, the SDK's own and an application's alike:
+
+    class OutOfStock(RemoteError, code="out_of_stock"): ...
+
+    try:
+        await me.request("shop", "buy", order)
+    except OutOfStock as exc:           # the shop raised CapabilityError(..., code="out_of_stock")
+        ...
+
+Errors of the caller's own code (a capability declared on a sync function, an agent without
+an id, `run()` twice at once) raise `TypeError`, `ValueError` or `RuntimeError` at once, as
+Python does: they are bugs to fix, not conditions to handle.
 """
 
 from __future__ import annotations
@@ -81,7 +105,15 @@ class RequestError(AgentSDKError):
 
 
 class RemoteError(RequestError):
-    """The RESPONSE had status `error` (sent by the capability, or by the lobby on its behalf)."""
+    """The RESPONSE had status `error` (sent by the capability, or by the lobby on its behalf).
+
+    A subclass declared with `code=` is raised for every error RESPONSE with that code (one
+    class per code; a later declaration replaces an earlier one)."""
+
+    def __init_subclass__(cls, *, code: str | None = None, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        if code is not None:
+            _REMOTE_ERRORS[code] = cls
 
     def __init__(self, code: str, message: str, payload: dict[str, Any] | None = None) -> None:
         super().__init__(f"{code}: {message}")
@@ -90,16 +122,25 @@ class RemoteError(RequestError):
         self.payload = payload or {}
 
 
-class CapabilityNotFoundError(RemoteError):
+_REMOTE_ERRORS: dict[str, type[RemoteError]] = {}
+"""The class raised for each error code, filled by `RemoteError` subclasses' `code=`."""
+
+
+class CapabilityNotFoundError(RemoteError, code=ErrorCode.CAPABILITY_NOT_FOUND):
     """The receiver offers no capability of that name."""
 
 
-class UnauthorizedError(RemoteError):
-    """This agent is not in the capability's `authorized_requester_ids`."""
+class UnauthorizedError(RemoteError, code=ErrorCode.UNAUTHORIZED):
+    """This agent may not call the capability (not in its `authorized_requester_ids`, or
+    refused by the receiver's policy)."""
 
 
-class InvalidInputError(RemoteError):
+class InvalidInputError(RemoteError, code=ErrorCode.INVALID_INPUT):
     """The payload did not validate against the capability's input model."""
+
+
+class RateLimitedError(RemoteError, code=ErrorCode.RATE_LIMITED):
+    """The receiver is over a capability's rate limit, or overloaded: try again later."""
 
 
 class UnknownReceiverError(RequestError):
@@ -119,6 +160,49 @@ class RequestTimeoutError(RequestError, TimeoutError):
     """No final RESPONSE arrived within the timeout."""
 
 
+class RemoteTimeoutError(RemoteError, RequestTimeoutError, code="timeout"):
+    """The capability's own `timeout` passed before its handler finished (code `timeout`)."""
+
+
+class MessageRefusedError(AgentSDKError):
+    """An outgoing hook of this agent refused the message: it was not sent."""
+
+
+class PayloadError(AgentSDKError, ValueError):
+    """A payload received does not fit the pydantic model asked for (a RESPONSE's
+    `output_type`, a move's model); `errors` lists pydantic's findings."""
+
+    def __init__(self, message: str, errors: list[Any] | None = None) -> None:
+        super().__init__(message)
+        self.errors = errors or []
+
+
+class DialogueError(AgentSDKError):
+    """A FIPA dialogue (`DialogueHandle`) did not go as asked."""
+
+
+class IllegalMoveError(DialogueError):
+    """The move breaks a rule of the FIPA table (`protocol.fipa`); it was not sent. `rule` is
+    the rule's stable name (`turn_taking`, `dialogue_over`, ...), the text says why."""
+
+    def __init__(self, rule: str, reason: str) -> None:
+        super().__init__(f"{reason} (rule: {rule})")
+        self.rule = rule
+        self.reason = reason
+
+
+class MoveTimeoutError(DialogueError, TimeoutError):
+    """No move arrived in the dialogue within the timeout."""
+
+
+class DialogueEndedError(DialogueError):
+    """The dialogue ended (`kind`: DECLINE, DIALOGUE_EXPIRED, ...) before what was awaited."""
+
+    def __init__(self, message: str, *, kind: str) -> None:
+        super().__init__(message)
+        self.kind = kind
+
+
 class CapabilityError(AgentSDKError):
     """Raise from a capability handler to answer with status `error` and this code and text."""
 
@@ -128,15 +212,9 @@ class CapabilityError(AgentSDKError):
         self.message = message
 
 
-_REMOTE_ERRORS: dict[str, type[RemoteError]] = {
-    ErrorCode.CAPABILITY_NOT_FOUND: CapabilityNotFoundError,
-    ErrorCode.UNAUTHORIZED: UnauthorizedError,
-    ErrorCode.INVALID_INPUT: InvalidInputError,
-}
-
-
 def remote_error(payload: dict[str, Any]) -> RemoteError:
-    """The exception for an error RESPONSE payload."""
+    """The exception for an error RESPONSE payload: the class declared for its code, else
+    `RemoteError`."""
     code = str(payload.get("code") or "error")
     message = str(payload.get("error") or payload.get("message") or "the request failed")
     return _REMOTE_ERRORS.get(code, RemoteError)(code, message, payload)

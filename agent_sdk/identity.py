@@ -35,12 +35,9 @@ from pathlib import Path
 from typing import Final, Protocol
 from urllib.parse import quote, urlsplit
 
-import structlog
-
 from agent_sdk.errors import AgentIdTakenError, RegistrationError, TokenRefusedError
+from agent_sdk.logs import log
 from protocol.models import ErrorCode
-
-log = structlog.get_logger("agent_sdk")
 
 STATE_DIR_ENV: Final = "AGENT_LOBBY_STATE_DIR"
 

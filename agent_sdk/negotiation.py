@@ -1,97 +1,44 @@
 """Negotiation for agents: FIPA dialogues as handles, typed callbacks, and the Agora auction.
 
 A `DialogueHandle` keeps the agent's own view of a dialogue with `protocol.fipa` (the same rules
-the lobby enforces), so an illegal move raises `IllegalMove` here before it is sent. A
-negotiation reads top to bottom:
+the lobby enforces), so an illegal move raises `IllegalMoveError` (naming the rule) here before
+it is sent. Queries and proposals are dicts or pydantic models (money as `Decimal`), as
+capabilities' payloads are. A negotiation reads top to bottom:
 
-    dialogue = await agent.cfp("seller", {"goods": {"r": 1}})
-    move = await dialogue.next_move(timeout=5)        # the seller's PROPOSE
-    await dialogue.accept()
+    dialogue = await agent.cfp("seller", Wanted(goods=Apples(apples=3)))
+    offer = await dialogue.next_proposal(Offer, timeout=5)    # the seller's PROPOSE, typed
+    deal = await dialogue.conclude(timeout=5)                 # ACCEPT .. TRANSACTION_CONFIRMED
+    deal.amount                                               # Decimal("12.00")
+
+`conclude()` is the one call that ends a dialogue in a trade, from either side: it accepts the
+counterpart's proposal (or waits for this agent's own to be accepted), sends MATCH_ACCEPT when
+it is this agent's to send, and returns the lobby's confirmed `Transaction`. An agent whose
+proposal is accepted sends MATCH_ACCEPT by itself unless it overrides `on_accept`.
 
 Every move that arrives after the CFP is queued on its handle (for `next_move`) and every move
 is passed to the matching callback (`on_cfp`, `on_propose`, ...); an agent may use either style.
+Annotate a callback's `query`, `proposal` or `transaction` with a pydantic model to receive one;
+a CFP or PROPOSE that does not fit the model is declined with a reason naming the problem.
 """
 
 from __future__ import annotations
 
 import asyncio
+import inspect
 import uuid
 from collections.abc import Coroutine
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, get_type_hints
 
-import structlog
+from pydantic import BaseModel, ValidationError
 
 from agent_sdk.caller import Caller
+from agent_sdk.dialogue import DialogueHandle, Move, Transaction, dump, parse_as
+from agent_sdk.errors import IllegalMoveError, PayloadError
+from agent_sdk.logs import log
 from protocol.fipa import Dialogue, IllegalMove, Performative
 from protocol.models import Message, MessageType
 
-log = structlog.get_logger("agent_sdk")
-
-MOVE_QUEUE_SIZE = 64
-
-
-@dataclass(frozen=True, slots=True)
-class Move:
-    """A move received in a dialogue, or a lobby notice about it (TRANSACTION_CONFIRMED,
-    DIALOGUE_EXPIRED)."""
-
-    kind: str
-    payload: dict[str, Any]
-    message: Message
-
-
-class DialogueHandle:
-    """One dialogue, from this agent's side: its state (`view`, the FIPA table's) and the
-    moves received in it, queued for `next_move()`."""
-
-    def __init__(self, agent: Negotiator, view: Dialogue) -> None:
-        self._agent = agent
-        self.view = view
-        self.dialogue_id = view.dialogue_id
-        self.counterpart = view.other(agent.agent_id)
-        self._moves: asyncio.Queue[Move] = asyncio.Queue(MOVE_QUEUE_SIZE)
-
-    @property
-    def state(self) -> str:
-        return self.view.state
-
-    async def propose(self, proposal: dict[str, Any]) -> None:
-        await self._move(Performative.PROPOSE, {"proposal": proposal})
-
-    async def accept(self) -> None:
-        await self._move(Performative.ACCEPT, {})
-
-    async def decline(self, reason: str | None = None) -> None:
-        await self._move(Performative.DECLINE, {"reason": reason} if reason else {})
-
-    async def match_accept(self) -> None:
-        await self._move(Performative.MATCH_ACCEPT, {})
-
-    async def next_move(self, timeout: float | None = None) -> Move:
-        """The next move (or notice) received in this dialogue; `TimeoutError` after
-        `timeout` seconds."""
-        async with asyncio.timeout(timeout):
-            return await self._moves.get()
-
-    async def _move(self, performative: Performative, payload: dict[str, Any]) -> None:
-        me, loop = self._agent.agent_id, asyncio.get_running_loop()
-        move_id = uuid.uuid4().hex
-        target = self.view.last_move_id
-        self.view.apply(me, self.counterpart, move_id, performative, target, payload, loop.time())
-        await self._agent.send(
-            self.counterpart,
-            MessageType(performative.value),
-            payload,
-            conversation_id=self.dialogue_id,
-            message_id=move_id,
-            in_reply_to=target,
-        )
-
-    def _received(self, move: Move) -> None:
-        if self._moves.full():
-            self._moves.get_nowait()  # a handle nobody reads keeps the latest moves only
-        self._moves.put_nowait(move)
+__all__ = ["DialogueHandle", "Move", "Negotiator", "Transaction"]
 
 
 class Negotiator(Caller):
@@ -101,6 +48,7 @@ class Negotiator(Caller):
     def __init__(self, agent_id: str | None = None, **options: Any) -> None:
         super().__init__(agent_id, **options)
         self._dialogues: dict[str, DialogueHandle] = {}
+        self._content_models = _content_models(type(self))
         for performative in Performative:
             self._routes[MessageType(performative.value)] = self._on_move
         self._routes[MessageType.TRANSACTION_CONFIRMED] = self._on_transaction_confirmed
@@ -108,14 +56,17 @@ class Negotiator(Caller):
 
     # -- callbacks (override) -------------------------------------------------------------
 
-    async def on_cfp(self, dialogue: DialogueHandle, query: dict[str, Any]) -> None:
-        """A CFP opened `dialogue`; answer with `dialogue.propose(...)` or `.decline()`."""
+    async def on_cfp(self, dialogue: DialogueHandle, query: Any) -> None:
+        """A CFP opened `dialogue`; answer with `dialogue.propose(...)` or `.decline()`.
+        `query` is a dict, or the pydantic model `query` is annotated with."""
 
-    async def on_propose(self, dialogue: DialogueHandle, proposal: dict[str, Any]) -> None:
-        """The counterpart proposed."""
+    async def on_propose(self, dialogue: DialogueHandle, proposal: Any) -> None:
+        """The counterpart proposed: a dict, or the model `proposal` is annotated with."""
 
     async def on_accept(self, dialogue: DialogueHandle) -> None:
-        """The counterpart accepted this agent's proposal; confirm with `match_accept()`."""
+        """The counterpart accepted this agent's proposal. By default, confirm it with
+        MATCH_ACCEPT (the only move left); override to do more, and call `match_accept()`."""
+        await dialogue.match_accept()
 
     async def on_decline(self, dialogue: DialogueHandle, reason: str | None) -> None:
         """The counterpart declined; the dialogue is over."""
@@ -123,8 +74,9 @@ class Negotiator(Caller):
     async def on_match_accept(self, dialogue: DialogueHandle) -> None:
         """The counterpart confirmed the accepted proposal; the dialogue is over."""
 
-    async def on_transaction_confirmed(self, transaction: dict[str, Any]) -> None:
-        """The lobby recorded a trade this agent is party to."""
+    async def on_transaction_confirmed(self, transaction: Any) -> None:
+        """The lobby recorded a trade this agent is party to: a dict, or a `Transaction` if
+        `transaction` is annotated so."""
 
     async def on_dialogue_expired(self, dialogue_id: str, reason: str) -> None:
         """The lobby ended a dialogue whose deadline passed."""
@@ -134,21 +86,29 @@ class Negotiator(Caller):
     async def cfp(
         self,
         agent_id: str,
-        query: dict[str, Any],
+        query: dict[str, Any] | BaseModel,
         *,
         reply_by: float | None = None,
         dialogue_id: str | None = None,
     ) -> DialogueHandle:
-        """Open a dialogue with a CFP to `agent_id`; returns its handle."""
+        """Open a dialogue with a CFP to `agent_id` (`query`: a dict or a model); returns its
+        handle. `IllegalMoveError` if the CFP breaks a rule (e.g. `dialogue_id` in use)."""
         dialogue_id = dialogue_id or uuid.uuid4().hex
-        payload: dict[str, Any] = {"query": query}
+        payload: dict[str, Any] = {"query": dump(query)}
         if reply_by is not None:
             payload["reply_by"] = reply_by
         move_id = uuid.uuid4().hex
         now = asyncio.get_running_loop().time()
-        view = Dialogue.start(
-            dialogue_id, self.agent_id, agent_id, move_id, "CFP", None, payload, now
-        )
+        if dialogue_id in self._dialogues:
+            raise IllegalMoveError(
+                "conversation_id_in_use", f"dialogue {dialogue_id!r} exists already"
+            )
+        try:
+            view = Dialogue.start(
+                dialogue_id, self.agent_id, agent_id, move_id, "CFP", None, payload, now
+            )
+        except IllegalMove as illegal:
+            raise IllegalMoveError(illegal.rule, illegal.reason) from None
         handle = DialogueHandle(self, view)
         self._dialogues[dialogue_id] = handle
         await self.send(
@@ -174,21 +134,23 @@ class Negotiator(Caller):
         return self._move_callback(handle, message)
 
     def _on_transaction_confirmed(self, message: Message) -> Coroutine[Any, Any, None]:
-        self._notice(message.conversation_id or "", message)
-        return self.on_transaction_confirmed(message.payload.get("transaction", {}))
+        raw = message.payload.get("transaction", {})
+        handle = self._dialogues.get(message.conversation_id or "")
+        if handle is not None:
+            try:
+                handle.transaction = Transaction.model_validate(raw)
+            except ValidationError as exc:
+                log.warning("TRANSACTION_UNREADABLE", agent_id=self.agent_id, error=str(exc))
+            handle._received(Move(message.message_type, message.payload, message))
+        return self._typed_callback(self.on_transaction_confirmed, "transaction", raw)
 
     def _on_dialogue_expired(self, message: Message) -> Coroutine[Any, Any, None]:
         dialogue_id = message.conversation_id or ""
-        handle = self._notice(dialogue_id, message)
-        if handle is not None:
-            handle.view.expire(asyncio.get_running_loop().time())
-        return self.on_dialogue_expired(dialogue_id, str(message.payload.get("reason", "")))
-
-    def _notice(self, dialogue_id: str, message: Message) -> DialogueHandle | None:
         handle = self._dialogues.get(dialogue_id)
         if handle is not None:
+            handle.view.expire(asyncio.get_running_loop().time())
             handle._received(Move(message.message_type, message.payload, message))
-        return handle
+        return self.on_dialogue_expired(dialogue_id, str(message.payload.get("reason", "")))
 
     def _incoming_move(self, message: Message) -> DialogueHandle | None:
         """Apply a move the lobby let through to this agent's view of the dialogue."""
@@ -229,12 +191,47 @@ class Negotiator(Caller):
     async def _move_callback(self, handle: DialogueHandle, message: Message) -> None:
         payload, kind = message.payload, message.message_type
         if kind is MessageType.CFP:
-            await self.on_cfp(handle, payload.get("query", {}))
+            await self._typed_move(handle, self.on_cfp, "query", payload.get("query", {}))
         elif kind is MessageType.PROPOSE:
-            await self.on_propose(handle, payload.get("proposal", {}))
+            await self._typed_move(handle, self.on_propose, "proposal", payload.get("proposal"))
         elif kind is MessageType.ACCEPT:
             await self.on_accept(handle)
         elif kind is MessageType.DECLINE:
             await self.on_decline(handle, payload.get("reason"))
         elif kind is MessageType.MATCH_ACCEPT:
             await self.on_match_accept(handle)
+
+    async def _typed_move(
+        self, handle: DialogueHandle, callback: Any, field: str, raw: Any
+    ) -> None:
+        """Call `callback(handle, content)`, the content parsed into the callback's model; a
+        move that does not fit it is declined, with the reason."""
+        model = self._content_models.get(field)
+        if model is None:
+            await callback(handle, raw)
+            return
+        try:
+            content = parse_as(model, raw, f"the {field}")
+        except PayloadError as exc:
+            await handle.decline(str(exc)[:500])
+            return
+        await callback(handle, content)
+
+    async def _typed_callback(self, callback: Any, field: str, raw: Any) -> None:
+        model = self._content_models.get(field)
+        await callback(raw if model is None else parse_as(model, raw, f"the {field}"))
+
+
+def _content_models(cls: type) -> dict[str, type[BaseModel]]:
+    """The pydantic models the callbacks of `cls` annotate their content with, by field."""
+    found: dict[str, type[BaseModel]] = {}
+    for name, field in (
+        ("on_cfp", "query"),
+        ("on_propose", "proposal"),
+        ("on_transaction_confirmed", "transaction"),
+    ):
+        function = getattr(cls, name)
+        annotation = get_type_hints(function).get(field)
+        if inspect.isclass(annotation) and issubclass(annotation, BaseModel):
+            found[field] = annotation
+    return found

@@ -7,17 +7,15 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-import structlog
-
 from agent_sdk.connection import Link
 from agent_sdk.dispatch import Dispatcher
-from agent_sdk.errors import AgentSDKError, NotConnectedError
+from agent_sdk.errors import AgentSDKError, MessageRefusedError, NotConnectedError
+from agent_sdk.logs import log
+from agent_sdk.policy import Policy
 from agent_sdk.stats import AgentStats
 from agent_sdk.tasks import Handlers
 from protocol.codec import encode
 from protocol.models import LOBBY_ID, Message, MessageType
-
-log = structlog.get_logger("agent_sdk")
 
 ACK_DELAY = 0.005
 """Seconds to gather finished messages into one ACK."""
@@ -40,6 +38,7 @@ class Sender:
         handlers: Handlers,
         stopping: asyncio.Event,
         *,
+        policy: Policy,
         new_id: Callable[[], str],
         lobby_url: str,
         request_timeout: float,
@@ -52,6 +51,7 @@ class Sender:
         self.handlers = handlers
         self.stats: AgentStats = dispatcher.stats
         self.stopping = stopping
+        self.policy = policy
         self.lobby_url = lobby_url
         self.request_timeout = request_timeout
         self.open = False
@@ -82,6 +82,11 @@ class Sender:
         another agent is kept until the lobby confirms it, and resent after a reconnect."""
         if not self.open:
             raise NotConnectedError(f"agent {self.agent_id!r} is not running")
+        outgoing = self.policy.outgoing
+        if outgoing and not self.policy.allows(outgoing, message):
+            raise MessageRefusedError(
+                f"{message.message_type} to {message.receiver_id!r} refused by an outgoing hook"
+            )
         deadline = asyncio.get_running_loop().time() + self.request_timeout
         tracked = message.receiver_id != LOBBY_ID
         if tracked:

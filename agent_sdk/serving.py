@@ -3,26 +3,50 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+from collections.abc import Iterable
 from typing import Any
 
-import structlog
 from pydantic import ValidationError
 
+from agent_sdk.caller import Caller
 from agent_sdk.capability import RequestContext, error_response_to, response_to
-from agent_sdk.core import AgentCore
 from agent_sdk.errors import CapabilityError
+from agent_sdk.logs import log
+from agent_sdk.policy import TokenBucket
 from protocol.models import ErrorCode, Message, MessageType, ResponseStatus
 
-log = structlog.get_logger("agent_sdk")
 
-
-class CapabilityServer(AgentCore):
+class CapabilityServer(Caller):
     """Answers each REQUEST with the handler of its capability (`self.capabilities`); mixed
-    into `Agent`. The route of REQUEST."""
+    into `Agent`. The route of REQUEST. Owns each rate-limited capability's `TokenBucket`.
+
+    Before a handler runs, in this order: the capability exists (`capability_not_found`), the
+    requester is authorized (`unauthorized`), the rate limit has room (`rate_limited`), the
+    input fits (`invalid_input`)."""
 
     def __init__(self, agent_id: str | None = None, **options: Any) -> None:
         super().__init__(agent_id, **options)
         self._routes[MessageType.REQUEST] = self._serve_request
+        self._buckets = {
+            name: TokenBucket(spec.rate_limit)
+            for name, spec in self.capabilities.items()
+            if spec.rate_limit is not None
+        }
+
+    async def set_authorized(self, capability: str, requester_ids: Iterable[str] | None) -> None:
+        """Change who may call `capability` (None: anyone), at run time. The agent enforces
+        it at once; it is sent to the lobby (UPDATE_CAPABILITIES, its
+        `authorized_requester_ids`) and this returns once the lobby has it too."""
+        spec = self.capabilities.get(capability)
+        if spec is None:
+            raise ValueError(f"agent {self.agent_id!r} has no capability {capability!r}")
+        authorized = tuple(requester_ids) if requester_ids is not None else None
+        self.capabilities[capability] = dataclasses.replace(spec, authorized=authorized)
+        await self.update_capabilities()
+        # The lobby handles a connection's messages in order and answers UPDATE_CAPABILITIES
+        # only when it refuses it: its answer to a question sent next marks the update done.
+        await self.ask_lobby(MessageType.DISCOVER_SERVICES, {"capability_name": capability})
 
     async def _serve_request(self, message: Message) -> None:
         payload = message.payload
@@ -33,6 +57,23 @@ class CapabilityServer(AgentCore):
                 message,
                 ErrorCode.CAPABILITY_NOT_FOUND,
                 f"Capability '{name}' not found on agent '{self.agent_id}'.",
+            )
+            await self._sender.send_quietly(reply)
+            return
+        if spec.authorized is not None and message.sender_id not in spec.authorized:
+            reply = error_response_to(
+                message,
+                ErrorCode.UNAUTHORIZED,
+                f"Agent '{message.sender_id}' is not authorized to call '{name}'.",
+            )
+            await self._sender.send_quietly(reply)
+            return
+        bucket = self._buckets.get(name)
+        if bucket is not None and not bucket.take():
+            reply = error_response_to(
+                message,
+                ErrorCode.RATE_LIMITED,
+                f"capability '{name}' is over its rate limit; try again later",
             )
             await self._sender.send_quietly(reply)
             return

@@ -6,11 +6,8 @@ import asyncio
 from collections.abc import Callable, Coroutine
 from typing import Any
 
-import structlog
-
+from agent_sdk.logs import log
 from agent_sdk.stats import AgentStats
-
-log = structlog.get_logger("agent_sdk")
 
 
 class Handlers:
@@ -31,10 +28,17 @@ class Handlers:
         """True when another handler would exceed `max_concurrency` + `backlog`."""
         return len(self._tasks) >= self._limit
 
-    def run(self, work: Coroutine[Any, Any, None], then: Callable[..., None], *args: Any) -> None:
+    def run(
+        self,
+        work: Coroutine[Any, Any, None],
+        then: Callable[..., None],
+        *args: Any,
+        cancelled: Callable[..., None] | None = None,
+    ) -> None:
         """Run `work` in a slot, then `then(*args)` (even if it failed: a failure is counted
-        in `stats.handler_errors` and logged, not retried; not if it was cancelled)."""
-        task = asyncio.create_task(self._in_slot(work, then, args))
+        in `stats.handler_errors` and logged, not retried); if it is cancelled instead (the
+        agent stops), `cancelled(*args)`."""
+        task = asyncio.create_task(self._in_slot(work, then, cancelled, args))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
 
@@ -45,12 +49,19 @@ class Handlers:
         task.add_done_callback(self._tasks.discard)
 
     async def _in_slot(
-        self, work: Coroutine[Any, Any, None], then: Callable[..., None], args: tuple[Any, ...]
+        self,
+        work: Coroutine[Any, Any, None],
+        then: Callable[..., None],
+        cancelled: Callable[..., None] | None,
+        args: tuple[Any, ...],
     ) -> None:
         try:
             async with self._slots:
                 await work
         except asyncio.CancelledError:
+            work.close()  # cancelled while waiting for a slot: never started
+            if cancelled is not None:
+                cancelled(*args)
             raise
         except Exception:
             self.stats.handler_errors += 1

@@ -11,6 +11,7 @@ from examples.echo.echo_agent import EchoAgent
 from examples.fipa_haggle import run as fipa_haggle
 from examples.marketplace import run as marketplace
 from examples.price_hunter import run as price_hunter
+from examples.pricer import run as pricer
 from examples.tac import run as tac
 from lobby.server import LobbyServer
 from tests.conftest import LobbyProcess
@@ -41,6 +42,7 @@ def test_every_example_script_runs_twice_against_one_lobby_process(
         "agora": ["Winner: summarizer"],
         "tac": ["trader_c: g0=2 g1=2 g2=5 g3=2  money=  98.99  utility=0.7848"],
         "marketplace": ["ann paid napoli_express 15.80", "bob paid napoli_express 6.60"],
+        "pricer": ["bought 10 apples at 11.00"],
     }
     for _ in range(2):
         for example, lines in expected.items():
@@ -58,7 +60,24 @@ def test_every_example_script_runs_twice_against_one_lobby_process(
         *("echo", "my_client"),
         *("shopper", "item_search_agent", "price_hunter_A2_v2", "rogue_007"),
         *("s", "b"),
+        *("apple_pricer", "grocer", "stranger"),
     }
+
+
+async def test_pricer_meets_each_failure_as_its_own_class_then_trades(
+    lobby: LobbyServer,
+) -> None:
+    assert await pricer.main(lobby.url) == [
+        "quote is offered by apple_pricer",
+        "an apple costs 1.20",
+        "stranger: UnauthorizedError",
+        "bad input: InvalidInputError",
+        "pear: UnknownItemError (no price for 'pear')",
+        "truffle: RemoteTimeoutError",
+        "fourth quote: RateLimitedError",
+        "offered 10 apples at 12.00",
+        "bought 10 apples at 11.00",
+    ]
 
 
 async def test_echo_agent(lobby: LobbyServer) -> None:

@@ -48,3 +48,32 @@ async def test_a_message_still_being_handled_comes_again_after_a_later_one_finis
             await until(lambda: "fast 3" in again.finished, "message 3")
             assert again.stats.resumes == 1
             assert again.started == [("slow 1", True), ("fast 2", True), ("fast 3", None)]
+
+
+async def test_an_agent_stopped_mid_handler_and_started_again_handles_the_redelivery(
+    lobby: LobbyServer,
+) -> None:
+    async with Agent("writer", lobby_url=lobby.url) as writer:
+        worker = Worker(lobby.url)
+        async with worker:
+            await writer.send_text("worker", "slow 1")
+            await writer.send_text("worker", "fast 2")
+            await until(lambda: worker.finished == ["fast 2"], "message 2 to finish")
+        # Stopped with "slow 1" cancelled mid-handler; the same object starts again.
+        worker.release.set()
+        async with worker:
+            await until(lambda: "slow 1" in worker.finished, "the redelivery of message 1")
+            await writer.send_text("worker", "fast 3")
+            await until(lambda: "fast 3" in worker.finished, "message 3")
+        # Run once, not twice (a duplicate is dropped), and everything acknowledged.
+        assert [content for content, _ in worker.started] == [
+            "slow 1",
+            "fast 2",
+            "slow 1",
+            "fast 3",
+        ]
+        fresh = Worker(lobby.url)
+        async with fresh:
+            await writer.send_text("worker", "fast 4")
+            await until(lambda: "fast 4" in fresh.finished, "message 4")
+        assert fresh.started == [("fast 4", None)]

@@ -12,7 +12,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from structlog.testing import capture_logs
 
 from agent_sdk import (
     Agent,
@@ -29,6 +28,7 @@ from agent_sdk.identity import lobby_key, state_dir
 from lobby.admin import mailbox, open_readonly
 from lobby.server import LobbyServer
 from tests.conftest import LobbyProcess, make_lobby
+from tests.sdklogs import sdk_events
 
 
 def wait_for(predicate: Callable[[], bool], limit: float = 20.0) -> None:
@@ -127,7 +127,7 @@ async def test_a_refused_saved_token_names_the_file_and_what_to_do(lobby: LobbyS
     store = FileTokenStore()
     wrong = str(uuid.uuid4())
     store.save(lobby.url, "claimed", wrong)
-    with capture_logs() as logs, pytest.raises(TokenRefusedError) as caught:
+    with sdk_events() as logs, pytest.raises(TokenRefusedError) as caught:
         async with Agent("claimed", lobby_url=lobby.url):
             pass
     refused = caught.value
@@ -230,7 +230,7 @@ async def test_the_clean_stop_wait_is_bounded_when_the_lobby_never_confirms(
         await lobby.stop()
     await until(lambda: not talker._sender.connected.is_set())
     await talker.send("listener", MessageType.TEXT, {"content": "never confirmed"})
-    with capture_logs() as logs:
+    with sdk_events() as logs:
         async with asyncio.timeout(10):  # a hang guard: the wait itself is 0.3 s
             await talker.stop()
     assert len(talker._dispatcher.outbound) == 1

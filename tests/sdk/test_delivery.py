@@ -67,3 +67,17 @@ def test_a_refused_send_is_dropped_and_never_resent() -> None:
     outbound.refused("unknown")
     assert [m.message_id for m in outbound.unconfirmed()] == ["b"]
     assert len(outbound) == 1
+
+
+def test_an_abandoned_seq_holds_the_watermark_until_it_is_delivered_again() -> None:
+    inbound = Inbound()
+    inbound.received(1, done=True)
+    inbound.received(2, done=False)
+    inbound.received(3, done=True)
+    inbound.abandon(2, inbound.epoch)  # its handler was cancelled: the agent stopped
+    assert not inbound.is_in_progress(2)
+    inbound.received(4, done=True)
+    assert inbound.watermark == 1
+    inbound.received(2, done=False)  # the lobby's redelivery
+    inbound.done(2, inbound.epoch)
+    assert inbound.watermark == 4

@@ -248,3 +248,19 @@ def test_unknown_envelope_fields_are_ignored_and_the_payload_passed_as_sent() ->
         }
     )
     assert d.receive(raw) == [Answer("c1", payload)]
+
+
+def test_an_abandoned_message_is_handled_when_it_comes_again_and_held_from_acks_until() -> None:
+    d = dispatcher()
+    first = frame("alice", MessageType.TEXT, message_id="m1", seq=1)
+    d.receive(first)
+    epoch = d.start(1)
+    d.receive(frame("alice", MessageType.TEXT, message_id="m2", seq=2))
+    d.settle(2)
+    d.abandon(decode(first), epoch)  # the agent stopped mid-handler
+    assert d.ack_due() is None  # never acknowledged: the lobby must deliver it again
+    again = frame("alice", MessageType.TEXT, message_id="m1", seq=1, redelivered=True)
+    assert d.receive(again) == [Deliver(decode(again))]  # not a duplicate now
+    d.finish(1, d.start(1))
+    assert d.take_ack() == 2
+    assert d.receive(again) == []  # handled once: a further copy is a duplicate

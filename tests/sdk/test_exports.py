@@ -46,6 +46,17 @@ def test_public_api_is_exactly_the_documented_names() -> None:
         "UnauthorizedError",
         "UnknownReceiverError",
         "capability",
+        "DialogueEndedError",
+        "DialogueError",
+        "IllegalMoveError",
+        "MessageRefusedError",
+        "MoveTimeoutError",
+        "PayloadError",
+        "RateLimitedError",
+        "RemoteTimeoutError",
+        "Transaction",
+        "Policy",
+        "RateLimit",
     }
     for name in agent_sdk.__all__:
         assert hasattr(agent_sdk, name), name

@@ -6,7 +6,6 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from structlog.testing import capture_logs
 
 from agent_sdk import (
     AgentIdTakenError,
@@ -17,6 +16,7 @@ from agent_sdk import (
     TokenRefusedError,
 )
 from agent_sdk.identity import Identity
+from tests.sdklogs import sdk_events
 
 LOBBY = "ws://127.0.0.1:8765/"
 TOKEN = "3f1c2a9e-0000-4000-8000-000000000001"
@@ -51,7 +51,7 @@ def test_the_env_store_reads_the_variable_and_keeps_a_new_token_in_memory_only(
     monkeypatch.setenv("AGENT_TOKEN", TOKEN)
     store = EnvTokenStore("AGENT_TOKEN")
     assert store.load(LOBBY, "a") == TOKEN
-    with capture_logs() as logs:
+    with sdk_events() as logs:
         store.save(LOBBY, "a", TOKEN)  # the one it holds: nothing to say
         assert logs == []
         store.save(LOBBY, "a", "reissued")

@@ -8,7 +8,13 @@ from typing import Any
 
 import pytest
 
-from agent_sdk import Agent, RemoteError, RequestContext, capability
+from agent_sdk import (
+    Agent,
+    RemoteTimeoutError,
+    RequestContext,
+    RequestTimeoutError,
+    capability,
+)
 from lobby.server import LobbyServer
 
 
@@ -34,8 +40,9 @@ async def test_a_capability_past_its_timeout_answers_timeout_and_one_without_wai
     lobby: LobbyServer,
 ) -> None:
     async with Slow(lobby_url=lobby.url) as slow, Agent("caller", lobby_url=lobby.url) as me:
-        with pytest.raises(RemoteError) as caught:
+        with pytest.raises(RemoteTimeoutError) as caught:
             await me.request("slow", "bounded", {}, timeout=10)
+        assert isinstance(caught.value, RequestTimeoutError)
         assert caught.value.code == "timeout"
         assert "did not finish in 0.2 s" in caught.value.message
         waiting = asyncio.create_task(me.request("slow", "unbounded", {}, timeout=10))

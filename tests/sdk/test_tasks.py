@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import asyncio
 
-from structlog.testing import capture_logs
-
 from agent_sdk.stats import AgentStats
 from agent_sdk.tasks import Handlers
+from tests.sdklogs import sdk_events
 
 
 async def test_handlers_fill_their_slots_then_the_backlog_then_refuse() -> None:
@@ -41,7 +40,7 @@ async def test_a_failing_handler_is_counted_and_logged_and_still_ends() -> None:
     async def fail() -> None:
         raise RuntimeError("boom")
 
-    with capture_logs() as logs:
+    with sdk_events() as logs:
         handlers.run(fail(), ended.set)
         await asyncio.wait_for(ended.wait(), 5)
     assert stats.handler_errors == 1

@@ -1,0 +1,115 @@
+"""agent_sdk/negotiation.py and dialogue.py against a real lobby: typed queries, proposals and
+transactions (money as Decimal), one call from either side to end a dialogue in a trade, and a
+move that does not fit its model declined with the reason."""
+
+from __future__ import annotations
+
+import asyncio
+from decimal import Decimal
+
+import pytest
+from pydantic import BaseModel
+
+from agent_sdk import (
+    Agent,
+    DialogueEndedError,
+    DialogueHandle,
+    Transaction,
+)
+from lobby.server import LobbyServer
+
+
+class Apples(BaseModel):
+    apples: int
+
+
+class Wanted(BaseModel):
+    goods: Apples
+
+
+class Offer(BaseModel):
+    goods: Apples
+    price: Decimal
+
+
+class Seller(Agent):
+    """Asks 20.50; accepts a counter-offer of 15 or more. Sees everything typed."""
+
+    agent_id = "seller"
+
+    def __init__(self, url: str) -> None:
+        super().__init__(lobby_url=url)
+        self.queries: list[Wanted] = []
+        self.counters: list[Offer] = []
+        self.trades: asyncio.Queue[Transaction] = asyncio.Queue()
+
+    async def on_cfp(self, dialogue: DialogueHandle, query: Wanted) -> None:
+        self.queries.append(query)
+        await dialogue.propose(Offer(goods=query.goods, price=Decimal("20.50")))
+
+    async def on_propose(self, dialogue: DialogueHandle, proposal: Offer) -> None:
+        self.counters.append(proposal)
+        if proposal.price >= 15:
+            await dialogue.accept()
+        else:
+            await dialogue.decline("too low")
+
+    async def on_transaction_confirmed(self, transaction: Transaction) -> None:
+        await self.trades.put(transaction)
+
+
+async def test_a_typed_haggle_ends_in_a_decimal_trade_with_one_call(lobby: LobbyServer) -> None:
+    seller = Seller(lobby.url)
+    async with seller, Agent("buyer", lobby_url=lobby.url) as buyer:
+        dialogue = await buyer.cfp("seller", Wanted(goods=Apples(apples=3)))
+        offer = await dialogue.next_proposal(Offer, timeout=5)
+        assert offer == Offer(goods=Apples(apples=3), price=Decimal("20.50"))
+        await dialogue.propose(Offer(goods=offer.goods, price=Decimal("15.25")))
+        await dialogue.next_move(timeout=5)  # the seller's ACCEPT of the counter-offer
+        deal = await dialogue.conclude(timeout=5)  # MATCH_ACCEPT is the buyer's to send
+        assert deal is not None
+        assert (deal.buyer, deal.seller, deal.amount) == ("buyer", "seller", Decimal("15.25"))
+        assert isinstance(deal.amount, Decimal)
+        assert deal.goods == {"apples": 3}
+        assert dialogue.state == "matched"
+        assert seller.queries == [Wanted(goods=Apples(apples=3))]
+        assert seller.counters == [Offer(goods=Apples(apples=3), price=Decimal("15.25"))]
+        seen_by_seller = await asyncio.wait_for(seller.trades.get(), 5)
+        assert seen_by_seller == deal
+
+
+async def test_conclude_accepts_the_offer_and_the_proposer_confirms_by_itself(
+    lobby: LobbyServer,
+) -> None:
+    async with Seller(lobby.url), Agent("buyer", lobby_url=lobby.url) as buyer:
+        dialogue = await buyer.cfp("seller", Wanted(goods=Apples(apples=1)))
+        await dialogue.next_proposal(Offer, timeout=5)
+        deal = await dialogue.conclude(timeout=5)  # ACCEPT; the seller's MATCH_ACCEPT; the trade
+        assert deal is not None
+        assert deal.amount == Decimal("20.50")
+        assert deal.reference == dialogue.dialogue_id
+
+
+async def test_a_declined_counter_offer_ends_conclude_with_the_reason(lobby: LobbyServer) -> None:
+    async with Seller(lobby.url), Agent("buyer", lobby_url=lobby.url) as buyer:
+        dialogue = await buyer.cfp("seller", Wanted(goods=Apples(apples=1)))
+        offer = await dialogue.next_proposal(Offer, timeout=5)
+        await dialogue.propose(Offer(goods=offer.goods, price=Decimal(1)))
+        with pytest.raises(DialogueEndedError) as ended:
+            await dialogue.conclude(timeout=5)
+        assert ended.value.kind == "declined"
+
+
+async def test_a_query_that_does_not_fit_the_model_is_declined_naming_the_problem(
+    lobby: LobbyServer,
+) -> None:
+    seller = Seller(lobby.url)
+    async with seller, Agent("buyer", lobby_url=lobby.url) as buyer:
+        dialogue = await buyer.cfp("seller", {"goods": {"pears": 2}})
+        decline = await dialogue.next_move(timeout=5)
+        assert decline.kind == "DECLINE"
+        assert "the query does not fit Wanted" in decline.payload["reason"]
+        assert "goods.apples" in decline.payload["reason"]
+        assert seller.queries == []
+        with pytest.raises(DialogueEndedError):
+            await dialogue.next_proposal(Offer, timeout=5)
