@@ -95,7 +95,7 @@ def backup(
     """Copy the store in `data_dir` to `dest`; the number of pages copied. Raises
     `BackupError`, leaving `dest` as it was."""
     source = data_dir / FILE_NAME
-    _check_dest(dest, force=force)
+    _check_dest(dest, source, force=force)
     if not source.is_file():
         raise BackupError(f"no lobby store at {source} (is --data-dir right?)", status=1)
     try:
@@ -118,7 +118,12 @@ def backup(
     return copied
 
 
-def _check_dest(dest: Path, *, force: bool) -> None:
+def _check_dest(dest: Path, source: Path, *, force: bool) -> None:
+    store_files = {source.resolve()} | {
+        source.with_name(source.name + end).resolve() for end in ("-wal", "-shm")
+    }
+    if dest.resolve() in store_files:  # --force would put a copy under the running lobby
+        raise BackupError(f"{dest} is the store itself: back it up elsewhere", status=2)
     if dest.is_dir():
         raise BackupError(f"{dest} is a directory: give a file name", status=2)
     if dest.exists() and not force:

@@ -13,6 +13,7 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -29,6 +30,10 @@ WINDOW = 64
 
 ACK_EVERY = 20
 """A receiver acknowledges after this many messages, as an SDK agent does now and then."""
+
+MAILBOX_LIMIT = "1000000"
+"""The offline receiver is sent messages for as long as the test runs: more than the
+default 10,000 on a slow machine."""
 
 
 async def join(url: str, agent_id: str, token: str | None = None) -> tuple[ClientConnection, str]:
@@ -53,6 +58,7 @@ class Sender:
     receivers: list[str]
     sent: list[tuple[str, str]] = field(default_factory=list)  # (message_id, receiver)
     accepted: int = 0
+    refused: list[dict[str, Any]] = field(default_factory=list)
     _progress: asyncio.Event = field(default_factory=asyncio.Event)
 
     def accepted_for(self, receiver: str, upto: int) -> set[str]:
@@ -63,6 +69,7 @@ class Sender:
         reader = asyncio.create_task(self._read())
         n = 0
         while not stop.is_set():
+            assert not self.refused, self.refused[0]
             if len(self.sent) - self.accepted >= WINDOW:
                 self._progress.clear()
                 await asyncio.wait_for(self._progress.wait(), BOUND)
@@ -81,14 +88,18 @@ class Sender:
                 )
             )
             n += 1
-        await until(lambda: self.accepted == len(self.sent), "every message ACCEPTED")
+        await until(lambda: self.accepted == len(self.sent) or self.refused, "ACCEPTED")
         reader.cancel()
+        assert not self.refused, self.refused[0]
 
     async def _read(self) -> None:
         position: dict[str, int] = {}
         async for raw in self.ws:
             message = orjson.loads(raw)
-            assert message["message_type"] == "ACCEPTED", message
+            if message["message_type"] != "ACCEPTED":
+                self.refused.append(message)  # run() fails the test with it
+                self._progress.set()
+                continue
             covered = message["payload"]["message_id"]
             for i in range(len(position), len(self.sent)):
                 position[self.sent[i][0]] = i
@@ -176,7 +187,7 @@ async def check_restored(
     token, and each receiver gets, held for it, every message ACCEPTED before the backup that
     it had not read, in seq order with no gap up to a marker sent after the restore."""
     restore(backup_file, data_dir)
-    lobby = start_lobby_process(data_dir)
+    lobby = start_lobby_process(data_dir, "--mailbox-limit", MAILBOX_LIMIT)
     try:
         receivers = {}
         for agent_id in traffic.receiver_ids:
@@ -233,7 +244,7 @@ async def test_a_backup_under_load_restores_every_agent_and_accepted_message(
     tmp_path: Path,
 ) -> None:
     data = tmp_path / "data"
-    lobby = start_lobby_process(data)
+    lobby = start_lobby_process(data, "--mailbox-limit", MAILBOX_LIMIT)
     stopping = asyncio.Event()
     try:
         traffic = await start_traffic(lobby.url, pairs=3)
@@ -356,6 +367,11 @@ def test_a_stopped_lobby_is_backed_up_and_dest_is_replaced_only_with_force(
         (["a_file/out", "--data-dir", "data"], 2, "lobby: cannot write a_file/out: a_file is not"),
         (["no_dir/out", "--data-dir", "data"], 2, "lobby: cannot write no_dir/out: no_dir does"),
         (["data", "--data-dir", "data"], 2, "lobby: data is a directory: give a file name"),
+        (
+            ["broken/lobby.sqlite3", "--data-dir", "broken", "--force"],
+            2,
+            "lobby: broken/lobby.sqlite3 is the store itself",
+        ),
         (["out", "--data-dir", "broken"], 1, "lobby: cannot copy the store broken/lobby.sqlite3"),
     ],
 )
