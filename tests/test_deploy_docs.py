@@ -24,6 +24,7 @@ DEPLOY = (ROOT / "docs" / "deploy.md").read_text()
 UNIT = ROOT / "examples" / "deploy" / "agent-lobby.service"
 NGINX = ROOT / "examples" / "deploy" / "nginx.conf"
 LOG_LEVELS = {"debug", "info", "warning", "error", "exception", "critical"}
+EVENT_NAME = re.compile(r"[A-Z][A-Z0-9]*(_[A-Z0-9]+)+")
 
 
 def parse_unit(text: str) -> dict[str, dict[str, list[str]]]:
@@ -159,7 +160,8 @@ def test_the_docs_show_the_files_in_examples_deploy() -> None:
 
 
 def logged_events(package: str) -> set[str]:
-    """The event names passed to `log.<level>("EVENT", ...)` anywhere in `package`."""
+    """The event names passed to `log.<level>(...)` anywhere in `package`: every UPPER_CASE
+    string in the first argument (`"A" if removed else "B"` names two)."""
     events = set()
     for path in (ROOT / package).rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text())):
@@ -170,10 +172,14 @@ def logged_events(package: str) -> set[str]:
                 and isinstance(node.func.value, ast.Name)
                 and node.func.value.id == "log"
                 and node.args
-                and isinstance(node.args[0], ast.Constant)
-                and isinstance(node.args[0].value, str)
             ):
-                events.add(node.args[0].value)
+                events |= {
+                    part.value
+                    for part in ast.walk(node.args[0])
+                    if isinstance(part, ast.Constant)
+                    and isinstance(part.value, str)
+                    and EVENT_NAME.fullmatch(part.value)
+                }
     return events
 
 
