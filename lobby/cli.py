@@ -1,5 +1,5 @@
-"""`lobby serve | schema | asyncapi | agents | mailbox | transactions`: the daemon's command
-line.
+"""`lobby serve | schema | asyncapi | agents | mailbox | transactions | backup`: the daemon's
+command line.
 
 `serve` takes its settings from flags, `LOBBY_*` variables and a TOML file (`lobby.options`).
 A bad setting or a start that cannot happen (the port in use, the data dir held by another
@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 
 import orjson
 
-from lobby import admin
+from lobby import admin, backup
 from lobby.config import SettingError, Settings
 from lobby.logs import configure
 from lobby.options import add_serve_options, settings_from
@@ -63,6 +63,7 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_argument("--write", type=Path, metavar="DIR", help="write one file a message")
     asyncapi = commands.add_parser("asyncapi", help="print the AsyncAPI 3.0 document")
     asyncapi.add_argument("--write", type=Path, metavar="PATH", help="write it to this file")
+    backup.add_command(commands)
 
     data_dir = Path(os.environ.get("LOBBY_DATA_DIR") or defaults.data_dir)
     for name, help_text in (
@@ -91,6 +92,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command in ("agents", "mailbox", "transactions"):
         return _admin(args)
+    if args.command == "backup":
+        return backup.run(args)
     try:
         settings = settings_from(args, os.environ)
     except SettingError as bad:
