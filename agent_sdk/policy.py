@@ -24,16 +24,16 @@ it quick; no await). It returns False to refuse the message, anything else to le
   moves, TEXTs, notices; not the answers to its own calls, which go to the waiting call); a
   refused one is dropped and acknowledged, and a refused REQUEST is answered with code
   `unauthorized`.
-A hook that raises refuses the message, and the failure is logged (`HOOK_FAILED`).
+A hook that raises refuses the message, and the failure is logged (`POLICY_HOOK_FAILED`).
 """
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from agent_sdk.logs import log
+from protocol.limits import TokenBucket
 from protocol.models import Message
 
 Hook = Callable[[Message], bool | None]
@@ -51,28 +51,9 @@ class RateLimit:
         if self.calls < 1 or self.per <= 0:
             raise ValueError("a rate limit needs calls >= 1 and per > 0 seconds")
 
-
-class TokenBucket:
-    """Owns one capability's allowance: `calls` tokens, refilled continuously over `per`."""
-
-    __slots__ = ("_capacity", "_last", "_rate", "_tokens")
-
-    def __init__(self, limit: RateLimit) -> None:
-        self._capacity = float(limit.calls)
-        self._rate = limit.calls / limit.per
-        self._tokens = self._capacity
-        self._last = time.monotonic()
-
-    def take(self, now: float | None = None) -> bool:
-        """Spend one token if there is one (at `now`, default the monotonic clock)."""
-        now = time.monotonic() if now is None else now
-        tokens = min(self._capacity, self._tokens + (now - self._last) * self._rate)
-        self._last = now
-        if tokens < 1:
-            self._tokens = tokens
-            return False
-        self._tokens = tokens - 1
-        return True
+    def bucket(self, now: float) -> TokenBucket:
+        """A full bucket for this limit, its clock starting at `now` (monotonic seconds)."""
+        return TokenBucket(self.calls / self.per, self.calls, now)
 
 
 class Policy:
@@ -100,6 +81,8 @@ class Policy:
                 if hook(message) is False:
                     return False
             except Exception:
-                log.exception("HOOK_FAILED", agent_id=self.agent_id, type=message.message_type)
+                log.exception(
+                    "POLICY_HOOK_FAILED", agent_id=self.agent_id, type=message.message_type
+                )
                 return False
         return True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -13,7 +14,6 @@ from agent_sdk.caller import Caller
 from agent_sdk.capability import RequestContext, error_response_to, response_to
 from agent_sdk.errors import CapabilityError
 from agent_sdk.logs import log
-from agent_sdk.policy import TokenBucket
 from protocol.models import ErrorCode, Message, MessageType, ResponseStatus
 
 
@@ -28,8 +28,9 @@ class CapabilityServer(Caller):
     def __init__(self, agent_id: str | None = None, **options: Any) -> None:
         super().__init__(agent_id, **options)
         self._routes[MessageType.REQUEST] = self._serve_request
+        now = time.monotonic()
         self._buckets = {
-            name: TokenBucket(spec.rate_limit)
+            name: spec.rate_limit.bucket(now)
             for name, spec in self.capabilities.items()
             if spec.rate_limit is not None
         }
@@ -69,7 +70,7 @@ class CapabilityServer(Caller):
             await self._sender.send_quietly(reply)
             return
         bucket = self._buckets.get(name)
-        if bucket is not None and not bucket.take():
+        if bucket is not None and not bucket.take(time.monotonic()):
             reply = error_response_to(
                 message,
                 ErrorCode.RATE_LIMITED,

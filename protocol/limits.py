@@ -37,3 +37,28 @@ def clip(text: str, limit: int = CLIP_LENGTH) -> str:
     if len(text) <= limit:
         return text
     return f"{text[:limit]}...(+{len(text) - limit} characters)"
+
+
+class TokenBucket:
+    """`rate` tokens a second, at most `burst` saved; `take(now)` spends one if there is one. The
+    lobby limits agents with it, and the SDK its capabilities' callers."""
+
+    __slots__ = ("burst", "last", "rate", "tokens")
+
+    def __init__(self, rate: float, burst: float, now: float) -> None:
+        self.rate = rate
+        self.burst = burst
+        self.tokens = burst
+        self.last = now
+
+    def take(self, now: float) -> bool:
+        tokens = self.tokens + (now - self.last) * self.rate
+        self.last = now
+        if tokens >= 1.0:
+            self.tokens = min(tokens, self.burst) - 1.0
+            return True
+        self.tokens = tokens
+        return False
+
+    def is_full(self, now: float) -> bool:
+        return self.tokens + (now - self.last) * self.rate >= self.burst

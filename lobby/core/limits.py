@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from protocol.limits import TokenBucket
+
 
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Limits:
@@ -38,25 +40,4 @@ class Limits:
     """When set, REGISTER must carry this `registration_key` in its payload."""
 
 
-class TokenBucket:
-    """`rate` tokens a second, at most `burst` saved; `take()` spends one if there is one."""
-
-    __slots__ = ("burst", "last", "rate", "tokens")
-
-    def __init__(self, rate: float, burst: float, now: float) -> None:
-        self.rate = rate
-        self.burst = burst
-        self.tokens = burst
-        self.last = now
-
-    def take(self, now: float) -> bool:
-        tokens = self.tokens + (now - self.last) * self.rate
-        self.last = now
-        if tokens >= 1.0:
-            self.tokens = min(tokens, self.burst) - 1.0
-            return True
-        self.tokens = tokens
-        return False
-
-    def is_full(self, now: float) -> bool:
-        return self.tokens + (now - self.last) * self.rate >= self.burst
+__all__ = ["Limits", "TokenBucket"]

@@ -20,16 +20,15 @@ from agent_sdk import (
     UnauthorizedError,
     capability,
 )
-from agent_sdk.policy import Policy, TokenBucket
+from agent_sdk.policy import Policy
 from lobby.server import LobbyServer
 from tests.sdklogs import sdk_events
 from tests.waiting import until
 
 
 def test_a_token_bucket_allows_a_burst_then_refills_over_time() -> None:
-    bucket = TokenBucket(RateLimit(calls=2, per=10.0))
     start = 1000.0
-    bucket._last = start
+    bucket = RateLimit(calls=2, per=10.0).bucket(start)
     assert bucket.take(start)
     assert bucket.take(start)
     assert not bucket.take(start + 1.0)  # 0.2 of a call back so far
@@ -151,5 +150,5 @@ def test_a_hook_refuses_with_false_or_by_raising_and_the_failure_is_logged() -> 
     policy.add_incoming(broken)
     with sdk_events() as logs:
         assert not policy.allows(policy.incoming, message)
-    assert [e["event"] for e in logs] == ["HOOK_FAILED"]
+    assert [e["event"] for e in logs] == ["POLICY_HOOK_FAILED"]
     assert seen == ["other", "other"]
