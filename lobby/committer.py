@@ -17,6 +17,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import structlog
 
+from lobby.core.counters import SECONDS, SIZES, Buckets
 from lobby.core.delivery import Delivery
 from lobby.core.session import Session
 from lobby.store.base import Compaction, Record, Store
@@ -46,6 +47,10 @@ class Committer:
         """The longest commit so far: with `interval`, the most a confirmed-to-be message
         waits before it is durable (the crash window; see stats())."""
         self._started = 0.0
+        self.commit_seconds = Buckets(SECONDS)
+        """Per commit, from its start to the store's answer (for /metrics)."""
+        self.commit_records = Buckets(SIZES)
+        """Per commit, the records it wrote (for /metrics)."""
 
     def kick(self) -> None:
         """Commit what the journal holds soon, unless a batch is already being written or
@@ -90,6 +95,8 @@ class Committer:
             self.records += len(records)
             took = asyncio.get_running_loop().time() - self._started
             self.max_write_s = max(self.max_write_s, took)
+            self.commit_seconds.observe(took)
+            self.commit_records.observe(len(records))
             self._confirm(accepted)
         if self._timer is None and (self.delivery.journal or self.delivery.accepted):
             # Rows gathered while this batch was written: commit them one interval after this

@@ -20,6 +20,7 @@ from __future__ import annotations
 import itertools
 from typing import Final
 
+from lobby.core.counters import Counters
 from lobby.core.registry import AgentRecord
 from lobby.core.session import Action, Send, Session
 from lobby.store.base import DELIVERED, Acked, Effect, MessageStored, Record, Snapshot
@@ -46,7 +47,10 @@ class Delivery:
         mailbox_limit: int,
         dedupe_horizon: float = DEFAULT_DEDUPE_HORIZON,
         dedupe_max: int = DEFAULT_DEDUPE_MAX,
+        counters: Counters | None = None,
     ) -> None:
+        self.routed = (counters or Counters()).routed
+        """Messages accepted, by type (the router's `Counters.routed`)."""
         self.mailbox_limit = mailbox_limit
         self.dedupe_horizon = dedupe_horizon
         self.dedupe_max = dedupe_max
@@ -98,6 +102,7 @@ class Delivery:
         if len(target.mailbox) >= self.mailbox_limit and not force:
             raise MailboxFull(target.agent_id, self.mailbox_limit)
         seq = target.next_seq = target.next_seq + 1
+        self.routed[msg.message_type] += 1
         sender_set_id = msg.message_id
         if sender_set_id is None:
             msg.message_id = self.new_message_id()
@@ -192,6 +197,9 @@ class Delivery:
             if agent is not None:
                 agent.acked_seq = agent.next_seq = agent.delivered_seq = up_to
         conversations = dict(snapshot.conversations)
+        # Row ids given from here on must stay above the checkpoint's, even when the newest
+        # rows were dropped (a removed agent's).
+        self.last_row = max(self.last_row, snapshot.conversations_upto)
         for row in snapshot.messages:
             self.last_row = max(self.last_row, row.row_id)
             self.seen[(row.sender, row.message_id)] = row.at

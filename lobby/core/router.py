@@ -23,6 +23,7 @@ import structlog
 
 from lobby.core.commerce import DEFAULT_DIALOGUE_TIMEOUT, Ledger, Marketplace, Negotiations
 from lobby.core.conversations import ConversationKey, Conversations
+from lobby.core.counters import Counters
 from lobby.core.delivery import (
     DEFAULT_DEDUPE_HORIZON,
     DEFAULT_DEDUPE_MAX,
@@ -39,7 +40,7 @@ from lobby.core.refusal import (
     validate,
 )
 from lobby.core.registration import Registrar
-from lobby.core.registry import AgentRecord, Registry
+from lobby.core.registry import REVOKED, AgentRecord, Registry
 from lobby.core.session import Action, Close, Send, Session
 from lobby.store.base import AgentRemoved, AgentSaved, Compaction, Effect, Snapshot, StateSaved
 from protocol.codec import decode, encode
@@ -109,12 +110,15 @@ class Router:
         self.registrar = Registrar(self, self.limits)
         self.requests = Conversations(self)
         """Open REQUESTs: how many final RESPONSEs each key still expects."""
+        self.counters = Counters()
+        """What /metrics reads: routed messages by type, refusals by code."""
         # Lobby-assigned message ids: unique per process start, cheap to make.
         self.delivery = Delivery(
             id_prefix=uuid.uuid4().hex[:12],
             mailbox_limit=mailbox_limit,
             dedupe_horizon=dedupe_horizon,
             dedupe_max=dedupe_max,
+            counters=self.counters,
         )
         self.clock = clock
         self.ledger = Ledger()
@@ -412,6 +416,28 @@ class Router:
         log.info("AGENT_UNREGISTERED", agent_id=agent.agent_id, dropped=len(agent.mailbox))
         return [Close(session, CloseCode.UNREGISTERED, "unregistered")]
 
+    def revoke(self, agent_id: str, *, remove: bool = False) -> list[Action] | None:
+        """An operator's `lobby revoke` (the token stops working; the agent keeps its
+        capabilities and mailbox, and the next REGISTER of its id without a token gets a new
+        one) or `lobby remove` (the agent, its capabilities and what is held for it are gone).
+        Journaled like any change; its connection is closed with 4003. None: no such agent."""
+        agent = self.registry.get(agent_id)
+        if agent is None:
+            return None
+        session, agent.session = agent.session, None
+        if remove:
+            self.registry.remove(agent_id)
+            self.delivery.journal.append(AgentRemoved(agent_id))
+        else:
+            agent.token_hash = REVOKED
+            self.save(agent)
+        log.info("AGENT_REMOVED" if remove else "AGENT_TOKEN_REVOKED", agent_id=agent_id)
+        if session is None:
+            return []
+        session.agent = None
+        reason = "removed by an operator" if remove else "token revoked by an operator"
+        return [Close(session, CloseCode.UNREGISTERED, reason)]
+
     # -- delivery -------------------------------------------------------------------------
 
     # -- helpers for the handlers (here and in commerce.py) --------------------------------
@@ -515,6 +541,7 @@ class Router:
         message_type: str | None = None,
         conversation_id: str | None = None,
     ) -> list[Action]:
+        self.counters.refused[code] += 1
         original_id = None
         if msg is not None:
             message_type = msg.message_type
