@@ -71,7 +71,7 @@ class LobbyCollector(Collector):
             "messages accepted for a receiver (delivered or held), by type; includes the "
             "lobby's notices, not its direct replies",
             "message_type",
-            router.counters.routed,
+            router.counters.by_type(),
         )
         yield _labelled(
             "lobby_refusals",

@@ -98,6 +98,7 @@ async def test_revoke_closes_the_connection_and_a_fresh_register_takes_the_id(
             "id": "r1",
         }
         assert await closed_with(agent) == 4003
+        assert agent.close_reason == "token revoked by an operator"
         # Messages to it are still held for whoever takes the id next.
         text = frame(
             "buyer", "TEXT", {"content": "hi"}, receiver_id="seller", auth_token=other_token

@@ -14,16 +14,30 @@ from protocol.models import ErrorCode, MessageType
 
 
 class Counters:
-    """Counts the router keeps; each key is there from the start, so an increment is `+= 1`."""
+    """Counts the router keeps; each key is there from the start, so an increment is `+= 1`.
 
-    __slots__ = ("refused", "routed")
+    Messages accepted for a receiver (delivered or held) are counted by message_type: agents'
+    messages and the lobby's own notices, not its direct replies (ERROR, ACKs...). REQUEST
+    and RESPONSE, the hot path, have int fields of their own (an attribute increment costs
+    about half a dict one); `by_type` puts them together."""
+
+    __slots__ = ("refused", "requests", "responses", "routed")
 
     def __init__(self) -> None:
+        self.requests = 0
+        self.responses = 0
         self.routed: dict[str, int] = dict.fromkeys(MessageType, 0)
-        """Messages accepted for a receiver (delivered or held), by message_type: agents'
-        messages and the lobby's own notices, not its direct replies (ERROR, ACKs...)."""
+        """Every other message type."""
         self.refused: dict[str, int] = dict.fromkeys(ErrorCode, 0)
         """Refusals (an ERROR, or the seed's error RESPONSE to a REQUEST), by code."""
+
+    def by_type(self) -> dict[str, int]:
+        """Messages accepted, by message_type (for /metrics)."""
+        return {
+            **self.routed,
+            MessageType.REQUEST: self.requests,
+            MessageType.RESPONSE: self.responses,
+        }
 
 
 class Buckets:

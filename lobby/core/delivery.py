@@ -25,11 +25,13 @@ from lobby.core.registry import AgentRecord
 from lobby.core.session import Action, Send, Session
 from lobby.store.base import DELIVERED, Acked, Effect, MessageStored, Record, Snapshot
 from protocol.codec import encode
-from protocol.models import Message
+from protocol.models import Message, MessageType
 
 DEFAULT_DEDUPE_HORIZON: Final = 24 * 3600.0
 DEFAULT_DEDUPE_MAX: Final = 500_000
 _REDELIVERED: Final = b',"redelivered":true}'
+_REQUEST: Final = MessageType.REQUEST
+_RESPONSE: Final = MessageType.RESPONSE
 
 
 class MailboxFull(Exception):
@@ -49,8 +51,8 @@ class Delivery:
         dedupe_max: int = DEFAULT_DEDUPE_MAX,
         counters: Counters | None = None,
     ) -> None:
-        self.routed = (counters or Counters()).routed
-        """Messages accepted, by type (the router's `Counters.routed`)."""
+        self.counters = counters or Counters()
+        """Messages accepted, by type (the router's)."""
         self.mailbox_limit = mailbox_limit
         self.dedupe_horizon = dedupe_horizon
         self.dedupe_max = dedupe_max
@@ -102,7 +104,13 @@ class Delivery:
         if len(target.mailbox) >= self.mailbox_limit and not force:
             raise MailboxFull(target.agent_id, self.mailbox_limit)
         seq = target.next_seq = target.next_seq + 1
-        self.routed[msg.message_type] += 1
+        mtype = msg.message_type
+        if mtype is _REQUEST:
+            self.counters.requests += 1
+        elif mtype is _RESPONSE:
+            self.counters.responses += 1
+        else:
+            self.counters.routed[mtype] += 1
         sender_set_id = msg.message_id
         if sender_set_id is None:
             msg.message_id = self.new_message_id()

@@ -123,7 +123,7 @@ class Registrar:
         if changed:
             self.router.save(record)
         log.info(
-            "AGENT_RESUMED",
+            "AGENT_RESUMED" if status is RegisterStatus.RESUMED else "AGENT_REGISTERED",
             agent_id=record.agent_id,
             replaced_connection=old is not None,
             held_messages=len(record.mailbox),
