@@ -32,6 +32,7 @@ import structlog
 
 from lobby.core.session import Session
 from lobby.transport.base import HttpAnswer
+from protocol.limits import clip
 
 if TYPE_CHECKING:
     from lobby.server import LobbyServer
@@ -94,13 +95,14 @@ class AdminEndpoint:
         if binary or not isinstance(request, dict):
             self._fail(session, {}, "malformed", "send one JSON object per text frame")
             return
-        answer: Answer = {"command": request.get("command")}
+        name = request.get("command")
+        answer: Answer = {"command": name}
         if "id" in request:
             answer["id"] = request["id"]
-        command = self.commands.get(request.get("command"))  # type: ignore[arg-type]
+        command = self.commands.get(name) if isinstance(name, str) else None
         if command is None:
             known = ", ".join(self.commands)
-            reason = f"unknown command {request.get('command')!r}: one of {known}"
+            reason = f"unknown command {clip(str(name))!r}: one of {known}"
             self._fail(session, answer, "unknown_command", reason)
             return
         command(session, request, answer)
@@ -123,7 +125,7 @@ class AdminEndpoint:
         server = self._server
         actions = server.router.revoke(agent_id, remove=remove)
         if actions is None:
-            reason = f"no agent {agent_id!r} is registered in this lobby"
+            reason = f"no agent {clip(agent_id)!r} is registered in this lobby"
             self._fail(session, answer, "unknown_agent", reason)
             return
         answer["was_online"] = bool(actions)

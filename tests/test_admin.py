@@ -76,6 +76,7 @@ async def test_admin_needs_the_token(lobby: LobbyServer) -> None:
         answer = await command(ws, command="shutdown")
         assert answer["code"] == "unknown_command"
         assert "one of revoke, remove" in answer["error"]
+        assert (await command(ws, command=["revoke"]))["code"] == "unknown_command"
         assert (await command(ws, command="remove"))["code"] == "malformed"
         await ws.send("[1, 2]")
         assert orjson.loads(await ws.recv())["code"] == "malformed"
