@@ -210,6 +210,31 @@ def health(server: Server) -> dict[str, Any]:
     return body
 
 
+@contextlib.contextmanager
+def scraping(server: Server, every: float = 1.0) -> Iterator[dict[str, int]]:
+    """GET /metrics from `server` every `every` seconds (as Prometheus would) while the block
+    runs; the dict counts the scrapes and the bytes of the last one."""
+    url = f"http://127.0.0.1:{server.port}/metrics"
+    done = threading.Event()
+    counts = {"scrapes": 0, "bytes": 0}
+
+    def scrape() -> None:
+        while True:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                counts["bytes"] = len(response.read())
+            counts["scrapes"] += 1
+            if done.wait(every):
+                return
+
+    thread = threading.Thread(target=scrape, name="scraper", daemon=True)
+    thread.start()
+    try:
+        yield counts
+    finally:
+        done.set()
+        thread.join(10)
+
+
 def peak_rss_during(server: Server, work: Callable[[], Any]) -> tuple[int, int, Any]:
     """(RSS before, highest RSS while `work()` ran, its result), sampled 10 times a second."""
     before = server.rss_kib()

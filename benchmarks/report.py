@@ -318,6 +318,35 @@ def schema_table(t: dict[str, Any]) -> list[str]:
     return lines
 
 
+def metrics_table(t: dict[str, Any]) -> list[str]:
+    """The lobby not scraped and scraped once a second during its run, next to the relay;
+    CPU per message is the median of all runs (steadier than the best runs')."""
+    lines = [
+        "| lobby (sqlite) | msgs/s (best) | vs relay | vs not scraped | server CPU us/msg "
+        "(median) | scrapes in the best run | other CPU |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    relay, plain = t["relay"], t["unscraped"]
+
+    def cpu(name: str) -> float:
+        runs = t.get("runs", {}).get(name) or [t[name]]
+        return float(statistics.median(r["server_cpu_us_per_message"] for r in runs))
+
+    for name, label in (
+        ("relay", "relay (websockets), no parsing"),
+        ("unscraped", "not scraped"),
+        ("scraped", "GET /metrics once a second"),
+    ):
+        r = t[name]
+        lines.append(
+            f"| {label} | {_n(r['messages_per_s'])} "
+            f"| {ratio(r['messages_per_s'], relay['messages_per_s'])} "
+            f"| {ratio(r['messages_per_s'], plain['messages_per_s']) if name != 'relay' else ''} "
+            f"| {cpu(name):.1f} | {r.get('scrapes', '')} | {_other(r)} |"
+        )
+    return lines
+
+
 def render(results: dict[str, Any]) -> str:
     plan = results["plan"]
     lines = [f"Machine: {describe(results['machine'])}", ""]
@@ -344,6 +373,15 @@ def render(results: dict[str, Any]) -> str:
             f"pairs (best of {plan['repeats']} x {plan['seconds']:g} s)",
             "",
             *schema_table(results["schema"]),
+            "",
+        ]
+    if "metrics" in results:
+        lines += [
+            f"### Metrics: the lobby scraped (GET /metrics) during the run or not, "
+            f"{results['metrics']['pairs']} pairs (best of {plan['repeats']} x "
+            f"{plan['seconds']:g} s)",
+            "",
+            *metrics_table(results["metrics"]),
             "",
         ]
     if "latency" in results:

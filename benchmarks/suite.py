@@ -171,6 +171,29 @@ def schema(plan: Plan) -> dict[str, Any]:
     return {**best, "pairs": pairs, "runs": runs}
 
 
+def metrics(plan: Plan) -> dict[str, Any]:
+    """What /metrics costs routing: `transport_pairs` pairs through a lobby (sqlite store)
+    nobody scrapes and through one scraped once a second for the whole run (a Prometheus
+    default is every 15 s), each its own lobby, next to the relay; all started at once and run
+    in turn, `repeats` times round, the best run of each kept."""
+    pairs, seconds, window = plan.transport_pairs, plan.seconds, plan.window
+    runs: dict[str, list[dict[str, Any]]] = {"relay": [], "unscraped": [], "scraped": []}
+    with (
+        harness.relay() as relay,
+        harness.lobby("sqlite") as plain,
+        harness.lobby("sqlite") as scraped,
+    ):
+        for _ in range(plan.repeats):
+            runs["relay"].append(throughput_run(relay, pairs, seconds, window))
+            runs["unscraped"].append(throughput_run(plain, pairs, seconds, window))
+            harness.QUIET.wait()
+            with harness.scraping(scraped, every=1.0) as scrapes:
+                run = throughput_run(scraped, pairs, seconds, window, quiet=False)
+            runs["scraped"].append({**run, **scrapes})
+    best = {k: max(v, key=lambda r: float(r["messages_per_s"])) for k, v in runs.items()}
+    return {**best, "pairs": pairs, "runs": runs}
+
+
 def latency(plan: Plan) -> dict[str, Any]:
     """One pair at each offered load (REQUEST+RESPONSE messages a second) through the relay and
     the lobby with the sqlite store, both started at once and run in turn, `repeats` times

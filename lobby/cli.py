@@ -1,5 +1,5 @@
-"""`lobby serve | schema | asyncapi | agents | mailbox | transactions | backup`: the daemon's
-command line.
+"""`lobby serve | schema | asyncapi | agents | mailbox | transactions | backup | revoke |
+remove`: the daemon's command line.
 
 `serve` takes its settings from flags, `LOBBY_*` variables and a TOML file (`lobby.options`).
 A bad setting or a start that cannot happen (the port in use, the data dir held by another
@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 
 import orjson
 
-from lobby import admin, backup
+from lobby import admin, admin_cli, backup
 from lobby.config import SettingError, Settings
 from lobby.logs import configure
 from lobby.options import add_serve_options, settings_from
@@ -76,6 +76,7 @@ def build_parser() -> argparse.ArgumentParser:
             admin.add_argument("agent_id")
         admin.add_argument("--data-dir", type=Path, default=data_dir, help="(%(default)s)")
         admin.add_argument("--json", action="store_true", help="print JSON")
+    admin_cli.add_commands(commands)
     return parser
 
 
@@ -94,6 +95,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         return _admin(args)
     if args.command == "backup":
         return backup.run(args)
+    if args.command in admin_cli.COMMANDS:
+        try:
+            sys.stdout.write(admin_cli.run(args) + "\n")
+        except admin_cli.AdminFailed as failed:
+            sys.stderr.write(f"lobby: {failed}\n")
+            return 1
+        return 0
     try:
         settings = settings_from(args, os.environ)
     except SettingError as bad:

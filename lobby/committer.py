@@ -20,6 +20,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import structlog
 
+from lobby.core.counters import SECONDS, SIZES, Buckets
 from lobby.core.records import Batch, Compaction
 from lobby.core.router import Router
 from lobby.core.session import Action
@@ -53,6 +54,10 @@ class Committer:
         """The longest commit so far: with `interval`, the most a confirmed-to-be message
         waits before it is durable (the crash window; see stats())."""
         self._started = 0.0
+        self.commit_seconds = Buckets(SECONDS)
+        """Per commit, from its start to the store's answer (for /metrics)."""
+        self.commit_records = Buckets(SIZES)
+        """Per commit, the records it wrote (for /metrics)."""
 
     def kick(self) -> None:
         """Commit what the journal holds soon, unless a batch is already being written or
@@ -93,6 +98,8 @@ class Committer:
             self.records += len(batch.records)
             took = asyncio.get_running_loop().time() - self._started
             self.max_write_s = max(self.max_write_s, took)
+            self.commit_seconds.observe(took)
+            self.commit_records.observe(len(batch.records))
             self._execute(self.router.committed(batch))
         if self._timer is None and self.router.journal_pending:
             # Rows gathered while this batch was written: commit them one interval after this

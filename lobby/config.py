@@ -110,6 +110,12 @@ class Settings:
     registration_key: str | None = _setting(
         None, "a secret every REGISTER payload must carry as registration_key (default: none)"
     )
+    admin_token: str | None = _setting(
+        None,
+        "the secret /admin wants (lobby revoke, lobby remove), 16 characters or more "
+        "(default: a new random one each start, written to DATA_DIR/admin.token, mode 0600; "
+        "printed once on stderr with --store memory)",
+    )
     tls_cert: Path | None = _setting(
         None, "PEM certificate (chain) file: agents connect with wss:// (needs --tls-key)"
     )
@@ -142,6 +148,8 @@ class Settings:
                 raise SettingError(f.name, f"must be above {above:g}")
         if self.port > 65535:
             raise SettingError("port", "not a port (0-65535)")
+        if self.admin_token is not None and len(self.admin_token) < 16:
+            raise SettingError("admin_token", "too short: 16 characters or more")
         if (self.tls_cert is None) != (self.tls_key is None):
             raise SettingError("tls_cert", "--tls-cert and --tls-key go together: give both")
         for name in ("tls_cert", "tls_key"):

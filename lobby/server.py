@@ -14,25 +14,33 @@ its senders. (A writer task per connection would cost a task switch per message;
 transport's own buffer gives the same bound for free.) Closes run as tracked tasks, awaited on
 shutdown.
 
-`GET /healthz` is answered on the same port.
+HTTP on the same port: `GET /healthz` (alive, with figures), `GET /readyz` (listening and the
+store writable: 200, else 503 with the reason), `GET /metrics` (Prometheus, `lobby.metrics`).
+`/admin` is the operators' WebSocket (`lobby.admin_endpoint`), opened with the admin token.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import secrets
 import time
-from collections.abc import Iterable
+from collections.abc import Coroutine, Iterable
 from http import HTTPStatus
+from typing import Any
 
 import structlog
 
+from lobby import admin_endpoint
+from lobby.admin_endpoint import AdminEndpoint
 from lobby.committer import Committer
 from lobby.config import Settings
+from lobby.core.counters import SECONDS, Buckets
 from lobby.core.router import Router
 from lobby.core.session import Action, Send, Session
-from lobby.store import Store, open_store
-from lobby.transport.base import Link, Transport
+from lobby.metrics import CONTENT_TYPE, Metrics
+from lobby.store import SqliteStore, Store, open_store
+from lobby.transport.base import HttpAnswer, Link, Transport
 from protocol.models import LOBBY_ID, CloseCode
 
 log = structlog.get_logger("lobby.server")
@@ -85,6 +93,14 @@ class LobbyServer:
         self._unflushed = 0
         self._query_due = False
         """Messages routed since the last flush."""
+        self._stopping = False
+        self._batch_started = 0.0
+        self.batch_seconds = Buckets(SECONDS)
+        """Per batch of messages from a read: its first message in -> its frames written."""
+        self.metrics = Metrics(self)
+        self._admin_sessions: set[Session] = set()
+        self.admin: AdminEndpoint | None = None
+        """The /admin endpoint; made at start, with the admin token."""
 
     @property
     def port(self) -> int:
@@ -108,11 +124,16 @@ class LobbyServer:
     async def start(self) -> None:
         s = self.settings
         self.router.restore(self.store.load())
+        token = s.admin_token or secrets.token_urlsafe(32)
+        self.admin = AdminEndpoint(self, token, self._admin_sessions)
         try:
             self._port = await self.transport.start(self)
         except BaseException:
             await self.committer.close()  # a lobby that could not listen lets go of its store
             raise
+        if s.admin_token is None:
+            data_dir = self.store.path.parent if isinstance(self.store, SqliteStore) else None
+            admin_endpoint.publish_token(token, data_dir)
         self._running = True
         self._started = time.monotonic()
         self._compactor = asyncio.create_task(self._compact_periodically())
@@ -123,6 +144,7 @@ class LobbyServer:
         """Close every connection with 1001 and stop listening, within `shutdown_timeout`."""
         if not self._running:
             return
+        self._stopping = True
         try:
             async with asyncio.timeout(self.settings.shutdown_timeout):
                 await self.transport.stop()
@@ -138,7 +160,7 @@ class LobbyServer:
                 with contextlib.suppress(asyncio.CancelledError):
                     await background
         await self.committer.close()
-        self._running = False
+        self._running = self._stopping = False
         self._port = None
         log.info("LOBBY_STOPPED")
 
@@ -151,22 +173,33 @@ class LobbyServer:
 
     # -- what transports call -------------------------------------------------------------
 
-    def admit(self, path: str) -> tuple[HTTPStatus, dict[str, object]] | None:
+    def admit(self, path: str, authorization: str | None = None) -> HttpAnswer | None:
         """The answer to an HTTP request for `path`, or None to accept the WebSocket."""
         path = path.split("?", 1)[0]
         if path == "/healthz":
-            return HTTPStatus.OK, self.health()
+            return HttpAnswer.json(HTTPStatus.OK, self.health())
+        if path == "/readyz":
+            return self.readiness()
+        if path == "/metrics":
+            return HttpAnswer(HTTPStatus.OK, self.metrics.render(), CONTENT_TYPE)
+        if path == admin_endpoint.PATH and self.admin is not None:
+            return self.admin.admit(authorization)  # even when full: operators get in
         if self.connections >= self.settings.max_connections:
             error = f"the lobby is full ({self.settings.max_connections} connections)"
-            return HTTPStatus.SERVICE_UNAVAILABLE, {"error": error}
+            return HttpAnswer.json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": error})
         if path != "/":
-            return HTTPStatus.NOT_FOUND, {"error": f"no such path {path!r}: agents connect to '/'"}
+            error = f"no such path {path!r}: agents connect to '/'"
+            return HttpAnswer.json(HTTPStatus.NOT_FOUND, {"error": error})
         return None
 
-    def connected(self, link: Link, host: str) -> Session:
-        """A WebSocket is open: it has `handshake_timeout` to REGISTER."""
+    def connected(self, link: Link, host: str, path: str = "/") -> Session:
+        """A WebSocket is open: it has `handshake_timeout` to REGISTER (an /admin one needs
+        not: it was authenticated by `admit`)."""
         session = self.router.open(remote=link.remote, link=link, host=host)
         self.connections += 1
+        if path.split("?", 1)[0] == admin_endpoint.PATH:
+            self._admin_sessions.add(session)
+            return session
         self._deadlines[session] = asyncio.get_running_loop().call_later(
             self.settings.handshake_timeout, self._registration_deadline, session
         )
@@ -177,6 +210,12 @@ class LobbyServer:
         when the read is done, so what it produced goes out at once; one is scheduled as well,
         in case the transport never reports that end (picows answers a ping that ends a read
         without handing it over), so the committer still sees the journal soon."""
+        if not self._unflushed:
+            self._batch_started = time.perf_counter()
+        if session.agent is None and session in self._admin_sessions:
+            assert self.admin is not None
+            self.admin.received(session, binary, data)
+            return
         router = self.router
         try:
             actions = router.binary(session) if binary else router.handle(session, data)
@@ -195,7 +234,7 @@ class LobbyServer:
         """Flush what was framed for each link in one write, and let the committer see the
         journal."""
         self._batch_due = False
-        self._unflushed = 0
+        routed, self._unflushed = self._unflushed, 0
         written, self._written = self._written, {}
         limit = self.settings.max_outbound_bytes
         for link, session in written.items():
@@ -209,6 +248,8 @@ class LobbyServer:
                 # its unacknowledged messages in its mailbox when it resumes.
                 log.warning("CONNECTION_TOO_SLOW", remote=link.remote)
                 self._close(session, CloseCode.TOO_SLOW, "too slow: outbound queue overflowed")
+        if routed:
+            self.batch_seconds.observe(time.perf_counter() - self._batch_started)
         self.committer.kick()
         if self.router.queries and not self._query_due:
             self._query_due = True
@@ -228,6 +269,7 @@ class LobbyServer:
         if deadline is not None:
             deadline.cancel()
         self.connections -= 1
+        self._admin_sessions.discard(session)
         self._execute(self.router.close(session, code))
         self._batch()
 
@@ -253,6 +295,21 @@ class LobbyServer:
         if not self._batch_due:
             self._batch_due = True
             asyncio.get_running_loop().call_soon(self.end_of_batch)
+
+    def execute(self, actions: Iterable[Action]) -> None:
+        """Carry out actions decided outside a read (an /admin command), then flush."""
+        self._execute(actions)
+        self._batch()
+
+    def send(self, session: Session, frame: bytes) -> None:
+        """Write one frame to `session` (flushed at the end of this batch)."""
+        self._send(session, frame)
+
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """Run `work` as a task that shutdown waits for (or cancels past its bound)."""
+        task = asyncio.ensure_future(work)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     def _execute(self, actions: Iterable[Action]) -> None:
         for action in actions:
@@ -306,6 +363,20 @@ class LobbyServer:
                 await self.committer.compact(self.router.compaction())
             except Exception:
                 log.exception("STORE_COMPACTION_FAILED")
+
+    def readiness(self) -> HttpAnswer:
+        """/readyz: 200 while listening with a writable store, else 503 and why."""
+        if not self._running or self._stopping:
+            problem: str | None = "not listening: the lobby is starting or stopping"
+        else:
+            problem = self.store.unwritable()
+        if problem is None:
+            return HttpAnswer.json(HTTPStatus.OK, {"status": "ready"})
+        body = {"status": "not_ready", "reason": problem}
+        return HttpAnswer.json(HTTPStatus.SERVICE_UNAVAILABLE, body)
+
+    def uptime(self) -> float:
+        return time.monotonic() - self._started
 
     def health(self) -> dict[str, object]:
         agents = self.router.registry.agents

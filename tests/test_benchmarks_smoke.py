@@ -23,6 +23,18 @@ def test_quick_throughput_measures_relay_and_lobby() -> None:
         assert result["server_cpu_us_per_message"] > 0, name
 
 
+def test_the_metrics_phase_scrapes_the_lobby_while_it_routes(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(harness.QUIET, "budget", 0.0)  # as a quick run: no wait for idle cores
+    plan = dataclasses.replace(suite.Plan.quick(), transport_pairs=1)
+    results = suite.metrics(plan)
+    assert results["scraped"]["scrapes"] >= 1
+    assert results["scraped"]["bytes"] > 0
+    for name in ("relay", "unscraped", "scraped"):
+        assert results[name]["messages"] > 0, name
+
+
 def test_the_picows_relay_forwards() -> None:
     with harness.relay_picows() as relay:
         result = suite.throughput_run(relay, 1, 0.5, 8, quiet=False)
@@ -86,6 +98,11 @@ def test_the_report_renders_every_section_with_targets() -> None:
             **{k: run for k in ("relay", "relay_picows", "lobby", "lobby_picows")},
         },
         "schema": {"pairs": 1, **{k: run for k in ("relay", "no_schema", "schema")}},
+        "metrics": {
+            "pairs": 1,
+            **{k: run for k in ("relay", "unscraped")},
+            "scraped": {**run, "scrapes": 2},
+        },
     }
     results["targets"] = report.targets(results)
     text = report.render(results)
@@ -93,6 +110,7 @@ def test_the_report_renders_every_section_with_targets() -> None:
     assert "| lobby (sqlite), picows | 2 |" in text
     assert "| lookups | 100,000 | 1.00 / 3.00 / 1.00 | 3.00x |" in text
     assert "capability with input schema | 2 | 1.00x | 1.00x | 1.0 | 0.0 |" in text
+    assert "| GET /metrics once a second | 2 | 1.00x | 1.00x | 1.0 | 2 |" in text
     assert len(results["targets"]) == 13
     assert "sqlite store on picows, 1 pairs >= 1.3x websockets relay" in text
     assert {t["status"] for t in results["targets"]} == {"met", "NOT MET"}

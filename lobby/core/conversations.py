@@ -174,6 +174,7 @@ class Conversations:
     ) -> list[Action]:
         """The seed's answer to a refused REQUEST: an error RESPONSE in the same conversation
         (with `path`, the JSON Pointer of the failing argument, for `invalid_input`)."""
+        self.state.counters.refused[code] += 1
         payload = {"status": ResponseStatus.ERROR, "code": code, "error": reason}
         if path is not None:
             payload["path"] = path

@@ -20,16 +20,19 @@ from __future__ import annotations
 import itertools
 from typing import Final
 
+from lobby.core.counters import Counters
 from lobby.core.records import DELIVERED, Acked, Batch, MessageStored, Record, Snapshot
 from lobby.core.refusal import Refusal
 from lobby.core.registry import AgentRecord
 from lobby.core.session import Action, Send, Session
 from protocol.codec import encode
-from protocol.models import ErrorCode, Message
+from protocol.models import ErrorCode, Message, MessageType
 
 DEFAULT_DEDUPE_HORIZON: Final = 24 * 3600.0
 DEFAULT_DEDUPE_MAX: Final = 500_000
 _REDELIVERED: Final = b',"redelivered":true}'
+_REQUEST: Final = MessageType.REQUEST
+_RESPONSE: Final = MessageType.RESPONSE
 
 
 class Delivery:
@@ -44,7 +47,10 @@ class Delivery:
         mailbox_limit: int,
         dedupe_horizon: float = DEFAULT_DEDUPE_HORIZON,
         dedupe_max: int = DEFAULT_DEDUPE_MAX,
+        counters: Counters | None = None,
     ) -> None:
+        self.counters = counters or Counters()
+        """Messages accepted, by type (the router's)."""
         self.mailbox_limit = mailbox_limit
         self.dedupe_horizon = dedupe_horizon
         self.dedupe_max = dedupe_max
@@ -99,6 +105,13 @@ class Delivery:
                 "messages",
             )
         seq = target.next_seq = target.next_seq + 1
+        mtype = msg.message_type
+        if mtype is _REQUEST:
+            self.counters.requests += 1
+        elif mtype is _RESPONSE:
+            self.counters.responses += 1
+        else:
+            self.counters.routed[mtype] += 1
         sender_set_id = msg.message_id
         if sender_set_id is None:
             msg.message_id = self.new_message_id()
@@ -195,6 +208,9 @@ class Delivery:
             agent = agents.get(agent_id)
             if agent is not None:
                 agent.acked_seq = agent.next_seq = agent.delivered_seq = up_to
+        # Row ids given from here on must stay above the checkpoint's, even when the newest
+        # rows were dropped (a removed agent's).
+        self.last_row = max(self.last_row, snapshot.conversations_upto)
         for row in snapshot.messages:
             self.last_row = max(self.last_row, row.row_id)
             self.seen[(row.sender, row.message_id)] = row.at

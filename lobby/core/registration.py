@@ -14,7 +14,7 @@ import structlog
 
 from lobby.core.limits import Limits, TokenBucket
 from lobby.core.refusal import Refusal, hash_token, require_lobby_receiver, validate
-from lobby.core.registry import AgentRecord
+from lobby.core.registry import REVOKED, AgentRecord
 from lobby.core.schemas import check_input_schemas
 from lobby.core.session import Action, Close, Send, Session
 from lobby.core.state import LobbyState
@@ -60,7 +60,18 @@ class Registrar:
         self.check_capabilities(payload.capabilities)
         record = self.state.registry.get(agent_id)
         token = msg.auth_token
+        if record is not None and record.token_hash == REVOKED and token is None:
+            # An operator revoked its token: this REGISTER takes the id over under a new one.
+            token = str(uuid.uuid4())
+            record.token_hash = hash_token(token)
+            return self._resume(session, record, token, payload, RegisterStatus.REGISTERED)
         if record is not None:
+            if record.token_hash == REVOKED:
+                raise Refusal(
+                    ErrorCode.AGENT_ID_TAKEN,
+                    f"the auth_token of agent {agent_id!r} was revoked by an operator: "
+                    "REGISTER without auth_token to get a new one",
+                )
             if token is None or not hmac.compare_digest(hash_token(token), record.token_hash):
                 raise Refusal(
                     ErrorCode.AGENT_ID_TAKEN,
@@ -86,7 +97,12 @@ class Registrar:
         return [self._register_ack(session, agent_id, RegisterStatus.REGISTERED, token)]
 
     def _resume(
-        self, session: Session, record: AgentRecord, token: str, payload: RegisterPayload
+        self,
+        session: Session,
+        record: AgentRecord,
+        token: str,
+        payload: RegisterPayload,
+        status: RegisterStatus = RegisterStatus.RESUMED,
     ) -> list[Action]:
         actions: list[Action] = []
         old = record.session
@@ -95,7 +111,11 @@ class Registrar:
             actions.append(Close(old, CloseCode.REPLACED, "replaced by a newer connection"))
         if payload.capabilities is not None:
             self.state.registry.set_capabilities(record, payload.capabilities)
-        changed = payload.capabilities is not None or payload.acks != record.acks
+        changed = (
+            payload.capabilities is not None
+            or payload.acks != record.acks
+            or status is RegisterStatus.REGISTERED  # a new token
+        )
         record.acks = payload.acks
         record.bucket = record.bucket or self._message_bucket()
         record.session = session
@@ -103,12 +123,12 @@ class Registrar:
         if changed:
             self.state.save(record)
         log.info(
-            "AGENT_RESUMED",
+            "AGENT_RESUMED" if status is RegisterStatus.RESUMED else "AGENT_REGISTERED",
             agent_id=record.agent_id,
             replaced_connection=old is not None,
             held_messages=len(record.mailbox),
         )
-        actions.append(self._register_ack(session, record.agent_id, RegisterStatus.RESUMED, token))
+        actions.append(self._register_ack(session, record.agent_id, status, token))
         actions.extend(self.state.delivery.replay(record, session))
         return actions
 

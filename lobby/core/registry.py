@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections import deque
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
@@ -47,6 +47,10 @@ class CapabilityEntry:
             len(orjson.dumps(wire)),
             input_check(capability),
         )
+
+
+REVOKED: Final = b""
+"""The `token_hash` of an agent whose token an operator revoked: no token hashes to it."""
 
 
 @dataclass(slots=True, eq=False)

@@ -25,15 +25,16 @@ import orjson
 import structlog
 
 from lobby.core.conversations import ConversationKey, Conversations
+from lobby.core.counters import Counters
 from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON, DEFAULT_DEDUPE_MAX, Delivery
 from lobby.core.limits import Limits
 from lobby.core.marketplace import Marketplace
 from lobby.core.negotiation import DEFAULT_DIALOGUE_TIMEOUT, Negotiations
-from lobby.core.records import Batch, Compaction, Snapshot
+from lobby.core.records import AgentRemoved, Batch, Compaction, Snapshot
 from lobby.core.refusal import Refusal, error_payload, hash_token
 from lobby.core.registration import Registrar
-from lobby.core.registry import AgentRecord, Registry
-from lobby.core.session import Action, Send, Session
+from lobby.core.registry import REVOKED, AgentRecord, Registry
+from lobby.core.session import Action, Close, Send, Session
 from lobby.core.state import Ledger, LobbyState
 from lobby.core.to_lobby import ToLobby
 from protocol.codec import decode, encode
@@ -42,6 +43,7 @@ from protocol.limits import clip
 from protocol.models import (
     LOBBY_ID,
     Capability,
+    CloseCode,
     DiscoverServicesPayload,
     ErrorCode,
     Message,
@@ -149,6 +151,10 @@ class Router:
     def clock(self) -> Callable[[], float]:
         return self.state.clock
 
+    @property
+    def counters(self) -> Counters:
+        return self.state.counters
+
     # -- DISCOVER_SERVICES waiting in line ------------------------------------------------
 
     @property
@@ -246,6 +252,31 @@ class Router:
                 close=close_code_name(code),
             )
         return []
+
+    # -- operators ------------------------------------------------------------------------
+
+    def revoke(self, agent_id: str, *, remove: bool = False) -> list[Action] | None:
+        """An operator's `lobby revoke` (the token stops working; the agent keeps its
+        capabilities and mailbox, and the next REGISTER of its id without a token gets a new
+        one) or `lobby remove` (the agent, its capabilities and what is held for it are gone).
+        Journaled like any change; its connection is closed with 4003. None: no such agent."""
+        state = self.state
+        agent = state.registry.get(agent_id)
+        if agent is None:
+            return None
+        session, agent.session = agent.session, None
+        if remove:
+            state.registry.remove(agent_id)
+            state.journaled(AgentRemoved(agent_id))
+        else:
+            agent.token_hash = REVOKED
+            state.save(agent)
+        log.info("AGENT_REMOVED" if remove else "AGENT_TOKEN_REVOKED", agent_id=agent_id)
+        if session is None:
+            return []
+        session.agent = None
+        reason = "removed by an operator" if remove else "token revoked by an operator"
+        return [Close(session, CloseCode.UNREGISTERED, reason)]
 
     # -- frames ---------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ from typing import Any, NoReturn
 import orjson
 import structlog
 
+from lobby.core.counters import Counters
 from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON, DEFAULT_DEDUPE_MAX, Delivery
 from lobby.core.limits import Limits
 from lobby.core.records import AgentSaved, Effect, Record, StateSaved
@@ -70,11 +71,14 @@ class LobbyState:
         """Log every routed message at DEBUG. Off, a message costs no logging call at all
         (even a filtered-out structlog call costs about a microsecond)."""
         # Lobby-assigned message ids: unique per process start, cheap to make.
+        self.counters = Counters()
+        """What /metrics reads: routed messages by type, refusals by code."""
         self.delivery = Delivery(
             id_prefix=uuid.uuid4().hex[:12],
             mailbox_limit=mailbox_limit,
             dedupe_horizon=dedupe_horizon,
             dedupe_max=dedupe_max,
+            counters=self.counters,
         )
         self.ledger = Ledger()
         # The two delivery steps a forwarding handler takes, as the Delivery's own methods:
@@ -178,6 +182,7 @@ class LobbyState:
     ) -> list[Action]:
         """The ERROR that refuses `msg` (or an undecodable frame: then `message_type` and
         `conversation_id` say what could be read of it), to its sender alone."""
+        self.counters.refused[code] += 1
         original_id = None
         if msg is not None:
             message_type = msg.message_type

@@ -32,4 +32,9 @@ class Store(Protocol):
 
     def compact(self, compaction: Compaction) -> None: ...
 
+    def unwritable(self) -> str | None:
+        """Why the store cannot take a write now, or None when it can: a cheap check (no
+        write), for /readyz."""
+        ...
+
     def close(self) -> None: ...

@@ -19,5 +19,8 @@ class MemoryStore:
     def compact(self, compaction: Compaction) -> None:
         pass
 
+    def unwritable(self) -> str | None:
+        return None
+
     def close(self) -> None:
         pass

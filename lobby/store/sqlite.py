@@ -70,6 +70,8 @@ CREATE TABLE IF NOT EXISTS conversations (
 
 
 LOCK_NAME = "lobby.lock"
+_MIN_FREE_BYTES = 1024 * 1024
+"""Below this much free space, /readyz says the store cannot take writes."""
 
 
 class StoreLocked(Exception):
@@ -91,6 +93,7 @@ class SqliteStore:
             self._db.execute("PRAGMA journal_mode=WAL")
             self._db.execute(f"PRAGMA synchronous={'FULL' if fsync else 'NORMAL'}")
             self._db.executescript(_SCHEMA)
+            self._inode = os.stat(self.path).st_ino
         except BaseException:
             os.close(self._lock)
             raise
@@ -117,6 +120,15 @@ class SqliteStore:
         row = db.execute("SELECT value FROM meta WHERE key = 'conversations_upto'").fetchone()
         snapshot.conversations_upto = row[0] if row else 0
         return snapshot
+
+    def agent(self, agent_id: str) -> AgentSaved | None:
+        """One agent as saved (for `lobby revoke`/`remove` on a stopped lobby's store)."""
+        row = self._db.execute(
+            "SELECT token_hash, capabilities, acks FROM agents WHERE agent_id = ?", (agent_id,)
+        ).fetchone()
+        if row is None:
+            return None
+        return AgentSaved(agent_id, bytes(row[0]), bytes(row[1]), bool(row[2]))
 
     def write(self, records: list[Record]) -> None:
         messages: list[list[object]] = []
@@ -189,10 +201,31 @@ class SqliteStore:
                 (record.agent_id, record.token_hash, record.capabilities, int(record.acks)),
             )
         elif isinstance(record, AgentRemoved):
-            # Its messages stay in their batches until compaction; load() skips them, as
-            # they belong to no agent.
             self._db.execute("DELETE FROM agents WHERE agent_id = ?", (record.agent_id,))
             self._db.execute("DELETE FROM acks WHERE receiver = ?", (record.agent_id,))
+            self._drop_messages_to(record.agent_id)
+
+    def _drop_messages_to(self, agent_id: str) -> None:
+        """Delete what was stored for a removed agent, so that an agent registered later under
+        the same id does not find it at the next start. Rare (UNREGISTER, `lobby remove`):
+        only the batches that name it are read and rewritten."""
+        db = self._db
+        # An agent id has no '%'; its '_' matches itself too: the rows are checked below.
+        pattern = f"%{orjson.dumps(agent_id).decode()}%"
+        for batch_id, receivers, messages in db.execute(
+            "SELECT id, receivers, messages FROM batches WHERE CAST(receivers AS TEXT) LIKE ?",
+            (pattern,),
+        ).fetchall():
+            named: dict[str, int] = orjson.loads(receivers)
+            if agent_id not in named:
+                continue
+            del named[agent_id]
+            kept = [m for m in orjson.loads(messages) if m[1] != agent_id]
+            # An emptied batch is kept: its last_row still bounds the row ids given later.
+            db.execute(
+                "UPDATE batches SET receivers = ?, messages = ? WHERE id = ?",
+                (orjson.dumps(named), orjson.dumps(kept), batch_id),
+            )
 
     def compact(self, compaction: Compaction) -> None:
         """Checkpoint open conversations, then delete the batches no one can need again: every
@@ -226,6 +259,31 @@ class SqliteStore:
         except BaseException:
             db.execute("ROLLBACK")
             raise
+
+    def unwritable(self) -> str | None:
+        """The file must still be the one opened (writes to a deleted or moved file are lost
+        with the process), it and its directory (where SQLite keeps the WAL) writable, and
+        its file system not full."""
+        try:
+            inode = os.stat(self.path).st_ino
+        except FileNotFoundError:
+            inode = None
+        if inode != self._inode:
+            return f"the store {str(self.path)!r} was deleted or replaced since the lobby opened it"
+        for path in (self.path, self.path.parent):
+            if not os.access(path, os.W_OK):
+                return f"{str(path)!r} is not writable"
+        disk = os.statvfs(self.path.parent)
+        if disk.f_bavail * disk.f_frsize < _MIN_FREE_BYTES:
+            return f"the file system of {str(self.path.parent)!r} is full"
+        return None
+
+    def wal_bytes(self) -> int:
+        """The size of the write-ahead log (compaction's checkpoints keep it in bounds)."""
+        try:
+            return os.stat(f"{self.path}-wal").st_size
+        except FileNotFoundError:
+            return 0
 
     def close(self) -> None:
         self._db.close()

@@ -7,12 +7,13 @@ The lobby (`lobby.server.LobbyServer`) decides everything else. They meet at thr
 - `Link`: one connection, as the transport gives it to the lobby (kept in `Session.link`).
 - `Transport`: what the lobby asks of a transport: start listening, stop.
 
-The order of calls, for one connection: `admit(path)` (None: accept), `connected(link, host)`
-once it is open, then `received(session, binary, data)` for each message, as the parser
-produces it inside the read that brought it, and `end_of_batch()` when that read is done (so
-what it routed is written at once, one write per receiver); `closing(session, code)` as soon
-as the connection stops being open (the peer's close frame, or a close the transport sent for
-a fault of the peer's: 1009, 1002), and `disconnected(session, code)` once it is gone.
+The order of calls, for one connection: `admit(path, authorization)` (None: accept, else an
+`HttpAnswer` to send instead), `connected(link, host, path)` once it is open, then
+`received(session, binary, data)` for each message, as the parser produces it inside the read
+that brought it, and `end_of_batch()` when that read is done (so what it routed is written at
+once, one write per receiver); `closing(session, code)` as soon as the connection stops being
+open (the peer's close frame, or a close the transport sent for a fault of the peer's: 1009,
+1002), and `disconnected(session, code)` once it is gone.
 
 The lobby writes with `Link.put` and, at the end of a batch, `Link.flush`: the bytes `flush`
 reports still waiting are the connection's outbound queue, and the lobby closes a connection
@@ -25,12 +26,28 @@ from __future__ import annotations
 
 import ssl
 from collections.abc import Awaitable
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Protocol
+
+import orjson
 
 if TYPE_CHECKING:
     from lobby.config import Settings
     from lobby.core.session import Session
+
+
+@dataclass(frozen=True, slots=True)
+class HttpAnswer:
+    """An HTTP answer to a request the lobby does not upgrade: /healthz, /metrics, a refusal."""
+
+    status: HTTPStatus
+    body: bytes
+    content_type: str = "application/json"
+
+    @classmethod
+    def json(cls, status: HTTPStatus, body: object) -> HttpAnswer:
+        return cls(status, orjson.dumps(body))
 
 
 class Link(Protocol):
@@ -57,12 +74,14 @@ class Lobby(Protocol):
     def settings(self) -> Settings:
         """Where the transport reads its limits (`max_message_bytes`, `close_timeout`, ...)."""
 
-    def admit(self, path: str) -> tuple[HTTPStatus, dict[str, object]] | None:
-        """Call for each HTTP request: None to accept the WebSocket, else the status and the
-        JSON body to answer with instead (/healthz, a full lobby, another path)."""
+    def admit(self, path: str, authorization: str | None = None) -> HttpAnswer | None:
+        """Call for each HTTP request (`path` with its query string, `authorization` the
+        request's Authorization header): None to accept the WebSocket, else what to answer
+        instead (/healthz, /metrics, a full lobby, a refused /admin, another path)."""
 
-    def connected(self, link: Link, host: str) -> Session:
-        """Call once the WebSocket is open; `host` is the peer's address without the port."""
+    def connected(self, link: Link, host: str, path: str = "/") -> Session:
+        """Call once the WebSocket is open; `host` is the peer's address without the port,
+        `path` the one `admit` accepted."""
 
     def received(self, session: Session, binary: bool, data: bytes) -> None:
         """Call with each whole message, from within the read that brought it."""
@@ -101,4 +120,4 @@ def tls_context(settings: Settings) -> ssl.SSLContext | None:
     return context
 
 
-__all__ = ["Link", "Lobby", "Transport", "tls_context"]
+__all__ = ["HttpAnswer", "Link", "Lobby", "Transport", "tls_context"]

@@ -40,11 +40,12 @@ from __future__ import annotations
 import asyncio
 import itertools
 from collections import deque
-from http import HTTPStatus
 from typing import Any
 
+import orjson
+
 from lobby.core.session import Session
-from lobby.transport.base import Lobby
+from lobby.transport.base import HttpAnswer, Lobby
 from protocol.models import CloseCode
 
 
@@ -55,10 +56,14 @@ class MemoryTransportError(Exception):
 class Refused(MemoryTransportError):
     """The lobby answered `connect()` with an HTTP status instead of a connection."""
 
-    def __init__(self, status: HTTPStatus, body: dict[str, object]) -> None:
-        super().__init__(f"{int(status)} {status.phrase}: {body}")
-        self.status = status
+    def __init__(self, answer: HttpAnswer) -> None:
+        json = answer.content_type == "application/json"
+        body: Any = orjson.loads(answer.body) if json else answer.body.decode()
+        super().__init__(f"{int(answer.status)} {answer.status.phrase}: {body}")
+        self.status = answer.status
+        self.content_type = answer.content_type
         self.body = body
+        """The answer's JSON, decoded; or its text, for another content type (/metrics)."""
 
 
 class ConnectionClosed(MemoryTransportError):
@@ -89,17 +94,18 @@ class MemoryTransport:
             link.shut(CloseCode.GOING_AWAY, "the lobby is shutting down")
             link.gone()  # now: the lobby's stop returns with every connection gone
 
-    def connect(self, path: str = "/") -> MemoryClient:
+    def connect(self, path: str = "/", authorization: str | None = None) -> MemoryClient:
         """Open a connection to the lobby (call from its event loop); use it with `async with`,
-        or `close()` it. Raises `Refused` if the lobby answers with an HTTP status instead."""
+        or `close()` it. `authorization` stands for the Authorization header (/admin wants
+        `Bearer TOKEN`). Raises `Refused` if the lobby answers with an HTTP status instead."""
         lobby = self._lobby
         if lobby is None:
             raise ConnectionRefusedError("the lobby is not running")
-        answer = lobby.admit(path)
+        answer = lobby.admit(path, authorization)
         if answer is not None:
-            raise Refused(*answer)
+            raise Refused(answer)
         link = MemoryLink(lobby, f"memory:{next(self._numbers)}", self._links)
-        link.session = lobby.connected(link, "memory")
+        link.session = lobby.connected(link, "memory", path)
         self._links.add(link)
         return link.client
 

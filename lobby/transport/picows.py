@@ -19,7 +19,6 @@ import asyncio
 import struct
 from typing import Any, Final
 
-import orjson
 from picows import (
     WSCloseCode,
     WSFrame,
@@ -62,8 +61,9 @@ def text_frame_header(size: int) -> bytes:
 class PicowsLink(WSListener):
     """One connection: picows' listener, and the lobby's `Link` to it."""
 
-    def __init__(self, lobby: Lobby, links: set[PicowsLink]) -> None:
+    def __init__(self, lobby: Lobby, links: set[PicowsLink], path: str = "/") -> None:
         self._lobby = lobby
+        self._path = path
         self._links = links
         self._transport: WSTransport | None = None
         self.session: Session | None = None
@@ -79,7 +79,7 @@ class PicowsLink(WSListener):
         self._links.add(self)
         peer = transport.underlying_transport.get_extra_info("peername")
         self.remote = f"{peer[0]}:{peer[1]}" if peer else ""
-        self.session = self._lobby.connected(self, peer[0] if peer else "")
+        self.session = self._lobby.connected(self, peer[0] if peer else "", self._path)
 
     def on_ws_disconnected(self, transport: WSTransport) -> None:
         self._links.discard(self)
@@ -173,16 +173,17 @@ class PicowsTransport:
         s = lobby.settings
 
         def listener_for(request: WSUpgradeRequest) -> Any:
-            answer = lobby.admit(request.path.decode("latin-1"))
+            path = request.path.decode("latin-1")
+            authorization = request.headers.get("Authorization")
+            answer = lobby.admit(path, authorization)
             if answer is None:
-                return PicowsLink(lobby, self._links)
-            status, body = answer
-            headers = {"Content-Type": "application/json"}
-            if status < 400:
-                response = WSUpgradeResponse.create_ok_response(orjson.dumps(body), headers)
+                return PicowsLink(lobby, self._links, path)
+            headers = {"Content-Type": answer.content_type}
+            if answer.status < 400:
+                response = WSUpgradeResponse.create_ok_response(answer.body, headers)
             else:
                 response = WSUpgradeResponse.create_error_response(
-                    status, orjson.dumps(body), headers
+                    answer.status, answer.body, headers
                 )
             return WSUpgradeResponseWithListener(response, None)
 

@@ -10,17 +10,15 @@ done, one `transport.write` per receiver. Control frames (ping, pong, close), th
 from __future__ import annotations
 
 import asyncio
-from http import HTTPStatus
 from typing import Any
 
-import orjson
 from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
 from websockets.protocol import Event, State
 
 from lobby.core.session import Session
-from lobby.transport.base import Lobby, tls_context
+from lobby.transport.base import HttpAnswer, Lobby, tls_context
 
 _OPEN = State.OPEN
 _TEXT, _BINARY, _CONT = Opcode.TEXT, Opcode.BINARY, Opcode.CONT
@@ -46,7 +44,8 @@ class LobbyConnection(ServerConnection):
     def attach(self, lobby: Lobby) -> Session:
         address = self.remote_address
         self.remote = f"{address[0]}:{address[1]}" if address else ""
-        self.session = session = lobby.connected(self, address[0] if address else "")
+        path = self.request.path if self.request is not None else "/"
+        self.session = session = lobby.connected(self, address[0] if address else "", path)
         self._lobby = lobby
         early, self._early = self._early, []
         for binary, data in early:
@@ -188,15 +187,17 @@ class WebsocketsTransport:
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         assert self._lobby is not None
-        answer = self._lobby.admit(request.path)
+        answer = self._lobby.admit(request.path, request.headers.get("Authorization"))
         if answer is None:
             return None
-        status, body = answer
-        return _json(connection, status, body)
+        return _http(connection, answer)
 
 
-def _json(connection: ServerConnection, status: HTTPStatus, body: object) -> Response:
-    response = connection.respond(status, orjson.dumps(body).decode())
-    del response.headers["Content-Type"]  # Headers is a multidict: replace, not add
-    response.headers["Content-Type"] = "application/json"
+def _http(connection: ServerConnection, answer: HttpAnswer) -> Response:
+    response = connection.respond(answer.status, "")
+    response.body = answer.body
+    # Headers is a multidict: replace, not add.
+    del response.headers["Content-Type"], response.headers["Content-Length"]
+    response.headers["Content-Type"] = answer.content_type
+    response.headers["Content-Length"] = str(len(answer.body))
     return response

@@ -175,6 +175,33 @@ async def test_connect_is_answered_as_an_upgrade_request() -> None:
         assert lobby.connections == 0
 
 
+async def test_metrics_and_admin_are_answered_as_over_a_socket() -> None:
+    token = "an-admin-token-of-the-test"
+    async with in_memory(admin_token=token) as (lobby, transport):
+        with pytest.raises(memory.Refused) as metrics:
+            transport.connect("/metrics")
+        assert metrics.value.status == HTTPStatus.OK
+        assert metrics.value.content_type.startswith("text/plain")
+        assert "lobby_connections 0.0" in metrics.value.body
+        with pytest.raises(memory.Refused) as refused:
+            transport.connect("/admin", authorization="Bearer not-it")
+        assert refused.value.status == HTTPStatus.UNAUTHORIZED
+        async with transport.connect() as agent:
+            await token_of(agent, "seller")
+            async with transport.connect("/admin", authorization=f"Bearer {token}") as admin:
+                await admin.send('{"command": "remove", "agent_id": "seller", "id": 3}')
+                answer = orjson.loads(await admin.recv(timeout=BOUND))
+            assert answer == {
+                "ok": True,
+                "command": "remove",
+                "agent_id": "seller",
+                "was_online": True,
+                "id": 3,
+            }
+            assert await until_closed(agent) == ([], 4003)
+        assert lobby.router.registry.agents == {}
+
+
 async def test_a_lobby_that_is_not_running_refuses_connections() -> None:
     transport = MemoryTransport()
     with pytest.raises(ConnectionRefusedError):

@@ -1,0 +1,152 @@
+"""The /admin endpoint: a WebSocket on the lobby's port for operators (`lobby revoke`,
+`lobby remove`), opened with the admin token (`Authorization: Bearer TOKEN`).
+
+Its protocol (PROTOCOL.md, "The /admin endpoint"): one JSON object per text frame each way.
+
+    -> {"command": "revoke", "agent_id": "seller-1", "id": 7}
+    <- {"ok": true, "command": "revoke", "agent_id": "seller-1", "was_online": true, "id": 7}
+    <- {"ok": false, "code": "unknown_agent", "error": "...", "command": "revoke", "id": 7}
+
+A command is answered once what it changed is committed to the store. `id` (any JSON value,
+optional) is echoed, so answers can be matched when several are in flight, and told apart
+from the events a streaming command (an observer, later) will send, which carry `event`
+instead of `ok`. New commands are new entries in `AdminEndpoint.commands`.
+
+The token is `--admin-token`, or one made at start: written to `DATA_DIR/admin.token` (mode
+0600, replaced at each start) for the sqlite store, printed once on stderr for the memory
+store. It is never logged.
+"""
+
+from __future__ import annotations
+
+import hmac
+import os
+import sys
+from collections.abc import Callable
+from http import HTTPStatus
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+import structlog
+
+from lobby.core.session import Session
+from lobby.transport.base import HttpAnswer
+from protocol.limits import clip
+
+if TYPE_CHECKING:
+    from lobby.server import LobbyServer
+
+log = structlog.get_logger("lobby.admin")
+
+TOKEN_FILE = "admin.token"  # noqa: S105  # a file name, not a secret
+PATH = "/admin"
+
+Answer = dict[str, Any]
+
+
+def publish_token(token: str, data_dir: Path | None) -> None:
+    """Make a generated admin token known, once the lobby listens (a start that fails
+    replaces no file): written to `data_dir/admin.token` (mode 0600), or, without a data
+    dir, printed once on stderr."""
+    if data_dir is None:
+        sys.stderr.write(f"lobby: admin token (for /admin, lobby revoke/remove): {token}\n")
+        return
+    path = data_dir / TOKEN_FILE
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)  # a file left by an older run may have had another mode
+        os.write(fd, f"{token}\n".encode())
+    finally:
+        os.close(fd)
+
+
+class AdminEndpoint:
+    """The /admin connections of one lobby: `admit` checks the token, `received` runs a
+    command."""
+
+    def __init__(self, server: LobbyServer, token: str, sessions: set[Session]) -> None:
+        self._server = server
+        self._token = token.encode()
+        self.sessions = sessions
+        """The open /admin connections (the server checks membership for each message that
+        comes from a connection without an agent)."""
+        self.commands: dict[str, Callable[[Session, dict[str, Any], Answer], None]] = {
+            "revoke": self._revoke,
+            "remove": self._remove,
+        }
+
+    def admit(self, authorization: str | None) -> HttpAnswer | None:
+        """None to open the WebSocket, or a 401 when the token is missing or wrong."""
+        scheme, _, presented = (authorization or "").partition(" ")
+        if scheme.lower() == "bearer" and hmac.compare_digest(
+            presented.strip().encode(), self._token
+        ):
+            return None
+        log.warning("ADMIN_AUTHENTICATION_FAILED", presented=bool(presented))
+        error = "/admin needs the header 'Authorization: Bearer ADMIN_TOKEN' with the lobby's token"
+        return HttpAnswer.json(HTTPStatus.UNAUTHORIZED, {"error": error, "code": "auth_failed"})
+
+    def received(self, session: Session, binary: bool, data: bytes) -> None:
+        try:
+            request = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            request = None
+        if binary or not isinstance(request, dict):
+            self._fail(session, {}, "malformed", "send one JSON object per text frame")
+            return
+        name = request.get("command")
+        answer: Answer = {"command": name}
+        if "id" in request:
+            answer["id"] = request["id"]
+        command = self.commands.get(name) if isinstance(name, str) else None
+        if command is None:
+            known = ", ".join(self.commands)
+            reason = f"unknown command {clip(str(name))!r}: one of {known}"
+            self._fail(session, answer, "unknown_command", reason)
+            return
+        command(session, request, answer)
+
+    def _revoke(self, session: Session, request: dict[str, Any], answer: Answer) -> None:
+        self._take_away(session, request, answer, remove=False)
+
+    def _remove(self, session: Session, request: dict[str, Any], answer: Answer) -> None:
+        self._take_away(session, request, answer, remove=True)
+
+    def _take_away(
+        self, session: Session, request: dict[str, Any], answer: Answer, *, remove: bool
+    ) -> None:
+        agent_id = request.get("agent_id")
+        if not isinstance(agent_id, str):
+            reason = f"{answer['command']} needs a string 'agent_id'"
+            self._fail(session, answer, "malformed", reason)
+            return
+        answer["agent_id"] = agent_id
+        server = self._server
+        actions = server.router.revoke(agent_id, remove=remove)
+        if actions is None:
+            reason = f"no agent {clip(agent_id)!r} is registered in this lobby"
+            self._fail(session, answer, "unknown_agent", reason)
+            return
+        answer["was_online"] = bool(actions)
+        server.execute(actions)
+        server.spawn(self._answer_once_committed(session, answer))
+
+    async def _answer_once_committed(self, session: Session, answer: Answer) -> None:
+        committer = self._server.committer
+        failed_before = committer.failed
+        await committer.flush()
+        if committer.failed and not failed_before:
+            reason = "the store failed to write the change; see the lobby's log"
+            self._fail(session, answer, "internal", reason)
+            return
+        self._send(session, {"ok": True, **answer})
+
+    def _fail(self, session: Session, answer: Answer, code: str, reason: str) -> None:
+        self._send(session, {"ok": False, "code": code, "error": reason, **answer})
+
+    def _send(self, session: Session, answer: Answer) -> None:
+        self._server.send(session, orjson.dumps(answer))
+
+
+__all__ = ["PATH", "TOKEN_FILE", "AdminEndpoint", "publish_token"]
