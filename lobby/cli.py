@@ -1,5 +1,5 @@
 """`lobby serve | schema | asyncapi | agents | mailbox | transactions | backup | revoke |
-remove`: the daemon's command line.
+remove | nats`: the daemon's command line.
 
 `serve` takes its settings from flags, `LOBBY_*` variables and a TOML file (`lobby.options`).
 A bad setting or a start that cannot happen (the port in use, the data dir held by another
@@ -31,6 +31,7 @@ import orjson
 from lobby import admin, admin_cli, backup
 from lobby.config import SettingError, Settings
 from lobby.logs import configure
+from lobby.natsdev import add_nats_parser, run_nats
 from lobby.options import add_serve_options, settings_from
 from lobby.server import LobbyServer
 from lobby.store.sqlite import FILE_NAME, StoreLocked
@@ -64,6 +65,7 @@ def build_parser() -> argparse.ArgumentParser:
     asyncapi = commands.add_parser("asyncapi", help="print the AsyncAPI 3.0 document")
     asyncapi.add_argument("--write", type=Path, metavar="PATH", help="write it to this file")
     backup.add_command(commands)
+    add_nats_parser(commands)
 
     data_dir = Path(os.environ.get("LOBBY_DATA_DIR") or defaults.data_dir)
     for name, help_text in (
@@ -102,6 +104,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             sys.stderr.write(f"lobby: {failed}\n")
             return 1
         return 0
+    if args.command == "nats":
+        return run_nats(args)
     try:
         settings = settings_from(args, os.environ)
     except SettingError as bad:
