@@ -1,7 +1,8 @@
 """Where the lobby's time per message goes: py-spy on a lobby under the throughput load.
 
-`python -m benchmarks.profile [--server sqlite|memory|relay] [--pairs 10]` starts a server, drives
-it with `load.throughput` from another process, and samples it with `py-spy record --native
+`python -m benchmarks.profile [--server sqlite|picows|memory|relay] [--pairs 10]` starts a
+server (picows: the sqlite lobby on the picows transport), drives it with `load.throughput` from
+another process, and samples it with `py-spy record --native
 --threads` (Python and C frames of every thread). The samples are sorted into where the time
 goes (websockets framing, the socket calls, asyncio/uvloop, decode, the router, encode, the
 store's writer thread, the garbage collector, waiting for the GIL) and printed as a Markdown
@@ -201,6 +202,9 @@ def server_for(kind: str) -> Iterator[harness.Server]:
     if kind == "relay":
         with harness.relay() as server:
             yield server
+    elif kind == "picows":  # the sqlite lobby on the picows transport
+        with harness.lobby("sqlite", "--transport", "picows") as server:
+            yield server
     else:
         with harness.lobby(kind) as server:
             yield server
@@ -208,7 +212,9 @@ def server_for(kind: str) -> Iterator[harness.Server]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.profile", description=__doc__)
-    parser.add_argument("--server", choices=["sqlite", "memory", "relay"], default="sqlite")
+    parser.add_argument(
+        "--server", choices=["sqlite", "picows", "memory", "relay"], default="sqlite"
+    )
     parser.add_argument("--pairs", type=int, default=10)
     parser.add_argument("--window", type=int, default=32)
     parser.add_argument("--seconds", type=float, default=10.0)
