@@ -2,13 +2,13 @@
 
 `python -m benchmarks.profile [--server sqlite|picows|memory|relay] [--pairs 10]` starts a
 server (picows: the sqlite lobby on the picows transport), drives it with `load.throughput` from
-another process, and samples it with `py-spy record --native
---threads` (Python and C frames of every thread). The samples are sorted into where the time
-goes (websockets framing, the socket calls, asyncio/uvloop, decode, the router, encode, the
-store's writer thread, the garbage collector, waiting for the GIL) and printed as a Markdown
-table: the share of the server's sampled CPU and, from the server CPU per message measured in
-the same window, microseconds per routed message. The raw samples (folded stacks; speedscope
-opens them) go to benchmarks/results/profile-<server>-<pairs>.txt.
+another process, and samples it with `py-spy record --native --threads` (Python and C frames of
+every thread). The samples are sorted into where the time goes (websockets framing, the socket
+calls, asyncio/uvloop, decode, the router, encode, the store's writer thread, the garbage
+collector, waiting for the GIL) and printed as a Markdown table: the share of the server's
+sampled CPU and, from the server CPU per message measured in the same window, microseconds per
+routed message. The raw samples (folded stacks; speedscope opens them) go to
+benchmarks/results/profile-<server>-<pairs>.txt.
 
 A py-spy sample pauses the process while it unwinds the stacks, so the lobby routes somewhat
 fewer messages while profiled; the shares are what matter, and the run prints both rates.
