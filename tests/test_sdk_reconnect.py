@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from agent_sdk import Agent, RequestContext, Status, capability
+from agent_sdk import Agent, LobbyUnreachableError, RequestContext, Status, capability
 from agent_sdk.connection import lobby_urls
 from lobby.server import LobbyServer
 from lobby.transport.base import Link
@@ -129,3 +129,10 @@ def test_lobby_urls_come_as_a_list_or_comma_separated() -> None:
     assert lobby_urls(["ws://a:1/"]) == ("ws://a:1/",)
     with pytest.raises(ValueError, match="no lobby URL"):
         lobby_urls(" , ")
+
+
+async def test_a_lobby_url_that_cannot_work_fails_at_once(lobby: LobbyServer) -> None:
+    """A 4xx answer to the handshake (here: a path the lobby does not serve) is not retried."""
+    with pytest.raises(LobbyUnreachableError, match="404"):
+        async with Agent("lost", lobby_url=lobby.url + "nowhere", connect_timeout=10):
+            pass
