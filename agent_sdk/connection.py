@@ -1,9 +1,10 @@
 """The SDK's link to the lobby, and the only SDK module that imports websockets.
 
 `registered_links()` is the reconnect loop: it connects (retrying with capped, jittered
-exponential backoff on network errors, via websockets' own `connect` iterator), registers or
-resumes with the agent's token, and yields one registered `Link` per successful connection. When
-the caller is done with a link (the connection dropped), iterating again reconnects.
+exponential backoff on network errors, moving on to the next of the lobby's addresses after each
+failed attempt), registers or resumes with the agent's token, and yields one registered `Link`
+per successful connection. When the caller is done with a link (the connection dropped),
+iterating again reconnects.
 """
 
 from __future__ import annotations
@@ -11,17 +12,17 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any, cast
+from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.client import backoff, process_exception
 from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
-from agent_sdk.errors import RegistrationError
+from agent_sdk.errors import LobbyUnreachableError, RegistrationError
 from agent_sdk.logs import log
 from protocol.codec import decode, encode
 from protocol.errors import DecodeError
@@ -127,8 +128,17 @@ def _retryable(exc: Exception) -> Exception | None:
     return process_exception(exc)
 
 
+def lobby_urls(given: str | Sequence[str]) -> tuple[str, ...]:
+    """The lobby addresses `given` as one string (comma-separated for several) or a list."""
+    parts = given.split(",") if isinstance(given, str) else list(given)
+    urls = tuple(url.strip() for url in parts if url.strip())
+    if not urls:
+        raise ValueError(f"no lobby URL in {given!r}")
+    return urls
+
+
 async def registered_links(
-    url: str,
+    urls: Sequence[str],
     *,
     agent_id: str,
     register_payload: Callable[[], dict[str, Any]],
@@ -139,43 +149,51 @@ async def registered_links(
 ) -> AsyncGenerator[tuple[Link, Registration]]:
     """Connect, register (or resume with `token()`), yield; reconnect when iterated again.
 
-    Raises `RegistrationError` when the lobby refuses the agent (not retried).
+    `urls` are the lobby's addresses (one, or the nodes of a cluster, which share their
+    state): a reconnect tries the address that last worked first, and every failed attempt
+    (no connection, or dropped during REGISTER) moves on to the next, backing off with capped,
+    jittered exponential delays. Raises `RegistrationError` when the lobby refuses the agent
+    (not retried), and what websockets deems fatal (a bad URL, a 4xx handshake) at once.
     """
     delays = reconnect_delays(max_delay)
-    register_delays = delays()
-    attempts = cast(
-        AsyncGenerator[ClientConnection],  # websockets types it as an AsyncIterator
-        aiter(
-            connect(
+    waits = delays()
+    at = 0
+    while True:
+        url = urls[at % len(urls)]
+        try:
+            ws = await connect(
                 url,
                 compression=None,
                 max_size=MAX_FRAME_BYTES,
                 open_timeout=open_timeout,
-                reconnect_delays=delays,
-                process_exception=_retryable,
                 ssl=ssl_context,
             )
-        ),
-    )
-    # aclosing: when our caller stops iterating, the open connection is closed cleanly.
-    async with contextlib.aclosing(attempts):
-        async for ws in attempts:
-            try:
-                registration = await _register(
-                    ws, agent_id, register_payload(), token(), open_timeout
-                )
-            except (ConnectionClosed, TimeoutError, OSError, _RetryLater) as exc:
-                # Connected but dropped during REGISTER (e.g. the lobby is shutting down): back
-                # off here too, since the connect iterator only backs off when connecting fails.
-                log.info("REGISTER_INTERRUPTED", agent_id=agent_id, error=repr(exc))
-                await asyncio.sleep(next(register_delays))
-                continue
-            register_delays = delays()
-            link = Link(ws)
-            try:
-                yield link, registration
-            finally:
-                await link.close()
+        except Exception as exc:
+            fatal = _retryable(exc)
+            if fatal is not None:
+                raise LobbyUnreachableError(f"cannot connect to {url}: {fatal}") from fatal
+            log.info("CONNECT_FAILED", agent_id=agent_id, url=url, error=repr(exc))
+            at += 1
+            await asyncio.sleep(next(waits))
+            continue
+        try:
+            registration = await _register(ws, agent_id, register_payload(), token(), open_timeout)
+        except (ConnectionClosed, TimeoutError, OSError, _RetryLater) as exc:
+            # Connected but dropped during REGISTER (e.g. the lobby is shutting down).
+            log.info("REGISTER_INTERRUPTED", agent_id=agent_id, error=repr(exc))
+            await ws.close()
+            at += 1
+            await asyncio.sleep(next(waits))
+            continue
+        except BaseException:
+            await ws.close()
+            raise
+        waits = delays()
+        link = Link(ws)
+        try:
+            yield link, registration
+        finally:
+            await link.close()
 
 
 async def _register(

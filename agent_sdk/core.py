@@ -26,13 +26,13 @@ import os
 import signal
 import ssl
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
 from typing import Any, Self
 
 from agent_sdk.calls import Outstanding
 from agent_sdk.capability import CapabilitySpec, collect_capabilities
-from agent_sdk.connection import Link, Registration, registered_links
+from agent_sdk.connection import Link, Registration, lobby_urls, registered_links
 from agent_sdk.dispatch import (
     Dispatcher,
 )
@@ -61,7 +61,9 @@ class AgentCore:
     lifecycle (`run()`, `stop()`), its connection (register, resume, reconnect), its
     capabilities and the route table.
 
-    Options are keyword-only: `lobby_url` (default: `$LOBBY_URL`, else ws://127.0.0.1:8765/),
+    Options are keyword-only: `lobby_url` (default: `$LOBBY_URL`, else ws://127.0.0.1:8765/;
+    several, as a list or comma-separated, for the nodes of a cluster: a reconnect moves on to
+    the next after a failed attempt, and the token is kept under the first),
     `max_concurrency` handlers at once, `backlog` more waiting, `request_timeout` default for
     calls, `reconnect` (False: `run()` returns when the connection drops), `reconnect_max_delay`
     cap of the backoff, `dedupe_window` message ids remembered to drop redeliveries,
@@ -79,7 +81,7 @@ class AgentCore:
         self,
         agent_id: str | None = None,
         *,
-        lobby_url: str | None = None,
+        lobby_url: str | Sequence[str] | None = None,
         max_concurrency: int = 64,
         backlog: int = 1024,
         request_timeout: float = 30.0,
@@ -97,7 +99,10 @@ class AgentCore:
         self.agent_id = agent_id or type(self).agent_id
         if not self.agent_id:
             raise ValueError("an agent needs an agent_id (class attribute or argument)")
-        self.lobby_url = lobby_url or os.environ.get("LOBBY_URL") or DEFAULT_LOBBY_URL
+        self.lobby_urls = lobby_urls(lobby_url or os.environ.get("LOBBY_URL") or DEFAULT_LOBBY_URL)
+        """Where the lobby listens: one address, or the nodes of a cluster."""
+        self.lobby_url = self.lobby_urls[0]
+        """The first of `lobby_urls`: the token store keeps the agent's token under it."""
         self.request_timeout = request_timeout
         self.reconnect = reconnect
         self.reconnect_max_delay = reconnect_max_delay
@@ -222,7 +227,7 @@ class AgentCore:
             runner.result()  # raises what stopped it (e.g. RegistrationError)
         if not self._sender.connected.is_set():
             await self.stop()
-            raise NotConnectedError(f"could not connect to {self.lobby_url} in time")
+            raise NotConnectedError(f"could not connect to {', '.join(self.lobby_urls)} in time")
         return self
 
     async def __aexit__(
@@ -256,7 +261,7 @@ class AgentCore:
             async with asyncio.timeout(timeout):
                 await self._sender.connected.wait()
         except TimeoutError:
-            raise NotConnectedError(f"not connected to {self.lobby_url}") from None
+            raise NotConnectedError(f"not connected to {', '.join(self.lobby_urls)}") from None
 
     async def unregister(self, timeout: float = 5.0) -> None:
         """Leave the lobby for good (its registration and token are dropped), then stop."""
@@ -312,7 +317,7 @@ class AgentCore:
         sender = self._sender
         sender.token = sender.token or await self._identity.load()
         links = registered_links(
-            self.lobby_url,
+            self.lobby_urls,
             agent_id=self.agent_id,
             register_payload=self._capabilities_payload,
             token=lambda: sender.token,

@@ -3,6 +3,7 @@
 
     AgentSDKError
      ├── NotConnectedError        the agent is not running, or stopped while waiting to connect
+     │    └── LobbyUnreachableError  a lobby URL that cannot work (malformed, a 4xx handshake)
      ├── RegistrationError        the lobby refused REGISTER (e.g. `auth_failed`); not retried
      │    └── AgentIdTakenError   the id is registered under a token this agent does not have
      │         └── TokenRefusedError         the token it resumed with was refused
@@ -59,6 +60,12 @@ class AgentSDKError(Exception):
 
 class NotConnectedError(AgentSDKError):
     """The agent is not connected and will not be (not started, or stopping)."""
+
+
+class LobbyUnreachableError(NotConnectedError):
+    """A lobby address that cannot work, whatever the retries: a malformed URL, or a server
+    that refused the WebSocket handshake with a client error (4xx). Network errors and 5xx
+    answers are retried (and move on to the next address) instead."""
 
 
 class RegistrationError(AgentSDKError):

@@ -7,10 +7,14 @@ import signal
 from pathlib import Path
 from typing import Any
 
-from agent_sdk import Agent, RequestContext, Status, capability
+import pytest
+
+from agent_sdk import Agent, LobbyUnreachableError, RequestContext, Status, capability
+from agent_sdk.connection import lobby_urls
 from lobby.server import LobbyServer
 from lobby.transport.base import Link
 from tests.conftest import start_lobby_process
+from tests.natskit import free_port
 from tests.waiting import until
 
 
@@ -82,3 +86,53 @@ async def test_killed_lobby_restarts_and_agents_come_back_by_themselves(tmp_path
             if proc is not None and proc.process.poll() is None:
                 proc.signal(signal.SIGTERM)
                 proc.wait(5)
+
+
+async def test_agents_given_several_lobby_urls_move_to_the_next_one_and_resume(
+    tmp_path: Path,
+) -> None:
+    """Two addresses of one lobby's state (as the nodes of a cluster are): the first is killed
+    mid-call and the state comes up at the second address; both agents fail on the first,
+    move on to the second by themselves, resume with their tokens, and the call completes."""
+    first = start_lobby_process(tmp_path)
+    second_port = free_port()
+    urls = [first.url, f"ws://127.0.0.1:{second_port}/"]
+    second = None
+    try:
+        async with (
+            SlowWorker(lobby_url=urls) as worker,
+            Agent("caller", lobby_url=",".join(urls), reconnect_max_delay=0.5) as caller,
+        ):
+            assert caller.lobby_urls == worker.lobby_urls == tuple(urls)
+            call = asyncio.create_task(
+                caller.request("slow_worker", "work", {"job": 1}, timeout=15)
+            )
+            await until(lambda: worker.started == 1)
+            await until(lambda: len(caller._dispatcher.outbound) == 0)  # the REQUEST is committed
+            first.signal(signal.SIGKILL)
+            first.wait(5)
+            second = start_lobby_process(tmp_path, port=second_port)
+            await until(lambda: caller.stats.resumes == 1 and worker.stats.resumes == 1)
+            worker.release.set()
+            assert await call == {"done": 1}
+            assert worker.started == 1
+            assert await caller.request("slow_worker", "work", {"job": 2}) == {"done": 2}
+    finally:
+        for proc in (first, second):
+            if proc is not None and proc.process.poll() is None:
+                proc.signal(signal.SIGTERM)
+                proc.wait(5)
+
+
+def test_lobby_urls_come_as_a_list_or_comma_separated() -> None:
+    assert lobby_urls("ws://a:1/, ws://b:2/,") == ("ws://a:1/", "ws://b:2/")
+    assert lobby_urls(["ws://a:1/"]) == ("ws://a:1/",)
+    with pytest.raises(ValueError, match="no lobby URL"):
+        lobby_urls(" , ")
+
+
+async def test_a_lobby_url_that_cannot_work_fails_at_once(lobby: LobbyServer) -> None:
+    """A 4xx answer to the handshake (here: a path the lobby does not serve) is not retried."""
+    with pytest.raises(LobbyUnreachableError, match="404"):
+        async with Agent("lost", lobby_url=lobby.url + "nowhere", connect_timeout=10):
+            pass

@@ -31,6 +31,7 @@ def test_public_api_is_exactly_the_documented_names() -> None:
         "Message",
         "MessageType",
         "Move",
+        "LobbyUnreachableError",
         "NotConnectedError",
         "Order",
         "RegistrationError",
