@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from benchmarks import harness, suite
 from benchmarks.harness import cpu_seconds, free_port
 from lobby.core.records import MessageStored, Record
 from lobby.natsdev import nats_arguments, nats_server_binary
@@ -110,6 +111,26 @@ def run(seconds: float) -> dict[str, dict[int, dict[str, Any]]]:
     return results
 
 
+def node_throughput(seconds: float, pairs: int = 4) -> dict[str, Any]:
+    """One throughput run (the suite's load: `pairs` request/response pairs, window 8) of a
+    lobby on sqlite, then of a lobby node on `nats-server -js`, one after the other."""
+    results: dict[str, Any] = {}
+    with harness.lobby("sqlite") as lobby:
+        results["sqlite"] = suite.throughput_run(lobby, pairs, seconds, 8, quiet=False)
+    with (
+        tempfile.TemporaryDirectory() as tmp,
+        nats_process(Path(tmp)) as (url, pid),
+        harness.lobby("sqlite", "--cluster", url, "--node-id", "bench") as node,
+    ):
+        nats0 = cpu_seconds(pid)
+        run = suite.throughput_run(node, pairs, seconds, 8, quiet=False)
+        run["nats_cpu_us_per_message"] = round(
+            (cpu_seconds(pid) - nats0) / max(run["messages"], 1) * 1e6, 2
+        )
+        results["jetstream"] = run
+    return results
+
+
 def render(results: dict[str, dict[int, dict[str, Any]]]) -> str:
     lines = [
         "| store | records/commit | records/s | commits/s | p50 ms | p99 ms "
@@ -129,8 +150,19 @@ def render(results: dict[str, dict[int, dict[str, Any]]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.cluster_store")
     parser.add_argument("--seconds", type=float, default=3.0, help="per store and batch size")
+    parser.add_argument(
+        "--node", action="store_true", help="also one throughput run of a whole lobby node"
+    )
     args = parser.parse_args(argv)
     sys.stdout.write(render(run(args.seconds)) + "\n")
+    if args.node:
+        for store, result in node_throughput(args.seconds * 2).items():
+            shown = {
+                k: result[k]
+                for k in ("messages_per_s", "server_cpu_us_per_message", "nats_cpu_us_per_message")
+                if k in result
+            }
+            sys.stdout.write(f"lobby node on {store}: {shown}\n")
     return 0
 
 
