@@ -192,7 +192,7 @@ def test_a_snapshot_reads_back_the_state_and_forgets_acknowledged_frames() -> No
     compaction = Compaction(
         conversations={("alice", "bob", "k"): 2}, upto_row=2, acked={"bob": 1}, forget_before=0.0
     )
-    folded.compact(compaction)
+    folded.compact(compaction, keep_done=10)
     again = Folded.decode(folded.encode())
     snapshot = again.snapshot()
     assert [m.frame for m in snapshot.messages] == [DELIVERED, frame]
@@ -202,3 +202,20 @@ def test_a_snapshot_reads_back_the_state_and_forgets_acknowledged_frames() -> No
     assert snapshot.agents == [AgentSaved("bob", b"\1" * 32, b'[{"name":"c"}]', True)]
     again.apply([MessageStored(2, "bob", 2, "alice", "m2", "k", 1, frame, 1.0)])  # a replay
     assert len(again.messages) == 2
+
+
+def test_a_snapshot_keeps_no_more_acknowledged_messages_than_the_core_remembers() -> None:
+    folded = Folded()
+    frame = orjson.dumps({"n": 1})
+    folded.apply(
+        [MessageStored(n, "bob", n, "alice", f"m{n}", None, 0, frame, 1.0) for n in range(1, 6)]
+    )
+    compaction = Compaction(conversations={}, upto_row=4, acked={"bob": 3}, forget_before=0.0)
+    folded.compact(compaction, keep_done=2)
+    # 1-3 acknowledged: the newest two kept (without bytes); 4 and 5 held for bob.
+    assert [(m.seq, m.frame) for m in folded.messages] == [
+        (2, DELIVERED),
+        (3, DELIVERED),
+        (4, frame),
+        (5, frame),
+    ]

@@ -24,7 +24,9 @@ def open_store(settings: Settings) -> Store:
                 "--cluster needs nats-py: pip install 'agent-lobby[cluster]'"
             ) from None
         assert settings.node_id is not None  # Settings.check
-        return JetStreamStore(settings.cluster_urls(), settings.node_id)
+        return JetStreamStore(
+            settings.cluster_urls(), settings.node_id, dedupe_max=settings.dedupe_max
+        )
     if settings.store == "memory":
         return MemoryStore()
     return SqliteStore(settings.data_dir, fsync=settings.fsync)

@@ -30,6 +30,9 @@ race another on the same subject, and the committer writes one batch at a time a
 `js.publish` (request/reply) is used, never `publish_async`, whose future never completes when
 the server answers with an error.
 
+Needs nats-server 2.11 or later (`Nats-Expected-Last-Subject-Sequence-Subject`); the
+`cluster` extra installs 2.15.
+
 Durability: the stream is created with one replica and the server's default sync (JetStream
 fsyncs every 2 minutes): a commit survives the lobby process dying and the NATS process dying,
 not the machine losing power. A 3-server NATS cluster and an R3 stream close that (README).
@@ -51,6 +54,7 @@ import structlog
 from nats.aio.client import Client
 from nats.js import api
 
+from lobby.core.delivery import DEFAULT_DEDUPE_MAX
 from lobby.core.records import Compaction, Record, Snapshot
 from lobby.store.base import StoreUnavailable
 from lobby.store.journal import Folded, decode_records, encode_records
@@ -83,10 +87,13 @@ class JetStreamStore:
         *,
         connect_timeout: float = 2.0,
         write_deadline: float = 10.0,
+        dedupe_max: int = DEFAULT_DEDUPE_MAX,
     ) -> None:
         self.node_id = node_id
         self.servers = servers
         self.write_deadline = write_deadline
+        self.dedupe_max = dedupe_max
+        """Acknowledged messages a snapshot keeps at most (for dedupe after a restart)."""
         """Seconds a commit may keep retrying (NATS reconnecting, a leader election) before
         it fails."""
         self._journal = f"journal.{node_id}"
@@ -286,7 +293,7 @@ class JetStreamStore:
             assert self._nc is not None
             self._call(self._nc.flush(5), 10.0)  # a PING: keeps the idle connection served
             return
-        self._folded.compact(compaction)
+        self._folded.compact(compaction, self.dedupe_max)
         data = self._folded.encode()
         self._call(self._compact(data), None)
 

@@ -157,17 +157,21 @@ class Folded:
             elif isinstance(record, StateRemoved):
                 self.state.get(record.kind, {}).pop(record.key, None)
 
-    def compact(self, compaction: Compaction) -> None:
+    def compact(self, compaction: Compaction, keep_done: int) -> None:
         """Forget what `compaction` says no one needs again (as the sqlite store does, per
-        message): acknowledged (or its receiver gone), at or below its checkpoint row and
-        older than the dedupe horizon. An acknowledged message kept for dedupe keeps no
-        bytes: a restore reads its seq and ids, never its frame."""
+        message): acknowledged (or its receiver gone), at or below its checkpoint row, and
+        older than the dedupe horizon or not among the newest `keep_done` such messages (the
+        core remembers no more message ids than that: `dedupe_max`). An acknowledged message
+        kept for dedupe keeps no bytes: a restore reads its seq and ids, never its frame."""
         acked = compaction.acked
         kept: list[MessageStored] = []
-        for m in self.messages:
+        done_kept = 0
+        for m in reversed(self.messages):
             done = m.receiver not in acked or acked[m.receiver] >= m.seq
-            if done and m.row_id <= compaction.upto_row and m.at < compaction.forget_before:
-                continue
+            if done and m.row_id <= compaction.upto_row:
+                if m.at < compaction.forget_before or done_kept >= keep_done:
+                    continue
+                done_kept += 1
             if done and m.frame != DELIVERED:
                 m = MessageStored(
                     m.row_id,
@@ -181,6 +185,7 @@ class Folded:
                     m.at,
                 )
             kept.append(m)
+        kept.reverse()
         self.messages = kept
         self.conversations = dict(compaction.conversations)
         self.conversations_upto = compaction.upto_row
