@@ -2,7 +2,10 @@
 
 Journal: stream `LOBBY`, subject `journal.<node>`, one message per group commit (the records,
 as `lobby.store.journal` encodes them), published with `Nats-Msg-Id` `<node>-<epoch>-<batch>`
-(a publish retried after a lost reply is absorbed, not stored twice).
+(a publish retried after a lost reply is absorbed, not stored twice). A commit larger than NATS's
+max_payload (1 MiB by default) goes out as several messages, one after another: a crash between
+them keeps the first part, whose senders were not yet told ACCEPTED and resend (dedupe absorbs
+the repeats).
 
 Fencing: at start the store publishes to `epoch.<node>`; that message's stream sequence is this
 process's epoch. Every journal publish carries `Nats-Expected-Last-Subject-Sequence: <epoch>`
