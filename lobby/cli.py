@@ -34,6 +34,7 @@ from lobby.logs import configure
 from lobby.natsdev import add_nats_parser, run_nats
 from lobby.options import add_serve_options, settings_from
 from lobby.server import LobbyServer
+from lobby.store.base import StoreUnavailable
 from lobby.store.sqlite import FILE_NAME, StoreLocked
 from protocol.asyncapi import asyncapi_document
 from protocol.schema import all_schemas
@@ -112,7 +113,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         sys.stderr.write(f"lobby: {bad}\n")
         return 2
     configure(log_format=settings.log_format, level=settings.log_level)
-    created = _first_missing(settings.data_dir) if settings.store == "sqlite" else None
+    sqlite = settings.store == "sqlite" and settings.cluster is None
+    created = _first_missing(settings.data_dir) if sqlite else None
     try:
         _run(_serve(settings))
     except StartFailed as failed:
@@ -181,7 +183,7 @@ async def _serve(settings: Settings) -> None:
         loop.add_signal_handler(signum, stop.set)
     try:
         server = LobbyServer(settings)
-    except StoreLocked as locked:
+    except (StoreLocked, StoreUnavailable) as locked:
         raise StartFailed(str(locked)) from None
     except sqlite3.DatabaseError as exc:
         path = settings.data_dir / FILE_NAME

@@ -5,6 +5,7 @@ is opened. `lobby.options` fills it from flags, `LOBBY_*` variables and a TOML f
 from __future__ import annotations
 
 import os
+import re
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
@@ -17,6 +18,10 @@ LogFormat = Literal["json", "console"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 StoreKind = Literal["sqlite", "memory"]
 TransportKind = Literal["websockets", "picows"]
+
+_NODE_ID = re.compile(r"[-_a-zA-Z0-9]{1,64}")
+"""A node id: a NATS subject token and a key in every bucket, as it is."""
+_CLUSTER_URL = re.compile(r"(nats|tls)://[^\s/,]+")
 
 
 class SettingError(ValueError):
@@ -44,6 +49,14 @@ class Settings:
     store: StoreKind = _setting("sqlite", "sqlite (durable) or memory (nothing survives)")
     transport: TransportKind = _setting(
         "websockets", "websockets, or picows (pip install 'agent-lobby[picows]')"
+    )
+    cluster: str | None = _setting(
+        None,
+        "NATS servers (nats://HOST:PORT or tls://, comma-separated): run as a lobby node whose "
+        "durable state lives in JetStream instead of the sqlite store (needs --node-id)",
+    )
+    node_id: str | None = _setting(
+        None, "this node's name with --cluster: 1-64 letters, digits, '-' or '_', unique"
     )
     fsync: bool = _setting(False, "sync every commit to disk (survives power loss)")
     max_message_bytes: int = _setting(
@@ -156,8 +169,30 @@ class Settings:
             path: Path | None = getattr(self, name)
             if path is not None and not (path.is_file() and os.access(path, os.R_OK)):
                 raise SettingError(name, "not a readable file")
-        if self.store == "sqlite":
+        self._check_cluster()
+        if self.store == "sqlite" and self.cluster is None:
             _check_data_dir(self.data_dir)
+
+    def _check_cluster(self) -> None:
+        if self.cluster is None:
+            if self.node_id is not None:
+                raise SettingError("node_id", "only with --cluster (a node of a NATS cluster)")
+            return
+        for url in self.cluster.split(","):
+            if not _CLUSTER_URL.fullmatch(url.strip()):
+                raise SettingError(
+                    "cluster", f"{url.strip()!r} is not a NATS URL (nats://HOST:PORT or tls://)"
+                )
+        if self.node_id is None:
+            raise SettingError("cluster", "needs --node-id: this node's name in the cluster")
+        if not _NODE_ID.fullmatch(self.node_id):
+            raise SettingError("node_id", "expected 1-64 letters, digits, '-' or '_'")
+        if self.store == "memory":
+            raise SettingError("store", "memory and --cluster do not go together: drop one")
+
+    def cluster_urls(self) -> list[str]:
+        """The NATS servers `cluster` names."""
+        return [url.strip() for url in (self.cluster or "").split(",")]
 
     def limits(self) -> Limits:
         return Limits(

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from benchmarks import harness, load, report, suite
+from benchmarks import cluster_store, harness, load, report, suite
 from tests.routerkit import join, make_router
 
 
@@ -21,6 +21,14 @@ def test_quick_throughput_measures_relay_and_lobby() -> None:
         assert result["messages"] > 0, name
         assert result["messages_per_s"] > 0, name
         assert result["server_cpu_us_per_message"] > 0, name
+
+
+def test_the_cluster_store_bench_commits_through_both_stores() -> None:
+    results = cluster_store.run(seconds=0.2)
+    for store in ("sqlite", "jetstream"):
+        for batch in cluster_store.BATCHES:
+            assert results[store][batch]["records_per_s"] > 0, (store, batch)
+    assert "| jetstream | 32 |" in cluster_store.render(results)
 
 
 def test_the_metrics_phase_scrapes_the_lobby_while_it_routes(

@@ -20,6 +20,7 @@ EXPORTS = {
         "SqliteStore",
         "Store",
         "open_store",
+        "StoreUnavailable",
     },
     "lobby.server": {"LobbyServer", "Session"},
     "lobby.transport": {"Link", "Lobby", "Transport", "tls_context"},

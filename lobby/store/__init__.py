@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from lobby.core.records import Compaction, Record, Snapshot
-from lobby.store.base import Store
+from lobby.store.base import Store, StoreUnavailable
 from lobby.store.memory import MemoryStore
 from lobby.store.sqlite import SqliteStore
 
@@ -14,10 +14,31 @@ if TYPE_CHECKING:
 
 
 def open_store(settings: Settings) -> Store:
-    """The store the settings ask for: sqlite in `data_dir` (default) or memory."""
+    """The store the settings ask for: sqlite in `data_dir` (default), memory, or JetStream
+    with `cluster` (raises `StoreUnavailable` when NATS cannot be reached)."""
+    if settings.cluster is not None:
+        try:
+            from lobby.store.jetstream import JetStreamStore  # nats-py: the cluster extra
+        except ImportError:
+            raise StoreUnavailable(
+                "--cluster needs nats-py: pip install 'agent-lobby[cluster]'"
+            ) from None
+        assert settings.node_id is not None  # Settings.check
+        return JetStreamStore(
+            settings.cluster_urls(), settings.node_id, dedupe_max=settings.dedupe_max
+        )
     if settings.store == "memory":
         return MemoryStore()
     return SqliteStore(settings.data_dir, fsync=settings.fsync)
 
 
-__all__ = ["Compaction", "MemoryStore", "Record", "Snapshot", "SqliteStore", "Store", "open_store"]
+__all__ = [
+    "Compaction",
+    "MemoryStore",
+    "Record",
+    "Snapshot",
+    "SqliteStore",
+    "Store",
+    "StoreUnavailable",
+    "open_store",
+]

@@ -18,6 +18,11 @@ from typing import Protocol
 from lobby.core.records import Compaction, Record, Snapshot
 
 
+class StoreUnavailable(Exception):
+    """The store cannot be opened (NATS unreachable, nats-py missing): `str()` is one line
+    saying what and why, for `lobby serve` to print."""
+
+
 class Store(Protocol):
     """Persistence behind the lobby. `write` and `compact` run in one writer thread, one call
     at a time; `load` runs once, before serving."""
