@@ -212,7 +212,7 @@ function showConversation(answer) {
     const label = `${m.message_type} ${time(m.at)}`;
     group.append(svg("text", { x: (from + to) / 2, y: y - 6, "text-anchor": "middle", fill: colour }, label));
     const detail = m.refused ? `refused ${m.refused.code}: ${m.refused.error}` : m.payload || "";
-    group.append(svg("text", { x: (from + to) / 2, y: y + 14, "text-anchor": "middle", fill: colour, "font-size": 10 }, detail.slice(0, 80)));
+    group.append(svg("text", { x: (from + to) / 2, y: y + 14, "text-anchor": "middle", fill: colour, "font-size": 10 }, detail.slice(0, 48)));
     const tooltip = svg("title", {}, `${m.sender_id} -> ${m.receiver_id}\n${detail}`);
     group.append(tooltip);
     drawing.append(group);
