@@ -15,7 +15,7 @@ from websockets.exceptions import InvalidStatus
 from lobby.observer import KEYS, Rings, redact, summarize
 from lobby.server import LobbyServer
 from tests.test_admin import admin_token, closed_with, command
-from tests.wsclient import frame, reply, token_of
+from tests.wsclient import frame, reply, running, token_of
 
 
 def browser_url(lobby: LobbyServer) -> str:
@@ -154,3 +154,15 @@ def test_a_summary_is_found_by_its_trace_id_and_keeps_no_secret() -> None:
     assert rings.find("4bf92f3577b34da6a3ce929d0e0e4736") == rings.find("c1") == [summary]
     long = summarize({"message_type": "TEXT", "payload": {"content": "x" * 1000}}, 1.0)
     assert len(long["payload"]) == 300
+
+
+async def test_a_browser_connection_without_the_token_in_time_is_closed(tmp_path: Path) -> None:
+    async with running(tmp_path / "data", handshake_timeout=0.2) as lobby:
+        async with connect(browser_url(lobby)) as ws:
+            assert await closed_with(ws) == 1008
+            assert ws.close_reason == "no admin token in time"
+        token = admin_token(tmp_path / "data")
+        async with connect(browser_url(lobby)) as ws:
+            assert (await command(ws, command="auth", token=token))["ok"] is True
+            await asyncio.sleep(0.4)  # past the handshake timeout: an operator stays
+            assert (await command(ws, command="observe"))["event"] == "snapshot"
