@@ -88,14 +88,21 @@ KEYS: dict[str, Callable[[dict[str, Any]], str | None]] = {
 kind of id is a new entry."""
 
 
-def redact(value: Any) -> Any:
+DEPTH = 32
+"""Deeper than this, a payload's preview says "[...]" (no recursion without a bound)."""
+
+
+def redact(value: Any, depth: int = 0) -> Any:
     """`value` with every entry under a key in `SECRET_KEYS` replaced, at any depth."""
+    if isinstance(value, dict | list) and depth >= DEPTH:
+        return "[...]"
     if isinstance(value, dict):
         return {
-            k: "[secret]" if str(k).lower() in SECRET_KEYS else redact(v) for k, v in value.items()
+            k: "[secret]" if str(k).lower() in SECRET_KEYS else redact(v, depth + 1)
+            for k, v in value.items()
         }
     if isinstance(value, list):
-        return [redact(v) for v in value]
+        return [redact(v, depth + 1) for v in value]
     return value
 
 

@@ -154,6 +154,13 @@ def test_a_summary_is_found_by_its_trace_id_and_keeps_no_secret() -> None:
     assert rings.find("4bf92f3577b34da6a3ce929d0e0e4736") == rings.find("c1") == [summary]
     long = summarize({"message_type": "TEXT", "payload": {"content": "x" * 1000}}, 1.0)
     assert len(long["payload"]) == 300
+    deep: Any = "end"
+    for _ in range(5000):
+        deep = {"a": [deep]}
+    clipped = redact(deep)
+    for _ in range(16):
+        clipped = clipped["a"][0]
+    assert clipped == "[...]"
 
 
 async def test_a_browser_connection_without_the_token_in_time_is_closed(tmp_path: Path) -> None:
