@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench mutation schema asyncapi node-deps clean
+.PHONY: run test lint bench mutation schema asyncapi node-deps chromium clean
 
 $(BIN)/python:
 	@echo "make: creating $(VENV) with $(PYTHON)"
@@ -47,7 +47,18 @@ $(VENV)/.node: $(STAMP)
 
 node-deps: $(addsuffix /node_modules/.installed,$(NODE_DIRS))
 
-test: lint node-deps
+# The dashboard's browser test drives Debian's chromium through Playwright (never
+# `playwright install`): installed here when missing (as root, as in CI).
+CHROMIUM := /usr/bin/chromium
+
+$(CHROMIUM):
+	@echo "make: installing Debian's chromium for the dashboard's browser test"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y chromium || \
+		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium)
+
+chromium: $(CHROMIUM)
+
+test: lint node-deps chromium
 	$(BIN)/pytest -q
 
 bench: $(STAMP)

@@ -148,6 +148,44 @@ def websockets_framing() -> dict[str, float]:
     }
 
 
+class _Discarding:
+    """A link that takes no frames (as a closing connection does): what is measured is the
+    observer's own work, not the transport's."""
+
+    remote = ""
+
+    def put(self, frame: bytes) -> bool:
+        return False
+
+
+def observers() -> dict[str, float]:
+    """What the observer stream costs per routed message: the one test `LobbyServer.received`
+    makes while nobody observes, and the observer's work while one does (a summary of a
+    REQUEST, its ring, its event encoded for the observer)."""
+    from dataclasses import replace
+
+    from lobby.config import Settings
+    from lobby.server import LobbyServer
+
+    server = LobbyServer(replace(Settings(), store="memory"))
+    observing = server.observers.sessions
+    frame = request("caller", "echo", "7c1f0d4e-8a8e-4a51-9a0b-0d4bb0c7a0f1", 42)
+
+    def nobody(n: int) -> None:
+        for _ in range(n):
+            if observing:
+                pass
+
+    watcher = Session(link=_Discarding())
+    sender = Session()
+    observing.add(watcher)
+    routed = server.observers.routed
+    return {
+        "observer test per message, nobody observing": best_us(nobody),
+        "observer work per message, one observing": per_call(lambda: routed(sender, frame, [])),
+    }
+
+
 def main() -> int:
     structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     results = {
@@ -158,6 +196,7 @@ def main() -> int:
         ),
         **pieces(),
         **websockets_framing(),
+        **observers(),
     }
     print("| in process, no sockets | us |\n|---|---|")
     for name, us in results.items():

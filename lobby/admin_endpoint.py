@@ -1,5 +1,9 @@
 """The /admin endpoint: a WebSocket on the lobby's port for operators (`lobby revoke`,
-`lobby remove`), opened with the admin token (`Authorization: Bearer TOKEN`).
+`lobby remove`, the dashboard), opened with the admin token (`Authorization: Bearer TOKEN`).
+A browser cannot set that header on a WebSocket: it opens `/admin?auth=message` instead, and
+its first message must be `{"command": "auth", "token": TOKEN}`; until then any other command
+is refused and closes the connection, and it is closed if the token does not come within the
+handshake timeout. (The token never travels in a URL, which proxies log.)
 
 Its protocol (PROTOCOL.md, "The /admin endpoint"): one JSON object per text frame each way.
 
@@ -9,7 +13,7 @@ Its protocol (PROTOCOL.md, "The /admin endpoint"): one JSON object per text fram
 
 A command is answered once what it changed is committed to the store. `id` (any JSON value,
 optional) is echoed, so answers can be matched when several are in flight, and told apart
-from the events a streaming command (an observer, later) will send, which carry `event`
+from the events a streaming command (`observe`) sends, which carry `event`
 instead of `ok`. New commands are new entries in `AdminEndpoint.commands`.
 
 The token is `--admin-token`, or one made at start: written to `DATA_DIR/admin.token` (mode
@@ -30,17 +34,21 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import structlog
 
-from lobby.core.session import Session
+from lobby.core.session import Close, Session
 from lobby.transport.base import HttpAnswer
 from protocol.limits import clip
+from protocol.models import CloseCode
 
 if TYPE_CHECKING:
+    from lobby.observer import Observers
     from lobby.server import LobbyServer
 
 log = structlog.get_logger("lobby.admin")
 
 TOKEN_FILE = "admin.token"  # noqa: S105  # a file name, not a secret
 PATH = "/admin"
+BROWSER_QUERY = "auth=message"
+"""`/admin?auth=message`: the token comes in the first message, not in a header."""
 
 Answer = dict[str, Any]
 
@@ -71,21 +79,43 @@ class AdminEndpoint:
         self.sessions = sessions
         """The open /admin connections (the server checks membership for each message that
         comes from a connection without an agent)."""
+        self.unproven: set[Session] = set()
+        """Connections opened with `?auth=message` that have not sent the token yet."""
+        self.observers: Observers = server.observers
         self.commands: dict[str, Callable[[Session, dict[str, Any], Answer], None]] = {
             "revoke": self._revoke,
             "remove": self._remove,
+            "observe": self._observe,
+            "conversation": self._conversation,
         }
 
-    def admit(self, authorization: str | None) -> HttpAnswer | None:
-        """None to open the WebSocket, or a 401 when the token is missing or wrong."""
+    def admit(self, authorization: str | None, query: str = "") -> HttpAnswer | None:
+        """None to open the WebSocket, or a 401 when the token is missing or wrong (unless
+        the query asks for it in the first message)."""
+        if authorization is None and query == BROWSER_QUERY:
+            return None
         scheme, _, presented = (authorization or "").partition(" ")
-        if scheme.lower() == "bearer" and hmac.compare_digest(
-            presented.strip().encode(), self._token
-        ):
+        if scheme.lower() == "bearer" and self._proves(presented):
             return None
         log.warning("ADMIN_AUTHENTICATION_FAILED", presented=bool(presented))
         error = "/admin needs the header 'Authorization: Bearer ADMIN_TOKEN' with the lobby's token"
         return HttpAnswer.json(HTTPStatus.UNAUTHORIZED, {"error": error, "code": "auth_failed"})
+
+    def _proves(self, presented: str) -> bool:
+        return hmac.compare_digest(presented.strip().encode(), self._token)
+
+    def opened(self, session: Session, query: str) -> bool:
+        """An /admin connection is open; True if it still has to send the token."""
+        self.sessions.add(session)
+        if query == BROWSER_QUERY:
+            self.unproven.add(session)
+            return True
+        return False
+
+    def closed(self, session: Session) -> None:
+        self.sessions.discard(session)
+        self.unproven.discard(session)
+        self.observers.left(session)
 
     def received(self, session: Session, binary: bool, data: bytes) -> None:
         try:
@@ -99,6 +129,9 @@ class AdminEndpoint:
         answer: Answer = {"command": name}
         if "id" in request:
             answer["id"] = request["id"]
+        if session in self.unproven:
+            self._authenticate(session, request, answer)
+            return
         command = self.commands.get(name) if isinstance(name, str) else None
         if command is None:
             known = ", ".join(self.commands)
@@ -106,6 +139,29 @@ class AdminEndpoint:
             self._fail(session, answer, "unknown_command", reason)
             return
         command(session, request, answer)
+
+    def _authenticate(self, session: Session, request: dict[str, Any], answer: Answer) -> None:
+        token = request.get("token")
+        if answer["command"] == "auth" and isinstance(token, str) and self._proves(token):
+            self.unproven.discard(session)
+            self._send(session, {"ok": True, **answer})
+            return
+        log.warning("ADMIN_AUTHENTICATION_FAILED", presented=isinstance(token, str))
+        reason = "the first message must be {'command': 'auth', 'token': ADMIN_TOKEN}"
+        self._fail(session, answer, "auth_failed", reason)
+        self._server.execute([Close(session, CloseCode.POLICY_VIOLATION, "auth_failed")])
+
+    def _observe(self, session: Session, request: dict[str, Any], answer: Answer) -> None:
+        self.observers.observe(session, answer)
+
+    def _conversation(self, session: Session, request: dict[str, Any], answer: Answer) -> None:
+        key = request.get("key")
+        if not isinstance(key, str):
+            reason = "conversation needs a string 'key': a conversation, dialogue or trace id"
+            self._fail(session, answer, "malformed", reason)
+            return
+        messages = self.observers.find(key)
+        self._send(session, {"ok": True, **answer, "key": key, "messages": messages})
 
     def _revoke(self, session: Session, request: dict[str, Any], answer: Answer) -> None:
         self._take_away(session, request, answer, remove=False)
@@ -149,4 +205,4 @@ class AdminEndpoint:
         self._server.send(session, orjson.dumps(answer))
 
 
-__all__ = ["PATH", "TOKEN_FILE", "AdminEndpoint", "publish_token"]
+__all__ = ["BROWSER_QUERY", "PATH", "TOKEN_FILE", "AdminEndpoint", "publish_token"]

@@ -15,8 +15,10 @@ transport's own buffer gives the same bound for free.) Closes run as tracked tas
 shutdown.
 
 HTTP on the same port: `GET /healthz` (alive, with figures), `GET /readyz` (listening and the
-store writable: 200, else 503 with the reason), `GET /metrics` (Prometheus, `lobby.metrics`).
-`/admin` is the operators' WebSocket (`lobby.admin_endpoint`), opened with the admin token.
+store writable: 200, else 503 with the reason), `GET /metrics` (Prometheus, `lobby.metrics`),
+`GET /dashboard` (its files, `lobby.dashboard`). `/admin` is the operators' WebSocket
+(`lobby.admin_endpoint`), opened with the admin token; its observers (`lobby.observer`) are
+told of each routed message, at the cost of one test per message while nobody observes.
 """
 
 from __future__ import annotations
@@ -31,7 +33,7 @@ from typing import Any
 
 import structlog
 
-from lobby import admin_endpoint
+from lobby import admin_endpoint, dashboard
 from lobby.admin_endpoint import AdminEndpoint
 from lobby.committer import Committer
 from lobby.config import Settings
@@ -39,6 +41,7 @@ from lobby.core.counters import SECONDS, Buckets
 from lobby.core.router import Router
 from lobby.core.session import Action, Send, Session
 from lobby.metrics import CONTENT_TYPE, Metrics
+from lobby.observer import Observers
 from lobby.store import SqliteStore, Store, open_store
 from lobby.transport.base import HttpAnswer, Link, Transport
 from protocol.models import LOBBY_ID, CloseCode
@@ -100,6 +103,9 @@ class LobbyServer:
         self.metrics = Metrics(self)
         self._admin_sessions: set[Session] = set()
         self.admin: AdminEndpoint | None = None
+        self.observers = Observers(self)
+        self._observing = self.observers.sessions
+        """Tested per routed message: the observers are told only when there are some."""
         """The /admin endpoint; made at start, with the admin token."""
 
     @property
@@ -159,6 +165,7 @@ class LobbyServer:
                 background.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await background
+        self.observers.close()
         await self.committer.close()
         self._running = self._stopping = False
         self._port = None
@@ -175,16 +182,22 @@ class LobbyServer:
 
     def admit(self, path: str, authorization: str | None = None) -> HttpAnswer | None:
         """The answer to an HTTP request for `path`, or None to accept the WebSocket."""
-        path = path.split("?", 1)[0]
+        path, _, query = path.partition("?")
         if path == "/healthz":
             return HttpAnswer.json(HTTPStatus.OK, self.health())
         if path == "/readyz":
             return self.readiness()
         if path == "/metrics":
             return HttpAnswer(HTTPStatus.OK, self.metrics.render(), CONTENT_TYPE)
-        if path == admin_endpoint.PATH and self.admin is not None:
-            return self.admin.admit(authorization)  # even when full: operators get in
-        if self.connections >= self.settings.max_connections:
+        if path == dashboard.PATH or path.startswith(dashboard.PATH + "/"):
+            return dashboard.answer(path)
+        full = self.connections >= self.settings.max_connections
+        # Even when full, operators with the token get in; a browser's connection, which
+        # brings the token later, counts against the limit.
+        browser = query == admin_endpoint.BROWSER_QUERY
+        if path == admin_endpoint.PATH and self.admin is not None and not (browser and full):
+            return self.admin.admit(authorization, query)
+        if full:
             error = f"the lobby is full ({self.settings.max_connections} connections)"
             return HttpAnswer.json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": error})
         if path != "/":
@@ -194,11 +207,15 @@ class LobbyServer:
 
     def connected(self, link: Link, host: str, path: str = "/") -> Session:
         """A WebSocket is open: it has `handshake_timeout` to REGISTER (an /admin one needs
-        not: it was authenticated by `admit`)."""
+        not if it was authenticated by `admit`, else it has that long to send the token)."""
         session = self.router.open(remote=link.remote, link=link, host=host)
         self.connections += 1
-        if path.split("?", 1)[0] == admin_endpoint.PATH:
-            self._admin_sessions.add(session)
+        path, _, query = path.partition("?")
+        if path == admin_endpoint.PATH and self.admin is not None:
+            if self.admin.opened(session, query):
+                self._deadlines[session] = asyncio.get_running_loop().call_later(
+                    self.settings.handshake_timeout, self._admin_deadline, session
+                )
             return session
         self._deadlines[session] = asyncio.get_running_loop().call_later(
             self.settings.handshake_timeout, self._registration_deadline, session
@@ -225,6 +242,8 @@ class LobbyServer:
             actions = router.failed(session)
         if actions:
             self._execute(actions)
+        if self._observing:
+            self.observers.routed(session, data, actions)
         self._batch()
         self._unflushed += 1
         if self._unflushed >= FLUSH_EVERY:
@@ -269,7 +288,8 @@ class LobbyServer:
         if deadline is not None:
             deadline.cancel()
         self.connections -= 1
-        self._admin_sessions.discard(session)
+        if self.admin is not None:
+            self.admin.closed(session)
         self._execute(self.router.close(session, code))
         self._batch()
 
@@ -334,6 +354,11 @@ class LobbyServer:
         if session.agent is None:
             self._close(session, CloseCode.POLICY_VIOLATION, "no REGISTER in time")
 
+    def _admin_deadline(self, session: Session) -> None:
+        self._deadlines.pop(session, None)
+        if self.admin is not None and session in self.admin.unproven:
+            self._close(session, CloseCode.POLICY_VIOLATION, "no admin token in time")
+
     def _close(self, session: Session, code: int, reason: str) -> None:
         """Close `session`'s connection. Its agent goes offline at the decision, not when the
         peer finishes the closing handshake: nothing sent to it after this is written to the
@@ -351,7 +376,10 @@ class LobbyServer:
         while True:
             await asyncio.sleep(0.5)
             try:
-                self._execute(self.router.tick())
+                actions = self.router.tick()
+                self._execute(actions)
+                if self._observing:
+                    self.observers.noticed(actions)
             except Exception:
                 log.exception("TICK_FAILED")
             self.committer.kick()

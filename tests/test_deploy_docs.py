@@ -146,7 +146,10 @@ def test_the_nginx_snippet_upgrades_websockets_and_outlasts_the_keepalive() -> N
     # It proxies to where the unit makes the lobby listen.
     command = shlex.split(one(parse_unit(UNIT.read_text())["Service"], "ExecStart"))
     where = f"{command[command.index('--host') + 1]}:{command[command.index('--port') + 1]}"
-    assert conf["proxy_pass"] == [[f"http://{conf['upstream'][0][0]}"]]
+    assert conf["proxy_pass"] == [[f"http://{conf['upstream'][0][0]}"]] * 2
+    # The operators' paths are refused to everyone else.
+    assert conf["location"] == [["/"], ["~", "^/(dashboard|admin)(/|$)"]]
+    assert conf["deny"] == [["all"]]
     assert [where] in conf["server"]
 
 
