@@ -23,7 +23,7 @@ SAMPLED: Final = "01"
 """The flags of a trace the lobby or the SDK starts: recorded, so a collector downstream that
 follows its parent's decision records the rest of it too."""
 
-_bits = random.getrandbits
+_random_bytes = random.randbytes  # twice as fast as formatting getrandbits() as hex
 
 
 def problem(value: str) -> str | None:
@@ -54,12 +54,14 @@ def parent_id(traceparent: str) -> str:
 
 def new_span_id() -> str:
     """A random, non-zero 16-hex span id (not for security: ids only need to be unique)."""
-    return f"{_bits(64) or 1:016x}"
+    span_id = _random_bytes(8).hex()
+    return span_id if span_id != _ZERO_SPAN else new_span_id()
 
 
 def new_trace_id() -> str:
     """A random, non-zero 32-hex trace id."""
-    return f"{_bits(128) or 1:032x}"
+    trace_id = _random_bytes(16).hex()
+    return trace_id if trace_id != _ZERO_TRACE else new_trace_id()
 
 
 def start() -> str:
@@ -71,4 +73,6 @@ def hop(traceparent: str, span_id: str | None = None) -> str:
     """`traceparent` as a participant passes it on: same trace and flags, `span_id` (a new one
     when not given) as the parent-id, in version 00 (what W3C asks of a participant that
     receives a higher version)."""
+    if traceparent.startswith("00-"):  # exactly 55 characters, as `problem` holds it to
+        return traceparent[:36] + (span_id or new_span_id()) + traceparent[52:]
     return f"00-{traceparent[3:35]}-{span_id or new_span_id()}-{traceparent[53:55]}"
