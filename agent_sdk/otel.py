@@ -48,7 +48,9 @@ class OtelTracing(Tracing):
                 "lobby.conversation_id": message.conversation_id or "",
             },
         ) as span:
-            CURRENT.set(_traceparent_of(span.get_span_context()))
+            context = span.get_span_context()
+            # Invalid when no SDK tracer provider is set up (the API's no-op tracer).
+            CURRENT.set(_traceparent_of(context) if context.is_valid else traceparent)
             await work
 
     def outgoing(self) -> str | None:

@@ -45,4 +45,8 @@ class OtelTracing(Tracing):
         )
         span.end()
         context = span.get_span_context()
-        return f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+        new = f"00-{context.trace_id:032x}-{context.span_id:016x}-{context.trace_flags:02x}"
+        if not context.is_valid or new == traceparent:
+            # No SDK tracer provider is set up: the API's no-op tracer made no span.
+            return super().hop(msg, receiver_id)
+        return new

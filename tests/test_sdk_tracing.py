@@ -10,6 +10,7 @@ from typing import Any
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import NoOpTracerProvider
 
 from agent_sdk import Agent, DialogueHandle, MessageType, RequestContext, capability
 from agent_sdk.tracing import current_traceparent
@@ -180,3 +181,18 @@ async def test_every_move_of_a_haggle_is_in_the_trace_of_its_cfp(lobby: LobbySer
         assert deal is not None
     assert trace_of(accept.traceparent) == trace
     assert [trace_of(seen) for seen in seller.seen] == [trace, trace]
+
+
+async def test_with_otel_but_no_tracer_provider_traces_are_still_carried(
+    tmp_path: Path,
+) -> None:
+    async with (
+        running(tmp_path, otel=True) as lobby,
+        Leaf(lobby_url=lobby.url, otel=NoOpTracerProvider()) as leaf,
+        Middle(lobby_url=lobby.url, otel=NoOpTracerProvider()) as middle,
+        Agent("caller", lobby_url=lobby.url) as caller,
+    ):
+        assert await caller.request("middle", "middle", {}) == {"ok": True}
+    (served,), (called,) = middle.seen, leaf.seen
+    assert trace_of(served) == trace_of(called)
+    assert tracecontext.parent_id(served or "") != tracecontext.parent_id(called or "")
