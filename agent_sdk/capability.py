@@ -149,6 +149,11 @@ class RequestContext:
     _send: Callable[[Message], Awaitable[None]] = field(repr=False)
     _agent_id: str = field(repr=False)
 
+    @property
+    def traceparent(self) -> str | None:
+        """The W3C trace of this call (what the handler sends carries it too), if any."""
+        return self.message.traceparent
+
     async def progress(self, update: dict[str, Any] | BaseModel) -> None:
         """Send an `in_progress` RESPONSE; the caller's `request_stream()` yields it."""
         data = CapabilitySpec.dump_output(update)

@@ -28,7 +28,7 @@ import ssl
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from types import TracebackType
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from agent_sdk.calls import Outstanding
 from agent_sdk.capability import CapabilitySpec, collect_capabilities
@@ -44,6 +44,7 @@ from agent_sdk.reading import Reader, Route
 from agent_sdk.sending import Sender
 from agent_sdk.stats import AgentStats, Status
 from agent_sdk.tasks import Handlers
+from agent_sdk.tracing import Tracing
 from protocol.models import (
     LOBBY_ID,
     Capability,
@@ -52,6 +53,9 @@ from protocol.models import (
     MessageType,
     close_code_name,
 )
+
+if TYPE_CHECKING:
+    from opentelemetry.trace import TracerProvider
 
 DEFAULT_LOBBY_URL = "ws://127.0.0.1:8765/"
 
@@ -72,7 +76,10 @@ class AgentCore:
     resume with and `token_store` to keep it across restarts (`agent_sdk.identity`),
     `stop_timeout` seconds a clean stop waits for the lobby to confirm what was sent,
     `log_level` to show the SDK's own log from that level (`agent_sdk.logs`; default: as the
-    application configured `logging`, which prints nothing but warnings, to stderr).
+    application configured `logging`, which prints nothing but warnings, to stderr),
+    `otel` True (the global tracer provider) or a `TracerProvider` to handle each message in an
+    OpenTelemetry span (`pip install 'agent-lobby[otel]'`; `agent_sdk.otel`). Either way, what a
+    handler sends carries the trace of the message it handles (`agent_sdk.tracing`).
     """
 
     agent_id: str = ""
@@ -95,6 +102,7 @@ class AgentCore:
         token_store: TokenStore | None = DEFAULT_TOKEN_STORE,
         stop_timeout: float = 2.0,
         log_level: int | str | None = None,
+        otel: bool | TracerProvider = False,
     ) -> None:
         self.agent_id = agent_id or type(self).agent_id
         if not self.agent_id:
@@ -132,6 +140,12 @@ class AgentCore:
         self._stopping = asyncio.Event()
         self._id_prefix = uuid.uuid4().hex[:16]
         self._ids = itertools.count(1)
+        tracing = Tracing()
+        if otel is not False:
+            # Imported here: OpenTelemetry is an optional extra.
+            from agent_sdk.otel import OtelTracing
+
+            tracing = OtelTracing(self.agent_id, None if otel is True else otel)
         self.policy = Policy(self.agent_id)
         """Hooks on every message in and out (`agent_sdk.policy`)."""
         self._sender = Sender(
@@ -143,6 +157,7 @@ class AgentCore:
             new_id=self.new_id,
             lobby_url=self.lobby_url,
             request_timeout=request_timeout,
+            tracing=tracing,
         )
         self._reader = Reader(
             self.agent_id,
@@ -153,6 +168,7 @@ class AgentCore:
             routes=self._routes,
             fallback=self.on_message,
             policy=self.policy,
+            tracing=tracing,
         )
         self._runner: asyncio.Task[None] | None = None
 
@@ -286,9 +302,11 @@ class AgentCore:
         conversation_id: str | None = None,
         in_reply_to: str | None = None,
         message_id: str | None = None,
+        traceparent: str | None = None,
     ) -> None:
         """Send one raw message (this agent's id and token are filled in). Waits for the
-        connection while reconnecting, up to `request_timeout`."""
+        connection while reconnecting, up to `request_timeout`. Without a `traceparent` it
+        carries the trace of the message being handled, if any."""
         message = Message(
             self.agent_id,
             receiver_id,
@@ -297,6 +315,7 @@ class AgentCore:
             conversation_id,
             message_id=message_id,
             in_reply_to=in_reply_to,
+            traceparent=traceparent,
         )
         await self._sender.send(message)
 

@@ -69,6 +69,11 @@ class Move:
     message: Message
 
     @property
+    def traceparent(self) -> str | None:
+        """The W3C trace the move came in (a dialogue's moves share one), if any."""
+        return self.message.traceparent
+
+    @property
     def content(self) -> Any:
         """What the move carries: a CFP's query, a PROPOSE's proposal, a
         TRANSACTION_CONFIRMED's transaction; else the whole payload."""
@@ -103,6 +108,9 @@ class DialogueHandle:
         self.dialogue_id = view.dialogue_id
         self.counterpart = view.other(agent.agent_id)
         self.transaction: Transaction | None = None
+        self.traceparent: str | None = None
+        """The dialogue's W3C trace, from the first move received in one: this side's moves
+        are sent in it."""
         self._moves: asyncio.Queue[Move] = asyncio.Queue(MOVE_QUEUE_SIZE)
         self._changed = asyncio.Event()
 
@@ -214,9 +222,12 @@ class DialogueHandle:
             conversation_id=self.dialogue_id,
             message_id=move_id,
             in_reply_to=target,
+            traceparent=self.traceparent,
         )
 
     def _received(self, move: Move) -> None:
+        if self.traceparent is None:
+            self.traceparent = move.message.traceparent
         if self._moves.full():
             self._moves.get_nowait()  # a handle nobody reads keeps the latest moves only
         self._moves.put_nowait(move)

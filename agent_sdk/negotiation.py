@@ -171,6 +171,7 @@ class Negotiator(Caller):
                     now,
                 )
                 handle = self._dialogues[dialogue_id] = DialogueHandle(self, view)
+                handle.traceparent = message.traceparent
             else:
                 handle.view.apply(
                     message.sender_id,

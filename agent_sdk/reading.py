@@ -22,6 +22,7 @@ from agent_sdk.logs import log
 from agent_sdk.policy import Policy
 from agent_sdk.sending import Sender
 from agent_sdk.tasks import Handlers
+from agent_sdk.tracing import Tracing
 from protocol.models import ErrorCode, Message, MessageType
 
 Route = Callable[[Message], Coroutine[Any, Any, None] | None]
@@ -45,6 +46,7 @@ class Reader:
         routes: Mapping[MessageType, Route],
         fallback: Route,
         policy: Policy,
+        tracing: Tracing,
     ) -> None:
         self.agent_id = agent_id
         self._dispatcher = dispatcher
@@ -54,6 +56,8 @@ class Reader:
         self._routes = routes
         self._fallback = fallback
         self._policy = policy
+        self._tracing = tracing
+        self._spans = tracing.spans
         self.stats = dispatcher.stats
 
     def receive(self, frame: str | bytes) -> None:
@@ -98,6 +102,8 @@ class Reader:
             log.warning("AGENT_OVERLOADED", agent_id=self.agent_id, type=message.message_type)
             self._refuse(message, ErrorCode.RATE_LIMITED, f"agent {self.agent_id!r} is overloaded")
         else:
+            if message.traceparent is not None or self._spans:
+                work = self._tracing.serving(work, message)
             epoch = self._dispatcher.start(message.seq)
             self._handlers.run(work, self._finished, message, epoch, cancelled=self._abandoned)
 

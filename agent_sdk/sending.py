@@ -14,6 +14,7 @@ from agent_sdk.logs import log
 from agent_sdk.policy import Policy
 from agent_sdk.stats import AgentStats
 from agent_sdk.tasks import Handlers
+from agent_sdk.tracing import Tracing
 from protocol.codec import encode
 from protocol.models import LOBBY_ID, Message, MessageType
 
@@ -42,6 +43,7 @@ class Sender:
         new_id: Callable[[], str],
         lobby_url: str,
         request_timeout: float,
+        tracing: Tracing | None = None,
     ) -> None:
         self.agent_id = agent_id
         self.new_id = new_id
@@ -54,6 +56,8 @@ class Sender:
         self.policy = policy
         self.lobby_url = lobby_url
         self.request_timeout = request_timeout
+        self.tracing = tracing or Tracing()
+        """Gives a message sent without a traceparent the one of the message being handled."""
         self.open = False
         """True from `run()`'s start until a stop's last ACK: handlers may send until then,
         never after (an ACK must not cover a REQUEST whose RESPONSE could not go out)."""
@@ -82,6 +86,8 @@ class Sender:
         another agent is kept until the lobby confirms it, and resent after a reconnect."""
         if not self.open:
             raise NotConnectedError(f"agent {self.agent_id!r} is not running")
+        if message.traceparent is None:
+            message.traceparent = self.tracing.outgoing()
         outgoing = self.policy.outgoing
         if outgoing and not self.policy.allows(outgoing, message):
             raise MessageRefusedError(

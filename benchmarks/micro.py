@@ -27,6 +27,8 @@ from lobby.core import Router, Send, Session
 from lobby.core.limits import Limits
 from lobby.core.refusal import hash_token
 from lobby.core.schemas import input_check
+from lobby.core.tracing import Tracing
+from protocol import tracecontext
 from protocol.codec import decode, encode
 from protocol.models import Capability
 
@@ -65,10 +67,20 @@ def _join(router: Router, agent_id: str, capabilities: list[Any]) -> tuple[Sessi
     return session, orjson.loads(ack.frame)["payload"]["auth_token"]
 
 
-def router_round_trip(gc_on: bool, capability: dict[str, Any] = CAPABILITY) -> float:
+def router_round_trip(
+    gc_on: bool,
+    capability: dict[str, Any] = CAPABILITY,
+    *,
+    trace_ids: bool = False,
+    traceparent: bool = False,
+) -> float:
     """us per message of Router.handle over REQUEST+RESPONSE pairs (the journal taken every
-    500 messages, as the committer would)."""
-    router = Router(limits=Limits(message_rate=0, registration_rate=0))
+    500 messages, as the committer would); with `trace_ids` the lobby starts a trace for each
+    REQUEST, with `traceparent` each REQUEST comes with one."""
+    router = Router(
+        limits=Limits(message_rate=0, registration_rate=0),
+        tracing=Tracing(start_traces=trace_ids),
+    )
     caller, ctoken = _join(router, "caller", [])
     echo, etoken = _join(router, "echo", [capability])
     caller.link = echo.link = object()
@@ -80,6 +92,8 @@ def router_round_trip(gc_on: bool, capability: dict[str, Any] = CAPABILITY) -> f
         frames = []
         for i in range(base, base + n // 2):
             req = request("caller", "echo", ctoken, i)
+            if traceparent:
+                req = req[:-1] + b',"traceparent":"%s"}' % tracecontext.start().encode()
             frames.append((caller, req.decode()))
             frames.append((echo, response("echo", etoken, orjson.loads(req)).decode()))
         handle, take_journal = router.handle, router.take_journal
@@ -193,6 +207,12 @@ def main() -> int:
         "Router.handle per message (REQUEST/RESPONSE), gc off": router_round_trip(False),
         "Router.handle per message, REQUESTs checked against an input schema, gc off": (
             router_round_trip(False, SCHEMA_CAPABILITY)
+        ),
+        "Router.handle per message, --trace-ids (the lobby starts each REQUEST's trace), gc off": (
+            router_round_trip(False, trace_ids=True)
+        ),
+        "Router.handle per message, REQUESTs sent with a traceparent, gc off": (
+            router_round_trip(False, traceparent=True)
         ),
         **pieces(),
         **websockets_framing(),

@@ -4,6 +4,7 @@ is opened. `lobby.options` fills it from flags, `LOBBY_*` variables and a TOML f
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import re
 from dataclasses import dataclass, field, fields
@@ -13,6 +14,7 @@ from typing import Any, Literal
 from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON, DEFAULT_DEDUPE_MAX
 from lobby.core.limits import Limits
 from lobby.core.router import DEFAULT_MAILBOX_LIMIT
+from lobby.core.tracing import Tracing
 
 LogFormat = Literal["json", "console"]
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -142,6 +144,17 @@ class Settings:
     )
     log_format: LogFormat = _setting("json", "json (one object a line) or console (for people)")
     log_level: LogLevel = _setting("info", "debug, info, warning or error")
+    trace_ids: bool = _setting(
+        False,
+        "start a W3C trace (traceparent) for every message sent without one; messages sent "
+        "with one always keep it",
+    )
+    otel: bool = _setting(
+        False,
+        "emit an OpenTelemetry span per routed message through the global tracer provider "
+        "(pip install 'agent-lobby[otel]'; set up by opentelemetry-instrument, say); implies "
+        "--trace-ids",
+    )
 
     @property
     def close_timeout(self) -> float:
@@ -169,6 +182,8 @@ class Settings:
             path: Path | None = getattr(self, name)
             if path is not None and not (path.is_file() and os.access(path, os.R_OK)):
                 raise SettingError(name, "not a readable file")
+        if self.otel and importlib.util.find_spec("opentelemetry.sdk") is None:
+            raise SettingError("otel", "needs OpenTelemetry: pip install 'agent-lobby[otel]'")
         self._check_cluster()
         if self.store == "sqlite" and self.cluster is None:
             _check_data_dir(self.data_dir)
@@ -193,6 +208,15 @@ class Settings:
     def cluster_urls(self) -> list[str]:
         """The NATS servers `cluster` names."""
         return [url.strip() for url in (self.cluster or "").split(",")]
+
+    def tracing(self) -> Tracing:
+        """The lobby's part in W3C tracing that these settings ask for."""
+        if self.otel:
+            # Imported here: OpenTelemetry is an optional extra, checked by `check()`.
+            from lobby.otel import OtelTracing
+
+            return OtelTracing()
+        return Tracing(start_traces=self.trace_ids)
 
     def limits(self) -> Limits:
         return Limits(

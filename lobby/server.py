@@ -74,6 +74,7 @@ class LobbyServer:
             mailbox_limit=settings.mailbox_limit,
             dedupe_horizon=settings.dedupe_horizon,
             dedupe_max=settings.dedupe_max,
+            tracing=settings.tracing(),
         )
         self.store: Store = store or open_store(settings)
         self.committer = Committer(

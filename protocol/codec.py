@@ -14,10 +14,11 @@ import orjson
 from protocol.errors import DecodeError
 from protocol.limits import MAX_AGENT_ID_LENGTH, MAX_ID_LENGTH, clip
 from protocol.models import Message, MessageType
+from protocol.tracecontext import problem as traceparent_problem
 
 _TYPES: Final[dict[str, MessageType]] = {t.value: t for t in MessageType}
 _REQUIRED: Final = (("sender_id", str), ("receiver_id", str), ("payload", dict))
-_OPTIONAL_STR: Final = ("conversation_id", "auth_token", "message_id", "in_reply_to")
+_OPTIONAL_STR: Final = ("conversation_id", "auth_token", "message_id", "in_reply_to", "traceparent")
 _MAX_LENGTHS: Final = (
     ("sender_id", MAX_AGENT_ID_LENGTH),
     ("receiver_id", MAX_AGENT_ID_LENGTH),
@@ -60,6 +61,7 @@ def decode(data: str | bytes) -> Message:
     in_reply_to = get("in_reply_to")
     seq = get("seq")
     redelivered = get("redelivered")
+    traceparent = get("traceparent")
     if (
         type(sender_id) is not str
         or len(sender_id) > MAX_AGENT_ID_LENGTH
@@ -84,6 +86,14 @@ def decode(data: str | bytes) -> Message:
         )
         or (seq is not None and type(seq) is not int)
         or (redelivered is not None and type(redelivered) is not bool)
+        or (
+            traceparent is not None
+            and (
+                type(traceparent) is not str
+                or len(traceparent) > MAX_ID_LENGTH
+                or traceparent_problem(traceparent) is not None
+            )
+        )
     ):
         raise _explain(obj)
     return Message(
@@ -97,6 +107,7 @@ def decode(data: str | bytes) -> Message:
         in_reply_to,
         seq,
         redelivered,
+        traceparent,
     )
 
 
@@ -120,6 +131,8 @@ def to_dict(message: Message) -> dict[str, Any]:
         out["seq"] = message.seq
     if message.redelivered is not None:
         out["redelivered"] = message.redelivered
+    if message.traceparent is not None:
+        out["traceparent"] = message.traceparent
     return out
 
 
@@ -179,6 +192,9 @@ def _explain(obj: dict[str, Any]) -> DecodeError:
                 f"field {name!r} has {len(value)} characters; at most {limit} are allowed",
                 **context,
             )
+    traceparent = obj.get("traceparent")
+    if traceparent is not None and (wrong := traceparent_problem(traceparent)) is not None:
+        return DecodeError(f"field 'traceparent' {wrong}", **context)
     return DecodeError("the message does not fit the envelope", **context)  # pragma: no cover
 
 

@@ -23,6 +23,9 @@ LOBBY_ID: Final = "global_lobby"
 AGENT_ID_PATTERN: Final = rf"^[A-Za-z0-9._:@-]{{1,{MAX_AGENT_ID_LENGTH}}}$"
 AGENT_ID_RE: Final = re.compile(AGENT_ID_PATTERN)
 
+TRACEPARENT_PATTERN: Final = r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-.*)?$"
+"""A W3C `traceparent` (version-traceid-parentid-flags); `codec.decode` checks the rest."""
+
 AgentId = Annotated[str, Field(pattern=AGENT_ID_PATTERN)]
 AgentIdRef = Annotated[str, Field(max_length=MAX_AGENT_ID_LENGTH)]
 """An agent id named in a payload: a longer one could never name an agent."""
@@ -191,6 +194,14 @@ class Message:
     ] = None
     redelivered: Annotated[
         bool | None, Field(description="Set by the lobby on a message delivered again.")
+    ] = None
+    traceparent: Annotated[
+        str | None,
+        Field(
+            pattern=TRACEPARENT_PATTERN,
+            description="W3C Trace Context: the trace this message belongs to. Kept on "
+            "everything the lobby forwards, with a new parent-id per hop.",
+        ),
     ] = None
 
 

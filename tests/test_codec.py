@@ -16,6 +16,9 @@ GOOD = (
 )
 
 
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
 def test_decode_reads_every_envelope_field() -> None:
     msg = decode(GOOD)
     assert msg == Message(
@@ -216,6 +219,7 @@ def test_every_field_survives_encode_and_decode() -> None:
         in_reply_to="r",
         seq=7,
         redelivered=True,
+        traceparent=TRACEPARENT,
     )
     assert orjson.loads(encode(msg)) == {
         "sender_id": "a",
@@ -228,6 +232,35 @@ def test_every_field_survives_encode_and_decode() -> None:
         "in_reply_to": "r",
         "seq": 7,
         "redelivered": True,
+        "traceparent": TRACEPARENT,
     }
     assert decode(encode(msg)) == msg
     assert decode(envelope(redelivered=False)).redelivered is False
+
+
+def test_a_w3c_traceparent_is_read_in_any_version_but_ff() -> None:
+    assert decode(envelope(traceparent=TRACEPARENT)).traceparent == TRACEPARENT
+    later = "cc" + TRACEPARENT[2:] + "-what-a-later-version-adds"
+    assert decode(envelope(traceparent=later)).traceparent == later
+
+
+@pytest.mark.parametrize(
+    ("traceparent", "problem"),
+    [
+        (5, "field 'traceparent' must be a string or null, not a number"),
+        ("abc", "is not a W3C traceparent"),
+        (TRACEPARENT.upper(), "is not a W3C traceparent"),
+        (TRACEPARENT[:-1], "is not a W3C traceparent"),
+        ("ff" + TRACEPARENT[2:], "has version ff"),
+        (TRACEPARENT + "-x", "must be exactly 55 characters"),
+        (f"00-{'0' * 32}-00f067aa0ba902b7-01", "has an all-zero trace-id"),
+        (f"00-4bf92f3577b34da6a3ce929d0e0e4736-{'0' * 16}-01", "has an all-zero parent-id"),
+        ("cc" + TRACEPARENT[2:] + "-" + "x" * MAX_ID_LENGTH, "at most"),
+    ],
+)
+def test_a_malformed_traceparent_is_named(traceparent: Any, problem: str) -> None:
+    with pytest.raises(DecodeError) as refused:
+        decode(envelope(traceparent=traceparent))
+    assert "'traceparent'" in str(refused.value)
+    assert problem in str(refused.value)
+    assert refused.value.conversation_id == "k"

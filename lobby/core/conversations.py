@@ -34,6 +34,9 @@ class Conversations:
         self.state = state
         self.open: dict[ConversationKey, int] = {}
         """Open conversations -> how many REQUESTs in each wait for a final RESPONSE."""
+        self.traces: dict[ConversationKey, str] = {}
+        """Open conversations whose REQUEST carried a traceparent -> it: a RESPONSE sent
+        without one is put in its REQUEST's trace. Not kept across a restart."""
 
     # The rule, used live and at restore: a REQUEST opens (requester, responder,
     # conversation_id) once more; a final RESPONSE closes it once.
@@ -46,6 +49,8 @@ class Conversations:
             self.open[key] = count - 1
         else:
             del self.open[key]
+            if self.traces:
+                self.traces.pop(key, None)
 
     def restore(self, snapshot: Snapshot) -> None:
         """The open conversations after a restart: the snapshot's checkpoint, then the effect
@@ -124,7 +129,10 @@ class Conversations:
                 "RESPONSE; this one was not routed",
             )
         actions = state.deliver(target, msg, session, Effect.OPENS, now)
-        self._opens((agent.agent_id, target.agent_id, conversation_id))
+        key = (agent.agent_id, target.agent_id, conversation_id)
+        self._opens(key)
+        if msg.traceparent is not None:
+            self.traces[key] = msg.traceparent
         agent.open_requests += 1
         if state.trace:
             log.debug(
@@ -152,11 +160,13 @@ class Conversations:
             )
         target = state.registry.agents.get(msg.receiver_id)
         if target is None:
-            del self.open[key]
+            self._closes(key, 1)
             raise Refusal(ErrorCode.UNKNOWN_RECEIVER, unknown_receiver(msg.receiver_id))
         now = state.clock()
         if state.is_duplicate(msg, session, now):
             return []
+        if msg.traceparent is None and self.traces:
+            msg.traceparent = self.traces.get(key)
         final = status != ResponseStatus.IN_PROGRESS
         actions = state.deliver(target, msg, session, Effect.CLOSES if final else Effect.NONE, now)
         if final:
@@ -179,6 +189,11 @@ class Conversations:
         if path is not None:
             payload["path"] = path
         frame = self.state.from_lobby(
-            msg.sender_id, MessageType.RESPONSE, payload, msg.conversation_id, msg.message_id
+            msg.sender_id,
+            MessageType.RESPONSE,
+            payload,
+            msg.conversation_id,
+            msg.message_id,
+            traceparent=msg.traceparent,
         )
         return [Send(session, frame)]

@@ -25,6 +25,7 @@ from lobby.core.records import DELIVERED, Acked, Batch, MessageStored, Record, S
 from lobby.core.refusal import Refusal
 from lobby.core.registry import AgentRecord
 from lobby.core.session import Action, Send, Session
+from lobby.core.tracing import Tracing
 from protocol.codec import encode
 from protocol.models import ErrorCode, Message, MessageType
 
@@ -48,6 +49,7 @@ class Delivery:
         dedupe_horizon: float = DEFAULT_DEDUPE_HORIZON,
         dedupe_max: int = DEFAULT_DEDUPE_MAX,
         counters: Counters | None = None,
+        tracing: Tracing | None = None,
     ) -> None:
         self.counters = counters or Counters()
         """Messages accepted, by type (the router's)."""
@@ -58,11 +60,16 @@ class Delivery:
         """Records not yet handed to the store; the I/O layer takes them (`take_journal`)."""
         self.accepted: dict[Session, str] = {}
         """Per acknowledging sender, the last message_id accepted since the last commit."""
+        self.accepted_traces: dict[Session, str | None] = {}
+        """The same, its traceparent: kept only once a traced message was accepted."""
         self.delivered: dict[str, int] = {}
         """Latest seq written to each non-acknowledging agent since the last commit."""
         self.seen: dict[tuple[str, str], float] = {}
         """(sender, sender's message_id) -> when, oldest first: the dedupe window."""
         self.last_row = 0
+        self.tracing = tracing or Tracing()
+        """Moves a message's traceparent on by one hop (and starts one, with trace ids on)."""
+        self._start_traces = self.tracing.start_traces
         self._id_prefix = id_prefix
         self._ids = itertools.count(1)
 
@@ -81,10 +88,12 @@ class Delivery:
         self.confirm(session, message_id)
         return True
 
-    def confirm(self, session: Session, message_id: str) -> None:
+    def confirm(self, session: Session, message_id: str, traceparent: str | None = None) -> None:
         agent = session.agent
         if agent is not None and agent.acks:
             self.accepted[session] = message_id
+            if traceparent is not None or self.accepted_traces:
+                self.accepted_traces[session] = traceparent
 
     def accept(
         self,
@@ -115,6 +124,8 @@ class Delivery:
         sender_set_id = msg.message_id
         if sender_set_id is None:
             msg.message_id = self.new_message_id()
+        if msg.traceparent is not None or self._start_traces:
+            msg.traceparent = self.tracing.hop(msg, target.agent_id)
         msg.seq = seq
         msg.auth_token = None
         msg.redelivered = None
@@ -137,7 +148,7 @@ class Delivery:
         if sender is not None:
             if sender_set_id is not None:
                 self.seen[(msg.sender_id, sender_set_id)] = now
-            self.confirm(sender, msg.message_id)  # type: ignore[arg-type]
+            self.confirm(sender, msg.message_id, msg.traceparent)  # type: ignore[arg-type]
         if target.acks or session is None:
             target.mailbox.append((seq, frame))
         if session is None:
@@ -183,12 +194,14 @@ class Delivery:
 
     def take_journal(self) -> Batch:
         """Hand the pending records and confirmations over (one group commit)."""
-        journal, accepted = self.journal, self.accepted
+        journal, accepted, traces = self.journal, self.accepted, self.accepted_traces
         if self.delivered:
             journal.extend(Acked(agent_id, seq) for agent_id, seq in self.delivered.items())
             self.delivered = {}
         self.journal, self.accepted = [], {}
-        return Batch(journal, accepted)
+        if traces:
+            self.accepted_traces = {}
+        return Batch(journal, accepted, traces)
 
     def forget_old(self, now: float) -> None:
         """Drop dedupe entries past the horizon or beyond the size cap, oldest first."""

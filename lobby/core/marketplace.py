@@ -14,11 +14,13 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import structlog
 
 from lobby.core.records import Effect, StateSaved
 from lobby.core.registry import AgentRecord
 from lobby.core.session import Action, Session
 from lobby.core.state import LobbyState
+from lobby.core.tracing import trace_id
 from protocol.market import (
     InvalidOrder,
     InvalidPayment,
@@ -28,6 +30,8 @@ from protocol.market import (
     transaction,
 )
 from protocol.models import ErrorCode, Message, MessageType
+
+log = structlog.get_logger("lobby")
 
 
 class Marketplace:
@@ -39,6 +43,9 @@ class Marketplace:
         self.proposals: dict[str, ProposalRecord] = {}
         self.confirmations: dict[tuple[str, str], dict[str, Any]] = {}
         """(payer, payment message_id) -> its transaction: a resent PAYMENT gets it again."""
+        self.traces: dict[str, str] = {}
+        """Proposal message_id -> the traceparent it was forwarded with: a PAYMENT sent
+        without one joins its proposal's trace. Not kept across a restart."""
 
     def text(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
         if not isinstance(msg.payload.get("content"), str):
@@ -60,6 +67,8 @@ class Marketplace:
         elif msg.message_id in self.proposals:
             state.refuse(ErrorCode.INVALID_PAYMENT, "that message_id already names a proposal")
         actions = state.deliver(target, msg, session, Effect.NONE, now)
+        if msg.traceparent is not None:
+            self.traces[msg.message_id] = msg.traceparent
         record = ProposalRecord(
             msg.message_id, agent.agent_id, target.agent_id, order.total_price, order.expires_at
         )
@@ -88,6 +97,8 @@ class Marketplace:
         except InvalidPayment as invalid:
             state.refuse(ErrorCode.INVALID_PAYMENT, str(invalid))
         assert proposal is not None
+        if msg.traceparent is None:
+            msg.traceparent = self.traces.get(proposal.message_id)
         actions = state.deliver(target, msg, session, Effect.NONE, now)
         tx = transaction(
             state.ledger.new_id(),
@@ -105,12 +116,24 @@ class Marketplace:
         state.record(tx)
         payload = {"transaction": tx}
         self.confirmations[(agent.agent_id, str(msg.message_id))] = payload
+        if state.trace:
+            log.debug(
+                "PAYMENT_ACCEPTED",
+                payer=agent.agent_id,
+                payee=target.agent_id,
+                amount=tx["amount"],
+                proposal_message_id=proposal.message_id,
+                transaction_id=tx["transaction_id"],
+                conversation_id=msg.conversation_id,
+                trace_id=trace_id(msg.traceparent),
+            )
         return actions + state.notify(
             (agent.agent_id, target.agent_id),
             MessageType.PAYMENT_CONFIRMED,
             payload,
             msg.conversation_id,
             now,
+            msg.traceparent,
         )
 
     def _forward(self, session: Session, msg: Message) -> list[Action]:

@@ -14,17 +14,21 @@ from __future__ import annotations
 import heapq
 
 import orjson
+import structlog
 
 from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON
 from lobby.core.records import Effect, StateRemoved, StateSaved
 from lobby.core.registry import AgentRecord
 from lobby.core.session import Action, Session
 from lobby.core.state import LobbyState
+from lobby.core.tracing import trace_id
 from protocol.fipa import Dialogue, IllegalMove
 from protocol.market import transaction
 from protocol.models import ErrorCode, Message, MessageType
 
 DEFAULT_DIALOGUE_TIMEOUT = 3600.0
+
+log = structlog.get_logger("lobby")
 
 
 class Negotiations:
@@ -47,6 +51,9 @@ class Negotiations:
         self.open: dict[str, Dialogue] = {}
         self.ended: dict[str, float] = {}
         """Ended dialogues -> when they ended, oldest first."""
+        self.traces: dict[str, str] = {}
+        """Dialogue id -> the traceparent of its first traced move: a move sent without one,
+        and the lobby's notices about the dialogue, join that trace."""
         self.started: dict[str, int] = {}
         """Per agent, the open dialogues it started (bounded by `max_open_dialogues`)."""
         self._due: list[tuple[float, str]] = []
@@ -94,7 +101,13 @@ class Negotiations:
         except IllegalMove as illegal:
             state.refuse(ErrorCode.INVALID_DIALOGUE, str(illegal))
         move_id, in_reply_to, payload = msg.message_id, msg.in_reply_to, msg.payload
+        before = None if started else dialogue.state
+        traces = self.traces
+        if msg.traceparent is None:
+            msg.traceparent = traces.get(dialogue_id)
         actions = state.deliver(target, msg, session, Effect.NONE, now)
+        if msg.traceparent is not None and dialogue_id not in traces:
+            traces[dialogue_id] = msg.traceparent
         if started:
             self.dialogues[dialogue_id] = self.open[dialogue_id] = dialogue
             self.started[agent.agent_id] = self.started.get(agent.agent_id, 0) + 1
@@ -108,6 +121,17 @@ class Negotiations:
                 in_reply_to,
                 payload,
                 now,
+            )
+        if state.trace:
+            log.debug(
+                "DIALOGUE_MOVE",
+                dialogue_id=dialogue_id,
+                move=msg.message_type,
+                sender=agent.agent_id,
+                receiver=target.agent_id,
+                state_before=before,
+                state_after=dialogue.state,
+                trace_id=trace_id(msg.traceparent),
             )
         if dialogue.is_over:
             self._ended(dialogue)
@@ -140,6 +164,7 @@ class Negotiations:
             payload,
             dialogue.dialogue_id,
             now,
+            self.traces.get(dialogue.dialogue_id),
         )
 
     def expire_due(self, now: float) -> list[Action]:
@@ -168,6 +193,7 @@ class Negotiations:
                 {"dialogue_id": dialogue.dialogue_id, "reason": reason},
                 dialogue.dialogue_id,
                 now,
+                self.traces.get(dialogue.dialogue_id),
             )
         return actions
 
@@ -201,6 +227,7 @@ class Negotiations:
                 break
             del ended[dialogue_id]
             self.dialogues.pop(dialogue_id, None)
+            self.traces.pop(dialogue_id, None)
             self.state.journaled(StateRemoved("dialogue", dialogue_id))
 
     def _ended(self, dialogue: Dialogue) -> None:

@@ -128,3 +128,6 @@ class Batch:
 
     records: list[Record]
     accepted: dict[Session, str]
+    traces: dict[Session, str | None] = field(default_factory=dict)
+    """The traceparent of each sender's last accepted message, if any sent in this batch had
+    one: its ACCEPTED joins that trace."""

@@ -37,6 +37,7 @@ from lobby.core.registry import REVOKED, AgentRecord, Registry
 from lobby.core.session import Action, Close, Send, Session
 from lobby.core.state import Ledger, LobbyState
 from lobby.core.to_lobby import ToLobby
+from lobby.core.tracing import Tracing
 from protocol.codec import decode, encode
 from protocol.errors import DecodeError
 from protocol.limits import clip
@@ -90,6 +91,7 @@ class Router:
         clock: Callable[[], float] = time.time,
         trace: bool = False,
         dialogue_timeout: float = DEFAULT_DIALOGUE_TIMEOUT,
+        tracing: Tracing | None = None,
     ) -> None:
         self.state = state = LobbyState(
             mailbox_limit=mailbox_limit,
@@ -98,6 +100,7 @@ class Router:
             limits=limits,
             clock=clock,
             trace=trace,
+            tracing=tracing,
         )
         self.registrar = Registrar(state)
         self.requests = Conversations(state)
@@ -218,12 +221,16 @@ class Router:
         """The actions a durable commit causes: each acknowledging sender still connected is
         told (ACCEPTED) the last of its messages in `batch`."""
         actions: list[Action] = []
+        traces = batch.traces
         for session, message_id in batch.accepted.items():
             agent = session.agent
             if agent is not None:
                 accepted = Message(
                     LOBBY_ID, agent.agent_id, MessageType.ACCEPTED, {"message_id": message_id}
                 )
+                if traces and (traceparent := traces.get(session)) is not None:
+                    accepted.traceparent = traceparent
+                    accepted.traceparent = self.state.tracing.hop(accepted, agent.agent_id)
                 actions.append(Send(session, encode(accepted)))
         return actions
 

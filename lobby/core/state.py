@@ -27,6 +27,7 @@ from lobby.core.records import AgentSaved, Effect, Record, StateSaved
 from lobby.core.refusal import Refusal, error_payload, unknown_receiver
 from lobby.core.registry import AgentRecord, Registry
 from lobby.core.session import Action, Send, Session
+from lobby.core.tracing import Tracing, trace_id
 from protocol.codec import encode
 from protocol.models import LOBBY_ID, ErrorCode, Message, MessageType
 
@@ -63,6 +64,7 @@ class LobbyState:
         limits: Limits | None = None,
         clock: Callable[[], float] = time.time,
         trace: bool = False,
+        tracing: Tracing | None = None,
     ) -> None:
         self.registry = Registry()
         self.limits = limits or Limits()
@@ -79,16 +81,41 @@ class LobbyState:
             dedupe_horizon=dedupe_horizon,
             dedupe_max=dedupe_max,
             counters=self.counters,
+            tracing=tracing,
         )
+        self.tracing = self.delivery.tracing
         self.ledger = Ledger()
         # The two delivery steps a forwarding handler takes, as the Delivery's own methods:
         # no wrapper call on the hot path, and the walk goes handler -> delivery, one way.
         self.is_duplicate = self.delivery.is_duplicate
         """Whether `msg` resends a message_id its sender already sent (it is then confirmed,
         and must be neither stored nor forwarded again)."""
-        self.deliver = self.delivery.accept
+        self.deliver = self._deliver_logged if trace else self.delivery.accept
         """Accept a message for its receiver: stamped, journaled, written or held; a full
         mailbox refuses it (`mailbox_full`) with nothing changed."""
+
+    def _deliver_logged(
+        self,
+        target: AgentRecord,
+        msg: Message,
+        sender: Session | None,
+        effect: int,
+        now: float,
+        force: bool = False,
+    ) -> list[Action]:
+        """`deliver` at DEBUG: one MESSAGE_ROUTED line per message (never its token)."""
+        actions = self.delivery.accept(target, msg, sender, effect, now, force)
+        log.debug(
+            "MESSAGE_ROUTED",
+            type=msg.message_type,
+            sender=msg.sender_id,
+            receiver=target.agent_id,
+            conversation_id=msg.conversation_id,
+            message_id=msg.message_id,
+            seq=msg.seq,
+            trace_id=trace_id(msg.traceparent),
+        )
+        return actions
 
     def journaled(self, record: Record) -> None:
         """Append `record` to the journal the next commit persists."""
@@ -115,14 +142,23 @@ class LobbyState:
         payload: dict[str, Any],
         conversation_id: str | None,
         now: float,
+        traceparent: str | None = None,
     ) -> list[Action]:
-        """A lobby notice to each agent, delivered like any message (stored, acknowledged)."""
+        """A lobby notice to each agent, delivered like any message (stored, acknowledged),
+        in the trace (`traceparent`) of what caused it."""
         actions: list[Action] = []
         for agent_id in agent_ids:
             target = self.registry.agents.get(agent_id)
             if target is not None:
-                notice = Message(LOBBY_ID, agent_id, message_type, payload, conversation_id)
-                actions += self.delivery.accept(
+                notice = Message(
+                    LOBBY_ID,
+                    agent_id,
+                    message_type,
+                    payload,
+                    conversation_id,
+                    traceparent=traceparent,
+                )
+                actions += self.deliver(
                     target, notice, sender=None, effect=Effect.NONE, now=now, force=True
                 )
         return actions
@@ -145,7 +181,12 @@ class LobbyState:
     ) -> Send:
         """A direct answer from the lobby to the sender of `msg` (not stored)."""
         frame = self.from_lobby(
-            msg.sender_id, message_type, payload, msg.conversation_id, msg.message_id
+            msg.sender_id,
+            message_type,
+            payload,
+            msg.conversation_id,
+            msg.message_id,
+            traceparent=msg.traceparent,
         )
         return Send(session, frame)
 
@@ -156,19 +197,24 @@ class LobbyState:
         payload: dict[str, Any],
         conversation_id: str | None = None,
         in_reply_to: str | None = None,
+        *,
+        traceparent: str | None = None,
     ) -> bytes:
-        """A frame from the lobby, with a lobby-assigned message_id."""
-        return encode(
-            Message(
-                LOBBY_ID,
-                receiver_id,
-                message_type,
-                payload,
-                conversation_id,
-                message_id=self.delivery.new_message_id(),
-                in_reply_to=in_reply_to,
-            )
+        """A frame from the lobby, with a lobby-assigned message_id; in the trace of the
+        message it answers (`traceparent`), if that had one."""
+        msg = Message(
+            LOBBY_ID,
+            receiver_id,
+            message_type,
+            payload,
+            conversation_id,
+            message_id=self.delivery.new_message_id(),
+            in_reply_to=in_reply_to,
         )
+        if traceparent is not None:
+            msg.traceparent = traceparent
+            msg.traceparent = self.tracing.hop(msg, receiver_id)
+        return encode(msg)
 
     def error(
         self,
@@ -183,8 +229,9 @@ class LobbyState:
         """The ERROR that refuses `msg` (or an undecodable frame: then `message_type` and
         `conversation_id` say what could be read of it), to its sender alone."""
         self.counters.refused[code] += 1
-        original_id = None
+        original_id = traceparent = None
         if msg is not None:
+            traceparent = msg.traceparent
             message_type = msg.message_type
             conversation_id = msg.conversation_id
             original_id = msg.message_id
@@ -193,8 +240,19 @@ class LobbyState:
         if not receiver and msg is not None:
             receiver = msg.sender_id
         if self.trace:
-            log.debug("MESSAGE_REFUSED", code=code, reason=reason, session=session.id)
+            log.debug(
+                "MESSAGE_REFUSED",
+                code=code,
+                reason=reason,
+                session=session.id,
+                trace_id=trace_id(traceparent),
+            )
         frame = self.from_lobby(
-            receiver, MessageType.ERROR, payload, conversation_id, in_reply_to=original_id
+            receiver,
+            MessageType.ERROR,
+            payload,
+            conversation_id,
+            in_reply_to=original_id,
+            traceparent=traceparent,
         )
         return [Send(session, frame)]

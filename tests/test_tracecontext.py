@@ -1,0 +1,33 @@
+"""protocol.tracecontext: W3C traceparents started and moved on by one hop (the checks on
+received ones are tests/test_codec.py's)."""
+
+from __future__ import annotations
+
+from protocol import tracecontext
+
+TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def test_a_started_trace_is_valid_sampled_and_new_each_time() -> None:
+    first, second = tracecontext.start(), tracecontext.start()
+    assert tracecontext.problem(first) is None
+    assert first.endswith("-01")
+    assert tracecontext.trace_id(first) != tracecontext.trace_id(second)
+
+
+def test_a_hop_keeps_trace_and_flags_with_a_new_parent_id() -> None:
+    moved = tracecontext.hop(TRACEPARENT)
+    assert tracecontext.problem(moved) is None
+    assert tracecontext.trace_id(moved) == tracecontext.trace_id(TRACEPARENT)
+    assert tracecontext.parent_id(moved) != tracecontext.parent_id(TRACEPARENT)
+    assert moved.endswith("-01")
+    assert tracecontext.hop(TRACEPARENT, "1234567890abcdef") == (
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-1234567890abcdef-01"
+    )
+
+
+def test_a_later_version_is_passed_on_as_version_00() -> None:
+    later = "cc" + TRACEPARENT[2:] + "-more"
+    assert tracecontext.hop(later, "1234567890abcdef") == (
+        "00-4bf92f3577b34da6a3ce929d0e0e4736-1234567890abcdef-01"
+    )
