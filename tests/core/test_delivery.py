@@ -9,6 +9,7 @@ from typing import Any
 import orjson
 
 from lobby.core import Router, Send
+from lobby.core.records import Acked
 from tests.routerkit import Clock, Peer, join, make_router, world
 
 
@@ -240,3 +241,18 @@ def test_a_cfp_to_oneself_is_refused() -> None:
     assert error["payload"]["code"] == "invalid_dialogue"
     assert "rule: not_a_party" in error["payload"]["error"]
     assert loner.take() == []
+
+
+def test_each_ack_that_moves_on_is_journaled_once() -> None:
+    router = make_router()
+    alice, bob = join(router, "alice"), join(router, "bob", acks=True)
+    for n in range(3):
+        text(alice, "bob", str(n), f"m-{n}")
+    bob.take()
+    router.take_journal()
+    bob.send("ACK", {"up_to": 2})
+    bob.send("ACK", {"up_to": 2})  # nothing new: nothing to persist
+    bob.send("ACK", {"up_to": 1})  # behind: nothing either
+    bob.send("ACK", {"up_to": 3})
+    assert router.take_journal().records == [Acked("bob", 2), Acked("bob", 3)]
+    assert bob.take() == []  # an ACK is never answered

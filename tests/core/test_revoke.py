@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from structlog.testing import capture_logs
 
 from lobby.core import Router, Send
 from lobby.core.records import AgentRemoved, AgentSaved
@@ -69,6 +70,19 @@ def test_remove_drops_the_agent_and_journals_it() -> None:
     assert router.delivery.take_journal().records == [AgentRemoved("seller")]
     assert router.revoke("seller") is None
     assert router.revoke("nobody", remove=True) is None
+
+
+def test_revoke_and_remove_are_logged_as_what_they_did() -> None:
+    router = make_router()
+    join(router, "seller")
+    join(router, "buyer")
+    with capture_logs() as logs:
+        router.revoke("seller")
+        router.revoke("buyer", remove=True)
+    assert [(e["event"], e["agent_id"]) for e in logs] == [
+        ("AGENT_TOKEN_REVOKED", "seller"),
+        ("AGENT_REMOVED", "buyer"),
+    ]
 
 
 def test_counters_count_routed_messages_by_type_and_refusals_by_code() -> None:

@@ -72,13 +72,20 @@ def test_every_message_is_authenticated(change: dict[str, Any], proven_before: b
 def test_lobby_only_types_are_refused_from_agents(kind: str) -> None:
     _, alice, bob = pair()
     alice.to("bob", kind, {"error": "x", "code": "x"})
+    refusal = alice.inbox[-1]["payload"]["error"]
     assert error_code(alice) == "malformed"
     assert bob.take() == []
+    # An agent sending ERROR most likely meant to fail a REQUEST: the sentence says how.
+    hint = "; answer a REQUEST with a RESPONSE whose status is 'error'" if kind == "ERROR" else ""
+    assert refusal == f"{kind} is sent by the lobby only{hint}"
 
 
 def test_bad_frames_are_refused_and_the_session_stays_usable() -> None:
     router, alice, _ = pair()
     world.deliver(router.binary(alice.session))
+    assert alice.inbox[-1]["payload"]["error"] == (
+        "binary frames are not accepted: send each message as JSON in a text frame"
+    )
     assert error_code(alice) == "malformed"
     for frame in (b"\xff\xfe not UTF-8", "{not json", "[]", '{"sender_id": "alice"}'):
         world.deliver(router.handle(alice.session, frame))
@@ -100,7 +107,11 @@ def test_a_failure_in_the_core_is_answered_with_error_internal() -> None:
     assert isinstance(action, Send)
     assert action.session is alice.session
     error = orjson.loads(action.frame)
-    assert error["message_type"] == "ERROR"
+    assert (error["sender_id"], error["receiver_id"], error["message_type"]) == (
+        "global_lobby",
+        "",
+        "ERROR",
+    )
     assert error["payload"] == {
         "error": "the lobby failed to process this message; nothing was routed",
         "code": "internal",
@@ -131,7 +142,11 @@ def test_a_commit_becomes_accepted_for_the_last_message_of_each_acknowledging_se
     assert isinstance(accepted, Send)
     assert accepted.session is alice.session
     frame = orjson.loads(accepted.frame)
-    assert (frame["message_type"], frame["receiver_id"]) == ("ACCEPTED", "alice")
+    assert (frame["sender_id"], frame["message_type"], frame["receiver_id"]) == (
+        "global_lobby",
+        "ACCEPTED",
+        "alice",
+    )
     assert frame["payload"] == {"message_id": "a-2"}
 
 
