@@ -10,7 +10,7 @@ import pytest
 
 from lobby.core import Router
 from lobby.core.limits import Limits
-from lobby.core.records import MessageStored, StateSaved
+from lobby.core.records import Effect, MessageStored, StateSaved
 from tests.routerkit import Clock, Peer, join, make_router, world
 
 
@@ -165,11 +165,13 @@ def test_a_settled_trade_is_stored_with_its_id_in_the_dialogue_and_notified_in_i
     dialogue = [r for r in records if isinstance(r, StateSaved) and r.kind == "dialogue"][-1]
     assert orjson.loads(dialogue.data)["transaction_id"] == tx["transaction_id"]
     notices = [r for r in records if isinstance(r, MessageStored) and r.sender == "global_lobby"]
-    assert [(r.receiver, r.conversation_id, r.at) for r in notices] == [
-        ("b", "d1", clock.now),
-        ("s", "d1", clock.now),
+    assert [(r.receiver, r.conversation_id, r.at, r.effect) for r in notices] == [
+        ("b", "d1", clock.now, Effect.NONE),
+        ("s", "d1", clock.now, Effect.NONE),
     ]
-    assert s.last()["conversation_id"] == "d1"
+    for peer in (b, s):
+        notice = peer.last()
+        assert (notice["receiver_id"], notice["conversation_id"]) == (peer.agent_id, "d1")
 
 
 def test_a_dialogue_expires_only_once_its_deadline_is_past() -> None:

@@ -91,11 +91,14 @@ def test_counters_count_routed_messages_by_type_and_refusals_by_code() -> None:
     buyer = join(router, "buyer")
     buyer.to("seller", "REQUEST", {"capability_name": "price"}, conversation_id="c")
     seller.to("buyer", "RESPONSE", {"status": "success"}, conversation_id="c")
+    buyer.to("seller", "REQUEST", {"capability_name": "price"}, conversation_id="e")
+    seller.to("buyer", "RESPONSE", {"status": "success"}, conversation_id="e")
     buyer.to("seller", "TEXT", {"content": "hi"})
+    buyer.to("seller", "TEXT", {"content": "again"})
     buyer.to("seller", "REQUEST", {"capability_name": "nope"}, conversation_id="d")
     buyer.to("nobody", "TEXT", {"content": "hi"})
     counted = router.counters.by_type()
-    assert (counted["REQUEST"], counted["RESPONSE"], counted["TEXT"]) == (1, 1, 1)
+    assert (counted["REQUEST"], counted["RESPONSE"], counted["TEXT"]) == (2, 2, 2)
     refused = router.counters.refused
     assert (refused["capability_not_found"], refused["unknown_receiver"]) == (1, 1)
     assert sum(refused.values()) == 2

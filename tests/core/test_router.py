@@ -8,10 +8,11 @@ from typing import Any
 
 import orjson
 import pytest
+from structlog.testing import capture_logs
 
 from lobby.core import Router, Send
 from lobby.core.records import MessageStored
-from protocol.models import MessageType
+from protocol.models import MessageType, close_code_name
 from tests.routerkit import Peer, join, make_router, world
 
 ERROR_KEYS = {"error", "code", "original_message_type", "original_conversation_id"}
@@ -159,3 +160,59 @@ def test_a_sender_gone_before_its_commit_is_told_nothing() -> None:
     assert batch.accepted == {alice.session: "a-1"}
     router.close(alice.session)
     assert router.committed(batch) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (
+            {"sender_id": "someone_else"},
+            "sender_id 'someone_else' is not the agent registered on this connection ('alice')",
+        ),
+        ({"auth_token": None}, "missing auth_token: every message after REGISTER must carry it"),
+        ({"auth_token": "not-the-token"}, "invalid auth_token for agent 'alice'"),
+    ],
+)
+def test_each_authentication_failure_says_which_and_is_logged(
+    change: dict[str, Any], reason: str
+) -> None:
+    router, alice, _ = pair()
+    frame = {
+        "sender_id": "alice",
+        "receiver_id": "bob",
+        "message_type": "TEXT",
+        "payload": {"content": "hi"},
+        "auth_token": alice.token,
+        "conversation_id": "k",
+        **change,
+    }
+    with capture_logs() as logs:
+        world.deliver(router.handle(alice.session, orjson.dumps(frame).decode()))
+    assert alice.last()["payload"] == {
+        "error": reason,
+        "code": "auth_failed",
+        "original_message_type": "TEXT",
+        "original_conversation_id": "k",
+    }
+    assert [(e["event"], e["agent_id"], e["reason"]) for e in logs] == [
+        ("AUTHENTICATION_FAILED", "alice", reason)
+    ]
+
+
+def test_a_closed_connection_takes_its_agent_offline_once_and_logs_it() -> None:
+    router, alice, _ = pair()
+    record = router.registry.agents["alice"]
+    with capture_logs() as logs:
+        assert router.close(router.open()) == []  # a connection that never registered
+        assert router.close(alice.session, 1001) == []
+        assert router.close(alice.session, 1001) == []  # again: nothing more
+    assert (record.session, alice.session.agent) == (None, None)
+    assert logs == [
+        {
+            "event": "AGENT_DISCONNECTED",
+            "log_level": "info",
+            "agent_id": "alice",
+            "close_code": 1001,
+            "close": close_code_name(1001),
+        }
+    ]

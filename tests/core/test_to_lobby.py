@@ -201,3 +201,14 @@ def test_the_lobbys_answers_go_back_to_the_asker_in_its_conversation() -> None:
                 "LIST_TRANSACTIONS": "TRANSACTIONS",
             }[kind]
         )
+
+
+def test_updated_capabilities_are_logged_by_name_up_to_a_sentence() -> None:
+    _, _, bob = pair()
+    names = [f"capability_{n}_" + "x" * 40 for n in range(4)]  # past a clipped value's length
+    with capture_logs() as logs:
+        bob.send("UPDATE_CAPABILITIES", {"capabilities": [cap(n) for n in reversed(names)]})
+    assert bob.take() == []
+    assert [(e["event"], e["agent_id"], e["capabilities"]) for e in logs] == [
+        ("AGENT_CAPABILITIES_UPDATED", "bob", ", ".join(names))
+    ]
