@@ -650,3 +650,12 @@ def test_a_ranking_cut_short_says_so_and_still_ranks_what_it_read(
     assert scores == sorted(scores, reverse=True)
     assert set(keys(cut)) <= {(r[0], r[1]) for r in rows[:3000]}
     assert cut.total == total
+
+
+def test_a_filter_serializes_back_to_the_object_it_was_parsed_from() -> None:
+    for raw in (
+        {"attribute": "region", "op": "eq", "value": "eu"},
+        {"attribute": "price", "op": "lt", "value": 5},
+        {"attribute": "region", "op": "in", "value": ["eu", "us"]},
+    ):
+        assert Filter.parse(raw).serialize() == raw

@@ -7,8 +7,10 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from structlog.testing import capture_logs
 
 from lobby.core import Router, Send
+from lobby.core.records import Acked, AgentSaved, MessageStored, Record, Snapshot, StateSaved
 from tests.routerkit import Clock, Peer, join, make_router, world
 
 
@@ -128,6 +130,7 @@ def test_a_full_mailbox_refuses_the_sender() -> None:
     request(alice, conversation="k1")
     request(alice, conversation="k2")
     request(alice, conversation="k3")
+    assert alice.inbox[-1]["payload"]["error"] == "agent 'bob' already holds 2 undelivered messages"
     assert error_code(alice) == "mailbox_full"
     assert len(router.registry.agents["bob"].mailbox) == 2
 
@@ -194,12 +197,32 @@ def test_trimming_the_dedupe_window_keeps_what_is_within_the_horizon() -> None:
 def test_the_dedupe_window_keeps_at_most_its_size_forgetting_the_oldest() -> None:
     router = make_router(dedupe_max=2)
     alice, bob = join(router, "alice"), join(router, "bob")
-    for n in (1, 2, 3):
+    for n in (1, 2, 3, 4):
         text(alice, "bob", f"{n}", f"m-{n}")
     router.compaction()
-    for n in (1, 2, 3):
+    for n in (1, 2, 3, 4):
         text(alice, "bob", f"{n} again", f"m-{n}")
-    assert contents(bob) == [("alice", "1"), ("alice", "2"), ("alice", "3"), ("alice", "1 again")]
+    assert contents(bob) == [
+        *(("alice", f"{n}") for n in (1, 2, 3, 4)),
+        ("alice", "1 again"),
+        ("alice", "2 again"),
+    ]
+
+
+def test_an_id_exactly_at_the_horizon_is_kept_and_the_checkpoint_says_what_to_keep() -> None:
+    clock = Clock()
+    router = make_router(clock, dedupe_horizon=HORIZON)
+    alice, bob = join(router, "alice"), join(router, "bob", acks=True)
+    text(alice, "bob", "1", "m-1")
+    bob.send("ACK", {"up_to": 1})
+    clock.now += HORIZON  # exactly the horizon: still recognised
+    checkpoint = router.compaction()
+    assert (checkpoint.acked, checkpoint.forget_before) == (
+        {"alice": 0, "bob": 1},
+        clock.now - HORIZON,
+    )
+    text(alice, "bob", "1 again", "m-1")
+    assert contents(bob) == [("alice", "1")]
 
 
 def test_an_ack_beyond_the_last_seq_covers_only_what_was_delivered() -> None:
@@ -240,3 +263,113 @@ def test_a_cfp_to_oneself_is_refused() -> None:
     assert error["payload"]["code"] == "invalid_dialogue"
     assert "rule: not_a_party" in error["payload"]["error"]
     assert loner.take() == []
+
+
+def test_each_ack_that_moves_on_is_journaled_once() -> None:
+    router = make_router()
+    alice, bob = join(router, "alice"), join(router, "bob", acks=True)
+    for n in range(3):
+        text(alice, "bob", str(n), f"m-{n}")
+    bob.take()
+    router.take_journal()
+    bob.send("ACK", {"up_to": 2})
+    bob.send("ACK", {"up_to": 2})  # nothing new: nothing to persist
+    bob.send("ACK", {"up_to": 1})  # behind: nothing either
+    bob.send("ACK", {"up_to": 3})
+    assert router.take_journal().records == [Acked("bob", 2), Acked("bob", 3)]
+    assert bob.take() == []  # an ACK is never answered
+
+
+def restarted(router: Router, clock: Clock, *extra: Record) -> Router:
+    """A new router restored from what `router` journaled (as a store would hand it back)."""
+    snapshot = Snapshot()
+    for record in [*extra, *router.take_journal().records]:
+        if isinstance(record, AgentSaved):
+            snapshot.agents.append(record)
+        elif isinstance(record, MessageStored):
+            snapshot.messages.append(record)
+        elif isinstance(record, Acked):
+            snapshot.acked[record.receiver] = record.up_to
+        elif isinstance(record, StateSaved):
+            snapshot.state.setdefault(record.kind, []).append(record.data)
+    again = make_router(clock, dedupe_horizon=HORIZON)
+    again.restore(snapshot)
+    return again
+
+
+def test_a_restart_restores_mailboxes_numbering_row_ids_and_the_dedupe_window() -> None:
+    clock = Clock()
+    router = make_router(clock, dedupe_horizon=HORIZON)
+    alice, bob = join(router, "alice"), join(router, "bob", acks=True)
+    carol = join(router, "carol")
+    text(alice, "carol", "to carol", "c-1")  # delivered to a non-acknowledging agent
+    for n in (1, 2, 3):
+        text(alice, "bob", str(n), f"m-{n}")
+    bob.send("ACK", {"up_to": 1})
+    bob.take(), carol.take()
+    gone = MessageStored(0, "nobody", 1, "alice", "x-1", None, 0, b"{}", clock.now)
+    rows = [r.row_id for r in router.delivery.journal if isinstance(r, MessageStored)]
+    with capture_logs() as logs:
+        again = restarted(router, clock, gone, Acked("nobody", 5))
+    assert [(e["event"], e["agents"], e["held_messages"]) for e in logs] == [
+        ("LOBBY_RESTORED", 3, 2)
+    ]
+    again.delivery.journal.clear()
+    bob = Peer(again, "bob", bob.session, bob.token)
+    held = resume(bob, acks=True)[1:]
+    assert [(m["seq"], m["payload"]["content"], m["redelivered"]) for m in held] == [
+        (2, "2", True),
+        (3, "3", True),
+    ]
+    alice = Peer(again, "alice", alice.session, alice.token)
+    resume(alice)
+    text(alice, "bob", "3 again", "m-3")  # a resend from before the restart
+    text(alice, "bob", "4", "m-4")
+    assert [(m["seq"], m["payload"]["content"]) for m in bob.take()] == [(4, "4")]
+    (row,) = [r for r in again.take_journal().records if isinstance(r, MessageStored)]
+    assert row.row_id == max(rows) + 1
+    assert again.registry.agents["carol"].next_seq == 1
+    assert "nobody" not in again.registry.agents
+
+
+def test_a_restart_restores_trades_and_open_dialogues() -> None:
+    clock = Clock()
+    router = make_router(clock)
+    b, s = join(router, "b"), join(router, "s")
+    b.to("s", "CFP", {"query": {}}, conversation_id="d1", message_id="1")
+    s.to(
+        "b",
+        "PROPOSE",
+        {"proposal": {"price": 15}},
+        conversation_id="d1",
+        message_id="2",
+        in_reply_to="1",
+    )
+    b.to("s", "ACCEPT", {}, conversation_id="d1", message_id="3", in_reply_to="2")
+    s.to("b", "MATCH_ACCEPT", {}, conversation_id="d1", message_id="4", in_reply_to="3")
+    b.to("s", "CFP", {"query": {}}, conversation_id="d2", message_id="5")
+    tx = b.inbox[-1]["payload"]["transaction"]
+    again = restarted(router, clock)
+    b = Peer(again, "b", b.session, b.token)
+    s = Peer(again, "s", s.session, s.token)
+    resume(b), resume(s)
+    b.send("LIST_TRANSACTIONS", {})
+    assert b.last()["payload"]["transactions"] == [tx]
+    s.to(
+        "b",
+        "PROPOSE",
+        {"proposal": {"price": 9}},
+        conversation_id="d2",
+        message_id="6",
+        in_reply_to="5",
+    )
+    assert b.last()["message_type"] == "PROPOSE"  # the open dialogue goes on
+    s.to(
+        "b",
+        "PROPOSE",
+        {"proposal": {"price": 8}},
+        conversation_id="d2",
+        message_id="7",
+        in_reply_to="6",
+    )
+    assert "rule: turn_taking" in s.last()["payload"]["error"]

@@ -5,10 +5,12 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
 
 from lobby.core import Router
 from lobby.core.limits import Limits
+from lobby.core.records import Effect, MessageStored, StateSaved
 from tests.routerkit import Clock, Peer, join, make_router, world
 
 
@@ -146,3 +148,37 @@ def test_a_dialogue_with_moves_expires_only_after_its_last_move_idles() -> None:
     clock.now += 7  # 11 s after the last move
     assert len(router.tick()) == 2
     assert "d1" not in router.negotiations.open
+
+
+def test_a_settled_trade_is_stored_with_its_id_in_the_dialogue_and_notified_in_it() -> None:
+    clock = Clock()
+    b, s, router = haggle_parties(clock)
+    move(b, "s", "CFP", "1", None, query={"goods": {"r": 1}})
+    move(s, "b", "PROPOSE", "2", "1", proposal={"price": 15, "goods": {"r": 1}})
+    router.take_journal()
+    clock.now += 7
+    move(b, "s", "ACCEPT", "3", "2")
+    move(s, "b", "MATCH_ACCEPT", "4", "3")
+    tx = b.last()["payload"]["transaction"]
+    assert tx["transaction_id"].startswith("tx-")
+    records = router.take_journal().records
+    dialogue = [r for r in records if isinstance(r, StateSaved) and r.kind == "dialogue"][-1]
+    assert orjson.loads(dialogue.data)["transaction_id"] == tx["transaction_id"]
+    notices = [r for r in records if isinstance(r, MessageStored) and r.sender == "global_lobby"]
+    assert [(r.receiver, r.conversation_id, r.at, r.effect) for r in notices] == [
+        ("b", "d1", clock.now, Effect.NONE),
+        ("s", "d1", clock.now, Effect.NONE),
+    ]
+    for peer in (b, s):
+        notice = peer.last()
+        assert (notice["receiver_id"], notice["conversation_id"]) == (peer.agent_id, "d1")
+
+
+def test_a_dialogue_expires_only_once_its_deadline_is_past() -> None:
+    clock = Clock()
+    b, s, router = haggle_parties(clock)
+    move(b, "s", "CFP", "1", None, query={}, reply_by=5)
+    s.take()
+    clock.now += 5  # exactly at reply_by: still open
+    assert router.tick() == []
+    assert "d1" in router.negotiations.open

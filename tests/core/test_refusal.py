@@ -5,7 +5,13 @@ from __future__ import annotations
 
 import pytest
 
-from lobby.core.refusal import Refusal, error_payload, require_lobby_receiver, validate
+from lobby.core.refusal import (
+    Refusal,
+    error_payload,
+    require_lobby_receiver,
+    unknown_receiver,
+    validate,
+)
 from protocol.limits import MAX_SENTENCE_LENGTH
 from protocol.models import ErrorCode, FetchMessagesPayload, Message, MessageType
 
@@ -33,3 +39,10 @@ def test_a_message_to_the_lobby_must_name_it() -> None:
     with pytest.raises(Refusal) as refused:
         require_lobby_receiver(Message("alice", "bob", MessageType.ACK, {"up_to": 1}))
     assert refused.value.reason == "ACK must be addressed to 'global_lobby'"
+
+
+def test_an_unknown_receiver_is_named_and_the_lobby_is_told_apart() -> None:
+    assert unknown_receiver("nobody") == "no agent 'nobody' is registered"
+    assert unknown_receiver("global_lobby") == (
+        "'global_lobby' serves no capabilities: address REQUESTs to an agent"
+    )

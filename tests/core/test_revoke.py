@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from structlog.testing import capture_logs
 
 from lobby.core import Router, Send
 from lobby.core.records import AgentRemoved, AgentSaved
@@ -71,17 +72,33 @@ def test_remove_drops_the_agent_and_journals_it() -> None:
     assert router.revoke("nobody", remove=True) is None
 
 
+def test_revoke_and_remove_are_logged_as_what_they_did() -> None:
+    router = make_router()
+    join(router, "seller")
+    join(router, "buyer")
+    with capture_logs() as logs:
+        router.revoke("seller")
+        router.revoke("buyer", remove=True)
+    assert [(e["event"], e["agent_id"]) for e in logs] == [
+        ("AGENT_TOKEN_REVOKED", "seller"),
+        ("AGENT_REMOVED", "buyer"),
+    ]
+
+
 def test_counters_count_routed_messages_by_type_and_refusals_by_code() -> None:
     router = make_router()
     seller = join(router, "seller", capabilities=[{"name": "price"}])
     buyer = join(router, "buyer")
     buyer.to("seller", "REQUEST", {"capability_name": "price"}, conversation_id="c")
     seller.to("buyer", "RESPONSE", {"status": "success"}, conversation_id="c")
+    buyer.to("seller", "REQUEST", {"capability_name": "price"}, conversation_id="e")
+    seller.to("buyer", "RESPONSE", {"status": "success"}, conversation_id="e")
     buyer.to("seller", "TEXT", {"content": "hi"})
+    buyer.to("seller", "TEXT", {"content": "again"})
     buyer.to("seller", "REQUEST", {"capability_name": "nope"}, conversation_id="d")
     buyer.to("nobody", "TEXT", {"content": "hi"})
     counted = router.counters.by_type()
-    assert (counted["REQUEST"], counted["RESPONSE"], counted["TEXT"]) == (1, 1, 1)
+    assert (counted["REQUEST"], counted["RESPONSE"], counted["TEXT"]) == (2, 2, 2)
     refused = router.counters.refused
     assert (refused["capability_not_found"], refused["unknown_receiver"]) == (1, 1)
     assert sum(refused.values()) == 2

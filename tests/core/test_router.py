@@ -8,10 +8,11 @@ from typing import Any
 
 import orjson
 import pytest
+from structlog.testing import capture_logs
 
 from lobby.core import Router, Send
 from lobby.core.records import MessageStored
-from protocol.models import MessageType
+from protocol.models import MessageType, close_code_name
 from tests.routerkit import Peer, join, make_router, world
 
 ERROR_KEYS = {"error", "code", "original_message_type", "original_conversation_id"}
@@ -72,13 +73,20 @@ def test_every_message_is_authenticated(change: dict[str, Any], proven_before: b
 def test_lobby_only_types_are_refused_from_agents(kind: str) -> None:
     _, alice, bob = pair()
     alice.to("bob", kind, {"error": "x", "code": "x"})
+    refusal = alice.inbox[-1]["payload"]["error"]
     assert error_code(alice) == "malformed"
     assert bob.take() == []
+    # An agent sending ERROR most likely meant to fail a REQUEST: the sentence says how.
+    hint = "; answer a REQUEST with a RESPONSE whose status is 'error'" if kind == "ERROR" else ""
+    assert refusal == f"{kind} is sent by the lobby only{hint}"
 
 
 def test_bad_frames_are_refused_and_the_session_stays_usable() -> None:
     router, alice, _ = pair()
     world.deliver(router.binary(alice.session))
+    assert alice.inbox[-1]["payload"]["error"] == (
+        "binary frames are not accepted: send each message as JSON in a text frame"
+    )
     assert error_code(alice) == "malformed"
     for frame in (b"\xff\xfe not UTF-8", "{not json", "[]", '{"sender_id": "alice"}'):
         world.deliver(router.handle(alice.session, frame))
@@ -100,7 +108,11 @@ def test_a_failure_in_the_core_is_answered_with_error_internal() -> None:
     assert isinstance(action, Send)
     assert action.session is alice.session
     error = orjson.loads(action.frame)
-    assert error["message_type"] == "ERROR"
+    assert (error["sender_id"], error["receiver_id"], error["message_type"]) == (
+        "global_lobby",
+        "",
+        "ERROR",
+    )
     assert error["payload"] == {
         "error": "the lobby failed to process this message; nothing was routed",
         "code": "internal",
@@ -131,7 +143,11 @@ def test_a_commit_becomes_accepted_for_the_last_message_of_each_acknowledging_se
     assert isinstance(accepted, Send)
     assert accepted.session is alice.session
     frame = orjson.loads(accepted.frame)
-    assert (frame["message_type"], frame["receiver_id"]) == ("ACCEPTED", "alice")
+    assert (frame["sender_id"], frame["message_type"], frame["receiver_id"]) == (
+        "global_lobby",
+        "ACCEPTED",
+        "alice",
+    )
     assert frame["payload"] == {"message_id": "a-2"}
 
 
@@ -144,3 +160,59 @@ def test_a_sender_gone_before_its_commit_is_told_nothing() -> None:
     assert batch.accepted == {alice.session: "a-1"}
     router.close(alice.session)
     assert router.committed(batch) == []
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (
+            {"sender_id": "someone_else"},
+            "sender_id 'someone_else' is not the agent registered on this connection ('alice')",
+        ),
+        ({"auth_token": None}, "missing auth_token: every message after REGISTER must carry it"),
+        ({"auth_token": "not-the-token"}, "invalid auth_token for agent 'alice'"),
+    ],
+)
+def test_each_authentication_failure_says_which_and_is_logged(
+    change: dict[str, Any], reason: str
+) -> None:
+    router, alice, _ = pair()
+    frame = {
+        "sender_id": "alice",
+        "receiver_id": "bob",
+        "message_type": "TEXT",
+        "payload": {"content": "hi"},
+        "auth_token": alice.token,
+        "conversation_id": "k",
+        **change,
+    }
+    with capture_logs() as logs:
+        world.deliver(router.handle(alice.session, orjson.dumps(frame).decode()))
+    assert alice.last()["payload"] == {
+        "error": reason,
+        "code": "auth_failed",
+        "original_message_type": "TEXT",
+        "original_conversation_id": "k",
+    }
+    assert [(e["event"], e["agent_id"], e["reason"]) for e in logs] == [
+        ("AUTHENTICATION_FAILED", "alice", reason)
+    ]
+
+
+def test_a_closed_connection_takes_its_agent_offline_once_and_logs_it() -> None:
+    router, alice, _ = pair()
+    record = router.registry.agents["alice"]
+    with capture_logs() as logs:
+        assert router.close(router.open()) == []  # a connection that never registered
+        assert router.close(alice.session, 1001) == []
+        assert router.close(alice.session, 1001) == []  # again: nothing more
+    assert (record.session, alice.session.agent) == (None, None)
+    assert logs == [
+        {
+            "event": "AGENT_DISCONNECTED",
+            "log_level": "info",
+            "agent_id": "alice",
+            "close_code": 1001,
+            "close": close_code_name(1001),
+        }
+    ]

@@ -11,7 +11,7 @@ from lobby.core.records import AgentSaved, StateSaved
 from lobby.core.refusal import Refusal
 from lobby.core.registry import AgentRecord
 from protocol.models import ErrorCode, Message, MessageType
-from tests.routerkit import Clock
+from tests.routerkit import Clock, join, make_router
 
 
 def state_with(*agent_ids: str, mailbox_limit: int = 10) -> LobbyState:
@@ -93,3 +93,19 @@ def test_what_must_survive_a_restart_is_journaled() -> None:
     assert isinstance(saved, AgentSaved)
     assert (saved.agent_id, saved.capabilities, saved.acks) == ("alice", b"[]", True)
     assert recorded == StateSaved("transaction", "tx-1", orjson.dumps(tx))
+
+
+def test_removing_an_agent_that_is_not_there_changes_nothing() -> None:
+    router = make_router()
+    join(router, "seller", capabilities=[{"name": "c", "description": "does c"}])
+    assert router.registry.remove("nobody") is None
+    router.registry.search.remove_agent("nobody")
+    assert set(router.registry.agents) == {"seller"}
+
+
+def test_a_session_shows_its_agent_and_address() -> None:
+    router = make_router()
+    session = router.open("10.0.0.1:5000")
+    assert repr(session) == f"Session(id={session.id}, agent=None, remote='10.0.0.1:5000')"
+    peer = join(router, "seller")
+    assert repr(peer.session) == f"Session(id={peer.session.id}, agent='seller', remote='seller')"

@@ -6,9 +6,11 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from structlog.testing import capture_logs
 
 from lobby.core import Close, Router, Send
 from lobby.core.limits import Limits
+from lobby.core.records import AgentRemoved
 from tests.routerkit import Clock, Peer, join, make_router
 
 
@@ -143,3 +145,70 @@ def test_fetch_messages_reads_the_same_mailbox_as_push() -> None:
     poller.send("FETCH_MESSAGES", {"since": rest["cursor"]})
     assert poller.last()["payload"]["messages"] == []
     assert not router.registry.agents["poller"].mailbox  # fetched = acknowledged
+
+
+def test_an_ack_needs_a_non_negative_integer_and_zero_is_one() -> None:
+    router = make_router()
+    bob = join(router, "bob", acks=True)
+    bob.send("ACK", {"up_to": 0})
+    assert bob.take() == []
+    for bad in (-1, "3", 1.5, True, None):
+        bob.send("ACK", {"up_to": bad})
+        error = bob.last()
+        assert (error["message_type"], error["payload"]["code"], error["payload"]["error"]) == (
+            "ERROR",
+            "malformed",
+            "an ACK payload needs a non-negative integer 'up_to'",
+        ), bad
+
+
+def test_unregister_detaches_journals_logs_and_closes_with_its_reason() -> None:
+    router, alice, bob = pair()
+    record = router.registry.agents["bob"]
+    record.acks = True
+    alice.to("bob", "TEXT", {"content": "held"})
+    router.take_journal()
+    with capture_logs() as logs:
+        actions = raw(
+            router, bob.session, sender_id="bob", message_type="UNREGISTER", auth_token=bob.token
+        )
+    (close,) = actions
+    assert isinstance(close, Close)
+    assert (close.session, close.code, close.reason) == (bob.session, 4003, "unregistered")
+    assert (record.session, bob.session.agent) == (None, None)
+    assert router.take_journal().records == [AgentRemoved("bob")]
+    assert [(e["event"], e["agent_id"], e["dropped"]) for e in logs] == [
+        ("AGENT_UNREGISTERED", "bob", 1)
+    ]
+
+
+def test_the_lobbys_answers_go_back_to_the_asker_in_its_conversation() -> None:
+    router = make_router()
+    poller = join(router, "poller", acks=True)
+    for kind in ("FETCH_MESSAGES", "LIST_TRANSACTIONS"):
+        poller.send(kind, {}, conversation_id=f"c-{kind}", message_id=f"m-{kind}")
+        answer = poller.last()
+        assert (
+            answer["sender_id"],
+            answer["receiver_id"],
+            answer["conversation_id"],
+            answer["in_reply_to"],
+        ) == ("global_lobby", "poller", f"c-{kind}", f"m-{kind}")
+        assert (
+            answer["message_type"]
+            == {
+                "FETCH_MESSAGES": "MESSAGES",
+                "LIST_TRANSACTIONS": "TRANSACTIONS",
+            }[kind]
+        )
+
+
+def test_updated_capabilities_are_logged_by_name_up_to_a_sentence() -> None:
+    _, _, bob = pair()
+    names = [f"capability_{n}_" + "x" * 40 for n in range(4)]  # past a clipped value's length
+    with capture_logs() as logs:
+        bob.send("UPDATE_CAPABILITIES", {"capabilities": [cap(n) for n in reversed(names)]})
+    assert bob.take() == []
+    assert [(e["event"], e["agent_id"], e["capabilities"]) for e in logs] == [
+        ("AGENT_CAPABILITIES_UPDATED", "bob", ", ".join(names))
+    ]

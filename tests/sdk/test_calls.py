@@ -68,12 +68,13 @@ async def test_an_error_response_and_a_refusal_raise_their_typed_errors() -> Non
         await remote.result
     unknown = outstanding.call("c2", "nobody", "price", stream=False)
     outstanding.refuse("c2", "unknown_receiver", "no such agent")
-    with pytest.raises(UnknownReceiverError):
+    with pytest.raises(UnknownReceiverError, match=r"^unknown_receiver: no such agent$"):
         await unknown.result
     full = outstanding.call("c3", "seller", "price", stream=False)
     outstanding.refuse("c3", "mailbox_full", "full")
-    with pytest.raises(RequestRefusedError):
+    with pytest.raises(RequestRefusedError) as refused:
         await full.result
+    assert (refused.value.code, refused.value.message) == ("mailbox_full", "full")
 
 
 async def test_a_question_takes_one_reply_and_an_answered_one_takes_no_more() -> None:
@@ -93,6 +94,10 @@ async def test_a_forgotten_conversation_is_no_longer_answered() -> None:
     dispatcher, outstanding = pair()
     outstanding.call("c1", "seller", "price", stream=False)
     outstanding.forget("c1")
+    outstanding.question("q1")
+    outstanding.forget("q1")  # a question only: no call to forget
+    outstanding.forget("never")
+    assert (outstanding.calls, outstanding.questions) == ({}, {})
     late = frame("seller", MessageType.RESPONSE, {"status": "success"}, "c1")
     assert [type(a) for a in dispatcher.receive(late)] == [Deliver]
 
@@ -104,3 +109,13 @@ async def test_a_stop_fails_every_call_and_cancels_every_question() -> None:
     outstanding.fail_all(NotConnectedError("stopped"))
     assert isinstance(call.result.exception(), NotConnectedError)
     assert question.cancelled()
+
+
+async def test_a_call_knows_what_it_asked_and_says_which_response_is_final() -> None:
+    _, outstanding = pair()
+    call = outstanding.call("c1", "seller", "price", stream=False)
+    assert (call.receiver_id, call.capability, call.updates) == ("seller", "price", None)
+    assert call.on_response({"status": "in_progress"}) is False  # not kept: no stream
+    assert call.on_response({"status": "success"}) is True
+    assert call.on_response({"status": "success"}) is True  # a second final changes nothing
+    assert await call.result == {"status": "success"}

@@ -258,9 +258,66 @@ def test_an_abandoned_message_is_handled_when_it_comes_again_and_held_from_acks_
     d.receive(frame("alice", MessageType.TEXT, message_id="m2", seq=2))
     d.settle(2)
     d.abandon(decode(first), epoch)  # the agent stopped mid-handler
+    d.finish(1, epoch)  # the cancelled task ends, but did not handle it
     assert d.ack_due() is None  # never acknowledged: the lobby must deliver it again
     again = frame("alice", MessageType.TEXT, message_id="m1", seq=1, redelivered=True)
     assert d.receive(again) == [Deliver(decode(again))]  # not a duplicate now
     d.finish(1, d.start(1))
     assert d.take_ack() == 2
     assert d.receive(again) == []  # handled once: a further copy is a duplicate
+
+
+def test_abandoning_a_message_without_seq_or_from_an_old_epoch_changes_nothing() -> None:
+    d = dispatcher()
+    old = frame("alice", MessageType.TEXT, message_id="m1", seq=1)
+    d.receive(old)
+    old_epoch = d.start(1)
+    d.registered(resumed=False)  # numbering restarts: seq 1 is another message now
+    again = frame("alice", MessageType.TEXT, message_id="m2", seq=1)
+    d.receive(again)
+    d.finish(1, d.start(1))
+    d.abandon(decode(old), old_epoch)
+    d.abandon(decode(frame("alice", MessageType.TEXT, message_id="m3")), d.inbound.epoch)
+    assert d.take_ack() == 1
+    assert d.receive(old) == []  # m1 stays seen: its abandonment came too late to matter
+
+
+def test_forgetting_a_message_never_seen_is_harmless() -> None:
+    seen = SeenMessages(2)
+    seen.forget("alice", "m1")
+    assert not seen.check_and_add("alice", "m1")
+    seen.forget("alice", "m1")
+    assert not seen.check_and_add("alice", "m1")
+
+
+def test_each_message_the_dispatcher_takes_itself_is_acknowledged_alone() -> None:
+    """Duplicate, ACCEPTED, answer, reply, refusal: each one, the last to arrive, is settled."""
+    error = {"error": "no", "code": "mailbox_full", "original_conversation_id": "c1"}
+    cases = [
+        frame(LOBBY_ID, MessageType.ACCEPTED, {"message_id": "s1"}, seq=1),
+        frame("seller", MessageType.RESPONSE, {"status": "success"}, conversation_id="c1", seq=1),
+        frame(LOBBY_ID, MessageType.MESSAGES, {"messages": []}, conversation_id="q1", seq=1),
+        frame(LOBBY_ID, MessageType.ERROR, error, conversation_id="c1", seq=1),
+    ]
+    for taken in cases:
+        d = dispatcher(calls={"c1": Awaited("seller")}, questions={"q1"})
+        d.outbound.add(sent("s1"))
+        d.receive(taken)
+        assert d.take_ack() == 1, taken
+    d = dispatcher()
+    d.receive(frame("alice", MessageType.TEXT, message_id="m1", seq=1))
+    d.finish(1, d.start(1))
+    d.take_ack()
+    for seq in (2, 3):  # redelivered twice after a reconnect: both dropped, both settled
+        assert d.receive(frame("alice", MessageType.TEXT, message_id="m1", seq=seq)) == []
+        assert d.take_ack() == seq
+    assert d.stats.duplicates_dropped == 2
+
+
+def test_every_fresh_registration_is_a_new_epoch() -> None:
+    d = dispatcher()
+    first = d.start(None)
+    d.registered(resumed=False)
+    second = d.start(None)
+    d.registered(resumed=False)
+    assert len({first, second, d.start(None)}) == 3  # a completion from any earlier one is stale

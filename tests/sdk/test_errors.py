@@ -27,7 +27,16 @@ from agent_sdk import (
     RequestContext,
     capability,
 )
-from agent_sdk.errors import remote_error
+from agent_sdk.errors import (
+    AgentIdTakenError,
+    DialogueEndedError,
+    LobbyError,
+    RegistrationError,
+    RequestRefusedError,
+    UnknownReceiverError,
+    refused_error,
+    remote_error,
+)
 from lobby.server import LobbyServer
 
 SDK = Path(agent_sdk.__file__).parent
@@ -124,6 +133,82 @@ def test_a_remote_error_is_the_class_declared_for_its_code() -> None:
     assert type(error) is OutOfStock
     assert (error.code, error.message) == ("out_of_stock", "none left")
     assert type(remote_error({"code": "no_such_code", "error": "?"})) is RemoteError
+
+
+def test_a_class_declared_later_is_raised_for_its_code_and_one_without_code_for_none() -> None:
+    class Sold(RemoteError, code="sold_out_today"):
+        pass
+
+    class Plain(RemoteError):
+        pass
+
+    assert type(remote_error({"code": "sold_out_today", "error": "gone"})) is Sold
+    assert type(remote_error({"error": "no code"})) is RemoteError  # Plain took no code
+
+
+def test_a_remote_error_without_code_or_text_says_so_and_keeps_its_payload() -> None:
+    bare = remote_error({"status": "error"})
+    assert (bare.code, bare.message, str(bare)) == (
+        "error",
+        "the request failed",
+        "error: the request failed",
+    )
+    assert bare.payload == {"status": "error"}
+    worded = remote_error({"code": "x", "message": "from message"})
+    assert (worded.message, worded.payload) == (
+        "from message",
+        {"code": "x", "message": "from message"},
+    )
+    both = remote_error({"code": "x", "error": "from error", "message": "from message"})
+    assert both.message == "from error"
+    assert RemoteError("x", "text").payload == {}
+
+
+def test_a_refusal_from_the_lobby_is_unknown_receiver_or_a_refused_request() -> None:
+    unknown = refused_error("unknown_receiver", "no agent 'x'")
+    assert (type(unknown), str(unknown)) == (UnknownReceiverError, "unknown_receiver: no agent 'x'")
+    refused = refused_error("mailbox_full", "the mailbox is full")
+    assert type(refused) is RequestRefusedError
+    assert (refused.code, refused.message, str(refused)) == (
+        "mailbox_full",
+        "the mailbox is full",
+        "mailbox_full: the mailbox is full",
+    )
+
+
+def test_each_error_keeps_its_fields_and_says_them_in_its_text() -> None:
+    for error_class in (RegistrationError, LobbyError, RequestRefusedError):
+        error = error_class("some_code", "what happened")
+        assert (error.code, error.message, str(error)) == (
+            "some_code",
+            "what happened",
+            "some_code: what happened",
+        )
+    taken = AgentIdTakenError("held elsewhere", agent_id="shop", source="a file")
+    assert (taken.code, taken.message, taken.agent_id, taken.source, str(taken)) == (
+        "agent_id_taken",
+        "held elsewhere",
+        "shop",
+        "a file",
+        "agent_id_taken: held elsewhere",
+    )
+    payload = PayloadError("does not fit", [{"loc": ["price"]}])
+    assert (str(payload), payload.errors, PayloadError("no").errors) == (
+        "does not fit",
+        [{"loc": ["price"]}],
+        [],
+    )
+    illegal = IllegalMoveError("turn_taking", "not your turn")
+    assert (illegal.rule, illegal.reason, str(illegal)) == (
+        "turn_taking",
+        "not your turn",
+        "not your turn (rule: turn_taking)",
+    )
+    ended = DialogueEndedError("declined", kind="DECLINE")
+    assert (str(ended), ended.kind) == ("declined", "DECLINE")
+    chosen = CapabilityError("none left", code="out_of_stock")
+    assert (chosen.code, chosen.message, str(chosen)) == ("out_of_stock", "none left", "none left")
+    assert CapabilityError("oops").code == "error"
 
 
 class Item(BaseModel):

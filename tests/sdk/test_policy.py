@@ -34,8 +34,12 @@ def test_a_token_bucket_allows_a_burst_then_refills_over_time() -> None:
     assert not bucket.take(start + 1.0)  # 0.2 of a call back so far
     assert bucket.take(start + 6.0)  # 5 s give one call back
     assert not bucket.take(start + 6.0)
-    with pytest.raises(ValueError, match="calls >= 1"):
-        RateLimit(calls=0)
+    RateLimit(calls=1, per=0.5)  # the smallest limit
+    for calls, per in ((0, 1.0), (1, 0.0), (1, -1.0)):
+        with pytest.raises(
+            ValueError, match=r"^a rate limit needs calls >= 1 and per > 0 seconds$"
+        ):
+            RateLimit(calls=calls, per=per)
 
 
 class Pricer(Agent):
@@ -150,5 +154,8 @@ def test_a_hook_refuses_with_false_or_by_raising_and_the_failure_is_logged() -> 
     policy.add_incoming(broken)
     with sdk_events() as logs:
         assert not policy.allows(policy.incoming, message)
-    assert [e["event"] for e in logs] == ["POLICY_HOOK_FAILED"]
+    assert [(e["event"], e["agent_id"], e["type"]) for e in logs] == [
+        ("POLICY_HOOK_FAILED", "me", MessageType.TEXT)
+    ]
+    assert "RuntimeError: boom" in logs[0]["line"]  # the hook's own failure, with its traceback
     assert seen == ["other", "other"]
