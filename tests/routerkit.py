@@ -93,3 +93,37 @@ def join(router: Router, agent_id: str, **payload: Any) -> Peer:
     peer = Peer(router, agent_id, session, token)
     world.peers[session.id] = peer
     return peer
+
+
+# Shared by the core's tests: a capability, raw frames, and a requester/server pair.
+
+
+def cap(name: str, authorized: list[str] | None = None, **extra: Any) -> dict[str, Any]:
+    return {
+        "name": name,
+        "description": f"does {name}",
+        "input_schema": {},
+        "output_schema": {},
+        "authorized_requester_ids": authorized,
+        **extra,
+    }
+
+
+def raw(router: Router, session: Any, **frame: Any) -> list[Any]:
+    frame.setdefault("receiver_id", "global_lobby")
+    frame.setdefault("payload", {})
+    return router.handle(session, orjson.dumps(frame).decode())
+
+
+def frames(actions: list[Any]) -> list[dict[str, Any]]:
+    return [orjson.loads(a.frame) for a in actions if isinstance(a, Send)]
+
+
+def pair(authorized: list[str] | None = None) -> tuple[Router, Peer, Peer]:
+    router = make_router()
+    return router, join(router, "alice"), join(router, "bob", capabilities=[cap("c", authorized)])
+
+
+def request(peer: Peer, to: str = "bob", conversation: str | None = "k", **payload: Any) -> None:
+    envelope = {"conversation_id": conversation} if conversation else {}
+    peer.to(to, "REQUEST", {"capability_name": "c", **payload}, **envelope)

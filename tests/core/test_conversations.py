@@ -4,27 +4,15 @@ conversations and their bound, and the refusals (lobby/core/conversations.py).""
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import Any
 
 import pytest
 
 from lobby.core import Router
 from lobby.core.limits import Limits
 from lobby.core.records import AgentSaved, MessageStored, Snapshot
-from tests.routerkit import Peer, join, make_router
+from tests.routerkit import Peer, cap, join, make_router, pair, request
 
 ERROR_KEYS = {"error", "code", "original_message_type", "original_conversation_id"}
-
-
-def cap(name: str, authorized: list[str] | None = None, **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "description": f"does {name}",
-        "input_schema": {},
-        "output_schema": {},
-        "authorized_requester_ids": authorized,
-        **extra,
-    }
 
 
 def error_code(peer: Peer) -> str:
@@ -32,16 +20,6 @@ def error_code(peer: Peer) -> str:
     assert error["message_type"] == "ERROR"
     assert set(error["payload"]) == ERROR_KEYS
     return str(error["payload"]["code"])
-
-
-def pair(authorized: list[str] | None = None) -> tuple[Router, Peer, Peer]:
-    router = make_router()
-    return router, join(router, "alice"), join(router, "bob", capabilities=[cap("c", authorized)])
-
-
-def request(peer: Peer, to: str = "bob", conversation: str | None = "k", **payload: Any) -> None:
-    envelope = {"conversation_id": conversation} if conversation else {}
-    peer.to(to, "REQUEST", {"capability_name": "c", **payload}, **envelope)
 
 
 def test_an_authorized_request_and_its_responses_are_forwarded_without_token() -> None:

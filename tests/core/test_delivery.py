@@ -9,41 +9,9 @@ from typing import Any
 import orjson
 from structlog.testing import capture_logs
 
-from lobby.core import Router, Send
+from lobby.core import Router
 from lobby.core.records import Acked, AgentSaved, MessageStored, Record, Snapshot, StateSaved
-from tests.routerkit import Clock, Peer, join, make_router, world
-
-
-def cap(name: str, authorized: list[str] | None = None, **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "description": f"does {name}",
-        "input_schema": {},
-        "output_schema": {},
-        "authorized_requester_ids": authorized,
-        **extra,
-    }
-
-
-def raw(router: Router, session: Any, **frame: Any) -> list[Any]:
-    frame.setdefault("receiver_id", "global_lobby")
-    frame.setdefault("payload", {})
-    return router.handle(session, orjson.dumps(frame).decode())
-
-
-def frames(actions: list[Any]) -> list[dict[str, Any]]:
-    return [orjson.loads(a.frame) for a in actions if isinstance(a, Send)]
-
-
-def pair(authorized: list[str] | None = None) -> tuple[Router, Peer, Peer]:
-    router = make_router()
-    return router, join(router, "alice"), join(router, "bob", capabilities=[cap("c", authorized)])
-
-
-def request(peer: Peer, to: str = "bob", conversation: str | None = "k", **payload: Any) -> None:
-    envelope = {"conversation_id": conversation} if conversation else {}
-    peer.to(to, "REQUEST", {"capability_name": "c", **payload}, **envelope)
-
+from tests.routerkit import Clock, Peer, cap, frames, join, make_router, pair, raw, request, world
 
 ERROR_KEYS = {"error", "code", "original_message_type", "original_conversation_id"}
 

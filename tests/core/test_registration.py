@@ -5,35 +5,11 @@ from __future__ import annotations
 
 import hashlib
 import uuid
-from typing import Any
 
-import orjson
 import pytest
 
-from lobby.core import Close, Router, Send
-from tests.routerkit import Peer, join, make_router
-
-
-def raw(router: Router, session: Any, **frame: Any) -> list[Any]:
-    frame.setdefault("receiver_id", "global_lobby")
-    frame.setdefault("payload", {})
-    return router.handle(session, orjson.dumps(frame).decode())
-
-
-def frames(actions: list[Any]) -> list[dict[str, Any]]:
-    return [orjson.loads(a.frame) for a in actions if isinstance(a, Send)]
-
-
-def cap(name: str, authorized: list[str] | None = None, **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "description": f"does {name}",
-        "input_schema": {},
-        "output_schema": {},
-        "authorized_requester_ids": authorized,
-        **extra,
-    }
-
+from lobby.core import Close
+from tests.routerkit import Peer, cap, frames, join, make_router, raw
 
 ERROR_KEYS = {"error", "code", "original_message_type", "original_conversation_id"}
 

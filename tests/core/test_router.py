@@ -10,23 +10,12 @@ import orjson
 import pytest
 from structlog.testing import capture_logs
 
-from lobby.core import Router, Send
+from lobby.core import Send
 from lobby.core.records import MessageStored
 from protocol.models import MessageType, close_code_name
-from tests.routerkit import Peer, join, make_router, world
+from tests.routerkit import Peer, cap, join, make_router, pair, world
 
 ERROR_KEYS = {"error", "code", "original_message_type", "original_conversation_id"}
-
-
-def cap(name: str, authorized: list[str] | None = None, **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "description": f"does {name}",
-        "input_schema": {},
-        "output_schema": {},
-        "authorized_requester_ids": authorized,
-        **extra,
-    }
 
 
 def error_code(peer: Peer) -> str:
@@ -34,11 +23,6 @@ def error_code(peer: Peer) -> str:
     assert error["message_type"] == "ERROR"
     assert set(error["payload"]) == ERROR_KEYS
     return str(error["payload"]["code"])
-
-
-def pair(authorized: list[str] | None = None) -> tuple[Router, Peer, Peer]:
-    router = make_router()
-    return router, join(router, "alice"), join(router, "bob", capabilities=[cap("c", authorized)])
 
 
 @pytest.mark.parametrize(

@@ -3,46 +3,13 @@ UPDATE_CAPABILITIES, UNREGISTER, FETCH_MESSAGES (lobby/core/to_lobby.py)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import orjson
 from structlog.testing import capture_logs
 
-from lobby.core import Close, Router, Send
+from lobby.core import Close, Router
 from lobby.core.limits import Limits
 from lobby.core.records import AgentRemoved
-from tests.routerkit import Clock, Peer, join, make_router
-
-
-def cap(name: str, authorized: list[str] | None = None, **extra: Any) -> dict[str, Any]:
-    return {
-        "name": name,
-        "description": f"does {name}",
-        "input_schema": {},
-        "output_schema": {},
-        "authorized_requester_ids": authorized,
-        **extra,
-    }
-
-
-def raw(router: Router, session: Any, **frame: Any) -> list[Any]:
-    frame.setdefault("receiver_id", "global_lobby")
-    frame.setdefault("payload", {})
-    return router.handle(session, orjson.dumps(frame).decode())
-
-
-def frames(actions: list[Any]) -> list[dict[str, Any]]:
-    return [orjson.loads(a.frame) for a in actions if isinstance(a, Send)]
-
-
-def pair(authorized: list[str] | None = None) -> tuple[Router, Peer, Peer]:
-    router = make_router()
-    return router, join(router, "alice"), join(router, "bob", capabilities=[cap("c", authorized)])
-
-
-def request(peer: Peer, to: str = "bob", conversation: str | None = "k", **payload: Any) -> None:
-    envelope = {"conversation_id": conversation} if conversation else {}
-    peer.to(to, "REQUEST", {"capability_name": "c", **payload}, **envelope)
+from tests.routerkit import Clock, cap, frames, join, make_router, pair, raw, request
 
 
 def test_discovery_by_name_and_keywords_excludes_the_requester() -> None:
