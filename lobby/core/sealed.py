@@ -44,6 +44,8 @@ class SealedRounds:
         self.rounds: dict[str, SealedRound] = {}
         self.waiting: dict[str, int] = {}
         """Open round -> receivers that have neither proposed nor declined."""
+        self.revealed: dict[str, float] = {}
+        """Revealed rounds -> when, oldest first, for `forget`."""
         self._due: list[tuple[float, str]] = []
 
     def cfp(self, session: Session, agent: AgentRecord, msg: Message, now: float) -> list[Action]:
@@ -227,7 +229,7 @@ class SealedRounds:
                         "reason": sealed.declined[receiver],
                     }
                 )
-        sealed.revealed_at = now
+        sealed.revealed_at = self.revealed[sealed.round_id] = now
         self.waiting.pop(sealed.round_id, None)
         self._save(sealed)
         payload = {
@@ -267,7 +269,9 @@ class SealedRounds:
         for document in documents:
             sealed = SealedRound.from_dict(orjson.loads(document))
             self.rounds[sealed.round_id] = sealed
-            if sealed.revealed_at is None:
+            if sealed.revealed_at is not None:
+                self.revealed[sealed.round_id] = sealed.revealed_at
+            else:
                 self.waiting[sealed.round_id] = sum(
                     1
                     for r in sealed.receivers
@@ -275,13 +279,18 @@ class SealedRounds:
                     and d.state is DialogueState.SEALED
                 )
                 heapq.heappush(self._due, (sealed.reply_by, sealed.round_id))
+        self.revealed = dict(sorted(self.revealed.items(), key=lambda item: item[1]))
 
     def forget(self, cutoff: float) -> None:
         """Forget the rounds revealed before `cutoff` (their dialogues go the same way)."""
-        for round_id, sealed in list(self.rounds.items()):
-            if sealed.revealed_at is not None and sealed.revealed_at < cutoff:
-                del self.rounds[round_id]
-                self.negotiations.state.journaled(StateRemoved(KIND, round_id))
+        revealed = self.revealed
+        while revealed:
+            round_id, at = next(iter(revealed.items()))
+            if at >= cutoff:
+                break
+            del revealed[round_id]
+            self.rounds.pop(round_id, None)
+            self.negotiations.state.journaled(StateRemoved(KIND, round_id))
 
     def _save(self, sealed: SealedRound) -> None:
         data = orjson.dumps(sealed.to_dict())

@@ -7,7 +7,7 @@ from typing import Any
 
 from lobby.core import Router
 from lobby.core.limits import Limits
-from lobby.core.records import Snapshot, StateSaved
+from lobby.core.records import Snapshot, StateRemoved, StateSaved
 from protocol.fipa import reveal_order
 from tests.routerkit import Clock, Peer, cap, join, make_router, world
 
@@ -162,3 +162,39 @@ def test_a_restored_round_keeps_its_held_bids_and_deadline() -> None:
     restored.tick()
     assert sealed.rounds["r1"].revealed_at == clock.now
     assert restored.negotiations.dialogues["r1:s0"].state == "proposal_revealed"
+
+
+def test_a_resent_cfp_or_bid_is_confirmed_and_changes_nothing() -> None:
+    clock = Clock()
+    router, buyer, sellers = market(clock, sellers=2)
+    open_round(buyer, ["s0", "s1"])
+    open_round(buyer, ["s0", "s1"])  # the same message_id: a resend
+    assert buyer.take() == []
+    (cfp,) = sellers[0].take()  # one CFP each
+    assert [m["message_type"] for m in sellers[1].take()] == ["CFP"]
+    for _ in range(2):
+        sellers[0].to(
+            "buyer",
+            "PROPOSE",
+            {"proposal": {"price": 3}},
+            conversation_id=cfp["conversation_id"],
+            in_reply_to=cfp["message_id"],
+            message_id="bid-s0",
+        )
+    assert sellers[0].take() == []
+    assert buyer.take() == []
+    assert router.negotiations.sealed.waiting == {"r1": 1}
+
+
+def test_a_revealed_round_is_forgotten_after_the_dedupe_horizon() -> None:
+    clock = Clock()
+    router, buyer, sellers = market(clock, sellers=1, dedupe_horizon=60.0)
+    open_round(buyer, ["s0"])
+    bid(sellers[0], 5)
+    assert buyer.last()["message_type"] == "BIDS_REVEALED"
+    router.take_journal()
+    clock.now += 61
+    router.tick()
+    assert router.negotiations.sealed.rounds == {}
+    removed = [r for r in router.take_journal().records if isinstance(r, StateRemoved)]
+    assert StateRemoved("sealed_round", "r1") in removed
