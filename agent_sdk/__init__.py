@@ -51,7 +51,7 @@ from agent_sdk.errors import (
 )
 from agent_sdk.identity import EnvTokenStore, FileTokenStore, MemoryTokenStore, TokenStore
 from agent_sdk.market import Order
-from agent_sdk.negotiation import DialogueHandle, Move, Transaction
+from agent_sdk.negotiation import DialogueHandle, Move, Round, RoundBid, Transaction
 from agent_sdk.policy import Policy, RateLimit
 from protocol.models import Capability, Message, MessageType, ServiceRecord
 
@@ -96,6 +96,8 @@ __all__ = [
     "RequestError",
     "RequestRefusedError",
     "RequestTimeoutError",
+    "Round",
+    "RoundBid",
     "ServiceRecord",
     "Status",
     "TaskRFP",

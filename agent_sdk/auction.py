@@ -2,7 +2,9 @@
 
 Over the lobby, each bid is a FIPA dialogue: a CFP carrying the RFP to every bidder found by
 skill, a PROPOSE with `confidence` and `proposal` as the bid (or a DECLINE), then ACCEPT for the
-winner and DECLINE for every other bidder. The winner executes over REQUEST/RESPONSE
+winner and DECLINE for every other bidder. With more than one bidder the CFP is a sealed round
+(unless `sealed=False`): the lobby holds the bids and reveals them together, so a fast bidder
+gains nothing over a better one. The winner executes over REQUEST/RESPONSE
 (capability `agora_execute`). Bids under `min_confidence` are dropped; the winner has the best
 score: `0.6 x confidence + 0.4 x skill match` (the share of required skills it declares), or
 the confidence alone when no skills are required. Ties go to the bidder found first.
@@ -17,7 +19,7 @@ from uuid import UUID, uuid4
 from pydantic import BaseModel, Field
 
 from agent_sdk.errors import AgentSDKError
-from agent_sdk.negotiation import DialogueHandle, Negotiator
+from agent_sdk.negotiation import DialogueHandle, Negotiator, RoundBid
 
 EXECUTE_CAPABILITY = "agora_execute"
 
@@ -73,8 +75,11 @@ class Auctioneer(Negotiator):
         timeout: float = 5.0,
         min_confidence: float | None = None,
         required_skills: list[str] | None = None,
+        sealed: bool = True,
     ) -> TaskResult:
-        """Run the Agora auction for `rfp` over the lobby and return the winner's result."""
+        """Run the Agora auction for `rfp` over the lobby and return the winner's result.
+        Bids are collected for `timeout` seconds, in a sealed round when more than one
+        bidder is found (`sealed=False`: each bid is seen as it comes)."""
         if isinstance(rfp, str):
             rfp = TaskRFP(requirement=rfp)
         updates: dict[str, Any] = {}
@@ -91,11 +96,26 @@ class Auctioneer(Negotiator):
         skills = {
             b.agent_id: [k for c in b.relevant_capabilities for k in c.keywords] for b in bidders
         }
-        collected = await asyncio.gather(
-            *(self._collect_bid(rfp, b.agent_id, timeout) for b in bidders)
-        )
-        dialogues = {handle.counterpart: handle for handle, _ in collected if handle}
-        bids = [bid for _, bid in collected if bid is not None]
+        found = list(skills)
+        try:
+            answers = await self.cfp(
+                found,
+                {"rfp": rfp.model_dump(mode="json"), "role": "buyer"},
+                reply_by=timeout,
+                dialogue_id=str(rfp.id),
+                sealed=None if sealed else False,
+            )
+        except AgentSDKError as exc:
+            return _failed(rfp, str(exc))
+        # Ties go to the bidder found first, whatever order the bids came or were revealed in.
+        offered = sorted(answers.bids, key=lambda answer: found.index(answer.agent_id))
+        dialogues: dict[str, DialogueHandle] = {}
+        bids = []
+        for answer in offered:
+            bid = await _read_bid(rfp, answer)
+            if bid is not None:
+                dialogues[bid.agent_id] = answer.dialogue
+                bids.append(bid)
         valid = [b for b in bids if b.confidence >= rfp.min_confidence]
         winner = (
             max(valid, key=lambda b: score(b, skills[b.agent_id], rfp.required_skills))
@@ -103,11 +123,7 @@ class Auctioneer(Negotiator):
             else None
         )
         await asyncio.gather(
-            *(
-                self._close_bid(dialogues[bid.agent_id], won=bid is winner)
-                for bid in bids
-                if bid.agent_id in dialogues
-            )
+            *(self._close_bid(dialogues[bid.agent_id], won=bid is winner) for bid in bids)
         )
         if winner is None:
             return _failed(rfp, "No bids met minimum confidence")
@@ -123,39 +139,26 @@ class Auctioneer(Negotiator):
             rfp_id=rfp.id, agent_id=winner.agent_id, success=True, output=str(answer["output"])
         )
 
-    async def _collect_bid(
-        self, rfp: TaskRFP, bidder: str, timeout: float
-    ) -> tuple[DialogueHandle | None, AgentBid | None]:
-        try:
-            dialogue = await self.cfp(
-                bidder,
-                {"rfp": rfp.model_dump(mode="json"), "role": "buyer"},
-                reply_by=timeout,
-                dialogue_id=f"{rfp.id}:{bidder}",
-            )
-            move = await dialogue.next_move(timeout)
-        except (TimeoutError, AgentSDKError):
-            return None, None
-        if move.kind != "PROPOSE":
-            return dialogue, None
-        proposal = move.payload.get("proposal", {})
-        try:
-            bid = AgentBid(
-                rfp_id=rfp.id,
-                agent_id=bidder,
-                confidence=proposal.get("confidence", 0.0),
-                proposal=str(proposal.get("proposal", "")),
-            )
-        except ValueError:
-            await dialogue.decline("unreadable bid")
-            return dialogue, None
-        return dialogue, bid
-
     async def _close_bid(self, dialogue: DialogueHandle, *, won: bool) -> None:
         if won:
             await dialogue.accept()
         else:
             await dialogue.decline("another bid won")
+
+
+async def _read_bid(rfp: TaskRFP, answer: RoundBid) -> AgentBid | None:
+    """The bid a PROPOSE carries; an unreadable one is declined."""
+    proposal = answer.proposal if isinstance(answer.proposal, dict) else {}
+    try:
+        return AgentBid(
+            rfp_id=rfp.id,
+            agent_id=answer.agent_id,
+            confidence=proposal.get("confidence", 0.0),
+            proposal=str(proposal.get("proposal", "")),
+        )
+    except ValueError:
+        await answer.dialogue.decline("unreadable bid")
+        return None
 
 
 def _failed(rfp: TaskRFP, error: str, *, agent_id: str = "") -> TaskResult:

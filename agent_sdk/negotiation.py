@@ -10,6 +10,14 @@ capabilities' payloads are. A negotiation reads top to bottom:
     deal = await dialogue.conclude(timeout=5)                 # ACCEPT .. TRANSACTION_CONFIRMED
     deal.amount                                               # Decimal("12.00")
 
+A CFP to a list of agents is a round, sealed by default when it asks more than one: the lobby
+holds every PROPOSE until `reply_by` (or until all have answered) and reveals them together, in
+an order it shuffles, so answering first wins nothing (PROTOCOL.md, 8.1):
+
+    bids = await agent.cfp(["s1", "s2", "s3"], Wanted(...), reply_by=5)   # a `Round`
+    best = min(bids.bids, key=lambda bid: bid.proposal["price"])
+    deal = await best.dialogue.conclude(timeout=5)
+
 `conclude()` is the one call that ends a dialogue in a trade, from either side: it accepts the
 counterpart's proposal (or waits for this agent's own to be accepted), sends MATCH_ACCEPT when
 it is this agent's to send, and returns the lobby's confirmed `Transaction`. An agent whose
@@ -27,18 +35,47 @@ import asyncio
 import inspect
 import uuid
 from collections.abc import Coroutine
-from typing import Any, get_type_hints
+from dataclasses import dataclass, field
+from typing import Any, get_type_hints, overload
 
 from pydantic import BaseModel, ValidationError
 
 from agent_sdk.caller import Caller
 from agent_sdk.dialogue import DialogueHandle, Move, Transaction, dump, parse_as
-from agent_sdk.errors import IllegalMoveError, PayloadError
+from agent_sdk.errors import IllegalMoveError, MoveTimeoutError, PayloadError
 from agent_sdk.logs import log
 from protocol.fipa import Dialogue, IllegalMove, Performative
-from protocol.models import Message, MessageType
+from protocol.models import LOBBY_ID, Message, MessageType
 
-__all__ = ["DialogueHandle", "Move", "Negotiator", "Transaction"]
+__all__ = ["DialogueHandle", "Move", "Negotiator", "Round", "RoundBid", "Transaction"]
+
+ROUND_REPLY_BY = 10.0
+"""Seconds a round stays open when `cfp()` is not given `reply_by`."""
+REVEAL_GRACE = 5.0
+"""Seconds past a sealed round's deadline to wait for its reveal (the lobby reveals on its
+once-a-second tick)."""
+
+
+@dataclass(frozen=True, slots=True)
+class RoundBid:
+    """One PROPOSE of a round: answer it on `dialogue` (`accept()`, `conclude()`, ...)."""
+
+    agent_id: str
+    proposal: Any
+    dialogue: DialogueHandle
+
+
+@dataclass(slots=True)
+class Round:
+    """What a CFP to several agents brought: the `bids` (in the lobby's shuffled order for a
+    sealed round, with its `seed`; in arrival order otherwise), who declined (with the
+    reason) and who did not answer in time."""
+
+    round_id: str
+    bids: list[RoundBid] = field(default_factory=list)
+    declined: dict[str, str | None] = field(default_factory=dict)
+    unanswered: list[str] = field(default_factory=list)
+    seed: str | None = None
 
 
 class Negotiator(Caller):
@@ -53,6 +90,9 @@ class Negotiator(Caller):
             self._routes[MessageType(performative.value)] = self._on_move
         self._routes[MessageType.TRANSACTION_CONFIRMED] = self._on_transaction_confirmed
         self._routes[MessageType.DIALOGUE_EXPIRED] = self._on_dialogue_expired
+        self._routes[MessageType.BIDS_REVEALED] = self._on_bids_revealed
+        self._reveals: dict[str, asyncio.Future[dict[str, Any]]] = {}
+        """Sealed rounds this agent awaits -> their BIDS_REVEALED payload, once it comes."""
 
     # -- callbacks (override) -------------------------------------------------------------
 
@@ -83,6 +123,7 @@ class Negotiator(Caller):
 
     # -- starting ---------------------------------------------------------------------------
 
+    @overload
     async def cfp(
         self,
         agent_id: str,
@@ -90,9 +131,54 @@ class Negotiator(Caller):
         *,
         reply_by: float | None = None,
         dialogue_id: str | None = None,
-    ) -> DialogueHandle:
+    ) -> DialogueHandle: ...
+
+    @overload
+    async def cfp(
+        self,
+        agent_id: list[str],
+        query: dict[str, Any] | BaseModel,
+        *,
+        reply_by: float | None = None,
+        dialogue_id: str | None = None,
+        sealed: bool | None = None,
+    ) -> Round: ...
+
+    async def cfp(
+        self,
+        agent_id: str | list[str],
+        query: dict[str, Any] | BaseModel,
+        *,
+        reply_by: float | None = None,
+        dialogue_id: str | None = None,
+        sealed: bool | None = None,
+    ) -> DialogueHandle | Round:
         """Open a dialogue with a CFP to `agent_id` (`query`: a dict or a model); returns its
-        handle. `IllegalMoveError` if the CFP breaks a rule (e.g. `dialogue_id` in use)."""
+        handle. `IllegalMoveError` if the CFP breaks a rule (e.g. `dialogue_id` in use).
+
+        Given a list of agents, run a round and return it once its bids are in (`Round`):
+        sealed (the default for more than one agent; `sealed=False` turns it off) the lobby
+        reveals every bid at once after `reply_by` seconds (default `ROUND_REPLY_BY`) or when
+        all have answered; unsealed, each agent gets its own CFP and the bids come as they
+        arrive, within `reply_by`. `dialogue_id` is then the round id; each agent's dialogue
+        is `<round id>:<agent id>`."""
+        if isinstance(agent_id, list):
+            round_id = dialogue_id or uuid.uuid4().hex
+            seconds = ROUND_REPLY_BY if reply_by is None else reply_by
+            if sealed is None:
+                sealed = len(agent_id) > 1
+            if sealed:
+                return await self._sealed_round(agent_id, query, seconds, round_id)
+            return await self._open_round(agent_id, query, seconds, round_id)
+        return await self._cfp(agent_id, query, reply_by, dialogue_id)
+
+    async def _cfp(
+        self,
+        agent_id: str,
+        query: dict[str, Any] | BaseModel,
+        reply_by: float | None,
+        dialogue_id: str | None,
+    ) -> DialogueHandle:
         dialogue_id = dialogue_id or uuid.uuid4().hex
         payload: dict[str, Any] = {"query": dump(query)}
         if reply_by is not None:
@@ -120,6 +206,105 @@ class Negotiator(Caller):
         )
         return handle
 
+    async def _open_round(
+        self,
+        agent_ids: list[str],
+        query: dict[str, Any] | BaseModel,
+        reply_by: float,
+        round_id: str,
+    ) -> Round:
+        """One plain CFP per agent; the first answer of each, as it arrives, within
+        `reply_by`."""
+        handles = [await self._cfp(a, query, reply_by, f"{round_id}:{a}") for a in agent_ids]
+        result = Round(round_id)
+
+        async def first_answer(handle: DialogueHandle) -> None:
+            try:
+                move = await handle.next_move(reply_by)
+            except TimeoutError:
+                result.unanswered.append(handle.counterpart)
+                return
+            if move.kind == MessageType.PROPOSE:
+                result.bids.append(RoundBid(handle.counterpart, move.content, handle))
+            elif move.kind == MessageType.DECLINE:
+                result.declined[handle.counterpart] = move.payload.get("reason")
+            else:
+                result.unanswered.append(handle.counterpart)
+
+        await asyncio.gather(*(first_answer(h) for h in handles))
+        return result
+
+    async def _sealed_round(
+        self,
+        agent_ids: list[str],
+        query: dict[str, Any] | BaseModel,
+        reply_by: float,
+        round_id: str,
+    ) -> Round:
+        """One CFP to the lobby for all; the round as the lobby reveals it."""
+        payload: dict[str, Any] = {
+            "query": dump(query),
+            "receivers": agent_ids,
+            "sealed": {"reply_by": reply_by},
+        }
+        move_id = uuid.uuid4().hex
+        loop = asyncio.get_running_loop()
+        offer = {"query": payload["query"], "reply_by": reply_by}
+        views = {}
+        for receiver in agent_ids:
+            dialogue_id = f"{round_id}:{receiver}"
+            if dialogue_id in self._dialogues or round_id in self._reveals:
+                raise IllegalMoveError(
+                    "conversation_id_in_use", f"dialogue {dialogue_id!r} exists already"
+                )
+            try:
+                views[receiver] = Dialogue.start(
+                    dialogue_id, self.agent_id, receiver, move_id, "CFP", None, offer, loop.time()
+                )
+            except IllegalMove as illegal:
+                raise IllegalMoveError(illegal.rule, illegal.reason) from None
+        handles = {r: DialogueHandle(self, view) for r, view in views.items()}
+        for handle in handles.values():
+            self._dialogues[handle.dialogue_id] = handle
+        revealed = self._reveals[round_id] = loop.create_future()
+        try:
+            await self.send(
+                LOBBY_ID, MessageType.CFP, payload, conversation_id=round_id, message_id=move_id
+            )
+            async with asyncio.timeout(reply_by + REVEAL_GRACE):
+                reveal = await revealed
+        except TimeoutError:
+            raise MoveTimeoutError(f"sealed round {round_id!r} was not revealed in time") from None
+        finally:
+            self._reveals.pop(round_id, None)
+        result = Round(round_id, seed=reveal.get("seed"), unanswered=reveal.get("unanswered", []))
+        now = loop.time()
+        for bid in reveal.get("bids", []):
+            bidder = handles.get(bid.get("sender_id"))
+            if bidder is None:
+                continue
+            # The bid as if it had come on its own: this side's view is then `proposed`.
+            bidder.view.apply(
+                bidder.counterpart,
+                self.agent_id,
+                bid["message_id"],
+                "PROPOSE",
+                move_id,
+                {"proposal": bid["proposal"]},
+                now,
+            )
+            result.bids.append(RoundBid(bidder.counterpart, bid["proposal"], bidder))
+        for declined in reveal.get("declined", []):
+            refuser = handles.get(declined.get("sender_id"))
+            if refuser is not None:
+                view = refuser.view
+                view.apply(view.responder, self.agent_id, "declined", "DECLINE", move_id, {}, now)
+                result.declined[refuser.counterpart] = declined.get("reason")
+        for agent_id in result.unanswered:
+            if agent_id in handles:
+                handles[agent_id].view.expire(now)
+        return result
+
     def dialogue(self, dialogue_id: str) -> DialogueHandle | None:
         return self._dialogues.get(dialogue_id)
 
@@ -143,6 +328,12 @@ class Negotiator(Caller):
                 log.warning("TRANSACTION_UNREADABLE", agent_id=self.agent_id, error=str(exc))
             handle._received(Move(message.message_type, message.payload, message))
         return self._typed_callback(self.on_transaction_confirmed, "transaction", raw)
+
+    def _on_bids_revealed(self, message: Message) -> None:
+        waiting = self._reveals.get(message.conversation_id or "")
+        if waiting is not None and not waiting.done():
+            waiting.set_result(message.payload)
+        return None
 
     def _on_dialogue_expired(self, message: Message) -> Coroutine[Any, Any, None]:
         dialogue_id = message.conversation_id or ""
@@ -226,13 +417,13 @@ class Negotiator(Caller):
 def _content_models(cls: type) -> dict[str, type[BaseModel]]:
     """The pydantic models the callbacks of `cls` annotate their content with, by field."""
     found: dict[str, type[BaseModel]] = {}
-    for name, field in (
+    for name, content in (
         ("on_cfp", "query"),
         ("on_propose", "proposal"),
         ("on_transaction_confirmed", "transaction"),
     ):
         function = getattr(cls, name)
-        annotation = get_type_hints(function).get(field)
+        annotation = get_type_hints(function).get(content)
         if inspect.isclass(annotation) and issubclass(annotation, BaseModel):
-            found[field] = annotation
+            found[content] = annotation
     return found

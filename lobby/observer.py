@@ -59,7 +59,9 @@ STATE_INTERVAL = 1.0
 PREVIEW_CHARS = 300
 
 _UNPREVIEWED = frozenset({"REGISTER", "REGISTER_ACK"})
-_NOTICES = frozenset({"TRANSACTION_CONFIRMED", "PAYMENT_CONFIRMED", "DIALOGUE_EXPIRED"})
+_NOTICES = frozenset(
+    {"TRANSACTION_CONFIRMED", "PAYMENT_CONFIRMED", "DIALOGUE_EXPIRED", "BIDS_REVEALED"}
+)
 """Messages the lobby itself sends to agents that belong in the viewer."""
 
 Summary = dict[str, Any]

@@ -15,12 +15,20 @@ the move id and whose `in_reply_to` is the move it answers (absent on the CFP). 
 - the parties take turns, and a move may only reply to the other party's latest move;
 - after DECLINE or MATCH_ACCEPT (or expiry) the dialogue is over.
 
+Sealed rounds: a CFP sent to several receivers at once may be sealed (`SealedRound`). Each
+receiver gets its own dialogue, which starts in `cfp_sealed`: its PROPOSE is held by the lobby
+(`proposal_held`) until the round's deadline or until every receiver has answered, then all the
+held proposals are revealed together (`proposal_revealed`) in an order shuffled by the round's
+seed (`reveal_order`), and the buyer answers each as usual. A reply after the deadline breaks
+the rule `sealed_reply_by_passed`; a move in a held dialogue before the reveal, `proposal_held`.
+
 Roles for the TAC controller: the CFP's `query` may say `"role": "buyer"` or `"seller"` for the
 CFP's sender (TAC's CFP says which side its sender is on); without it the sender is the buyer.
 """
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
 from enum import StrEnum
@@ -45,6 +53,12 @@ class DialogueState(StrEnum):
     MATCHED = "matched"
     DECLINED = "declined"
     EXPIRED = "expired"
+    SEALED = "cfp_sealed"
+    """A CFP of a sealed round, not yet answered."""
+    HELD = "proposal_held"
+    """A sealed round's PROPOSE, held by the lobby until the round is revealed."""
+    REVEALED = "proposal_revealed"
+    """A held PROPOSE, revealed to the buyer with the round's other bids."""
 
 
 TERMINAL: Final = frozenset({DialogueState.MATCHED, DialogueState.DECLINED, DialogueState.EXPIRED})
@@ -62,8 +76,25 @@ TRANSITIONS: Final[dict[DialogueState, dict[Performative, DialogueState]]] = {
     DialogueState.ACCEPTED: {
         Performative.MATCH_ACCEPT: DialogueState.MATCHED,
     },
+    DialogueState.SEALED: {
+        Performative.PROPOSE: DialogueState.HELD,
+        Performative.DECLINE: DialogueState.DECLINED,
+    },
+    DialogueState.HELD: {},
+    DialogueState.REVEALED: {
+        Performative.PROPOSE: DialogueState.PROPOSED,
+        Performative.ACCEPT: DialogueState.ACCEPTED,
+        Performative.DECLINE: DialogueState.DECLINED,
+    },
 }
 """state -> move -> next state. A move missing here is illegal in that state."""
+
+LOBBY_TRANSITIONS: Final[dict[DialogueState, dict[str, DialogueState]]] = {
+    DialogueState.CFP_SENT: {"reply_by passed": DialogueState.EXPIRED},
+    DialogueState.SEALED: {"reply_by passed": DialogueState.EXPIRED},
+    DialogueState.HELD: {"round revealed": DialogueState.REVEALED},
+}
+"""state -> event -> next state: what the lobby's clock and sealed rounds do, not a party."""
 
 START: Final = (Performative.CFP, DialogueState.CFP_SENT)
 """The only first move, and the state it leads to."""
@@ -108,6 +139,10 @@ class Dialogue:
     accepted_proposer: str | None = None
     moves: int = 1
     transaction_id: str | None = field(default=None)
+    round_id: str | None = None
+    """The sealed round this dialogue belongs to, if any."""
+    sealed_by: float | None = None
+    """The sealed round's deadline (absolute): no reply from the responder after it."""
 
     @classmethod
     def start(
@@ -180,9 +215,29 @@ class Dialogue:
         performative: str,
         in_reply_to: str | None,
         payload: dict[str, Any],
+        now: float | None = None,
     ) -> DialogueState:
-        """The state this move leads to, or `IllegalMove`. Changes nothing."""
+        """The state this move leads to, or `IllegalMove`. Changes nothing. `now` is needed
+        only to refuse a late reply in a sealed round."""
         where = f"dialogue {clip(self.dialogue_id)!r} is {self.state}"
+        if (
+            self.sealed_by is not None
+            and now is not None
+            and now >= self.sealed_by
+            and sender == self.responder
+            and self.state in (DialogueState.SEALED, DialogueState.EXPIRED)
+        ):
+            raise IllegalMove(
+                "sealed_reply_by_passed",
+                f"{performative} refused: sealed round {clip(self.round_id or '')!r} closed at "
+                f"its reply_by deadline {self.sealed_by:.3f} (Unix time), before this reply",
+            )
+        if self.state is DialogueState.HELD:
+            raise IllegalMove(
+                "proposal_held",
+                f"{performative} refused: {where}; the lobby holds the proposal sealed until "
+                f"round {clip(self.round_id or '')!r} is revealed",
+            )
         if self.is_over:
             raise IllegalMove("dialogue_over", f"{performative} refused: {where}, it is over")
         role = self.role_of(sender)
@@ -237,7 +292,7 @@ class Dialogue:
         now: float,
     ) -> DialogueState:
         """Check the move, then record it; returns the new state."""
-        state = self.check(sender, receiver, performative, in_reply_to, payload)
+        state = self.check(sender, receiver, performative, in_reply_to, payload, now)
         if performative == Performative.PROPOSE:
             self.last_proposal, self.last_proposer = payload["proposal"], sender
         elif performative == Performative.ACCEPT:
@@ -249,6 +304,11 @@ class Dialogue:
         self.reply_by = None
         self.moves += 1
         return state
+
+    def reveal(self, now: float) -> None:
+        """The lobby revealed this held proposal to the buyer (`LOBBY_TRANSITIONS`)."""
+        self.state = LOBBY_TRANSITIONS[self.state]["round revealed"]
+        self.updated_at = now
 
     def expire(self, now: float) -> None:
         self.state = DialogueState.EXPIRED
@@ -272,6 +332,84 @@ class Dialogue:
         values = dict(data)
         values["state"] = DialogueState(values["state"])
         return cls(**values)
+
+
+MAX_ROUND_RECEIVERS: Final = 1000
+"""Receivers one sealed round may ask."""
+MAX_ROUND_ID_LENGTH: Final = 100
+"""A round's dialogue ids are `<round_id>:<receiver>`, which must fit the id limit (256)."""
+
+
+@dataclass(slots=True)
+class SealedRound:
+    """A sealed-bid CFP: one dialogue per receiver (`dialogue_id(receiver)`), their PROPOSEs
+    held until `reply_by` (absolute) or until every receiver has answered, then revealed to
+    the `buyer` together in `reveal_order(seed, ...)`."""
+
+    round_id: str
+    buyer: str
+    receivers: list[str]
+    reply_by: float
+    seed: str
+    created_at: float
+    revealed_at: float | None = None
+    declined: dict[str, str | None] = field(default_factory=dict)
+    """Receiver -> the reason of its DECLINE, for the reveal."""
+
+    @classmethod
+    def parse(
+        cls, round_id: str, buyer: str, payload: dict[str, Any], seed: str, now: float
+    ) -> SealedRound:
+        """The round a CFP to the lobby asks for; `IllegalMove` (`bad_payload`) unless its
+        `sealed` is `{"reply_by": seconds}` and `receivers` a list of other agents' ids (the
+        lobby resolves a `capability_name` to that list before)."""
+        sealed = payload.get("sealed")
+        reply_by = sealed.get("reply_by") if isinstance(sealed, dict) else None
+        if isinstance(reply_by, bool) or not isinstance(reply_by, int | float) or reply_by <= 0:
+            raise IllegalMove(
+                "bad_payload",
+                "a CFP to several receivers needs 'sealed': {'reply_by': positive seconds}",
+            )
+        if len(round_id) > MAX_ROUND_ID_LENGTH:
+            raise IllegalMove(
+                "bad_payload",
+                f"a sealed round's conversation_id has at most {MAX_ROUND_ID_LENGTH} characters",
+            )
+        receivers = payload.get("receivers")
+        if (
+            not isinstance(receivers, list)
+            or not receivers
+            or not all(isinstance(r, str) for r in receivers)
+        ):
+            raise IllegalMove(
+                "bad_payload", "a sealed CFP needs 'receivers': a non-empty list of agent ids"
+            )
+        if len(receivers) > MAX_ROUND_RECEIVERS:
+            raise IllegalMove(
+                "bad_payload", f"a sealed CFP asks at most {MAX_ROUND_RECEIVERS} receivers"
+            )
+        if len(set(receivers)) != len(receivers) or buyer in receivers:
+            raise IllegalMove(
+                "bad_payload",
+                "a sealed CFP's receivers must be distinct and not include its sender",
+            )
+        return cls(round_id, buyer, list(receivers), now + float(reply_by), seed, now)
+
+    def dialogue_id(self, receiver: str) -> str:
+        return f"{self.round_id}:{receiver}"
+
+    def to_dict(self) -> dict[str, Any]:
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> SealedRound:
+        return cls(**data)
+
+
+def reveal_order(seed: str, bidders: list[str]) -> list[str]:
+    """The order a sealed round reveals its bids in: by SHA-256 of `"<seed>:<agent_id>"` (hex),
+    so anyone holding the recorded seed can check it, in any language."""
+    return sorted(bidders, key=lambda b: hashlib.sha256(f"{seed}:{b}".encode()).hexdigest())
 
 
 def price_of(proposal: dict[str, Any]) -> Decimal:
@@ -298,6 +436,8 @@ def mermaid_diagram() -> str:
     for state, moves in TRANSITIONS.items():
         for move, target in moves.items():
             lines.append(f"    {state} --> {target}: {move}")
-    lines.append(f"    {DialogueState.CFP_SENT} --> {DialogueState.EXPIRED}: reply_by passed")
+    for state, events in LOBBY_TRANSITIONS.items():
+        for event, target in events.items():
+            lines.append(f"    {state} --> {target}: {event}")
     lines += [f"    {state} --> [*]" for state in sorted(TERMINAL)]
     return "\n".join(lines)

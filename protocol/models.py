@@ -52,6 +52,7 @@ class MessageType(StrEnum):
     MATCH_ACCEPT = "MATCH_ACCEPT"
     TRANSACTION_CONFIRMED = "TRANSACTION_CONFIRMED"
     DIALOGUE_EXPIRED = "DIALOGUE_EXPIRED"
+    BIDS_REVEALED = "BIDS_REVEALED"
     LIST_TRANSACTIONS = "LIST_TRANSACTIONS"
     TRANSACTIONS = "TRANSACTIONS"
     TEXT = "TEXT"
@@ -391,12 +392,59 @@ Number = int | float | str
 """Money and prices: a JSON number (or a numeric string), read as an exact decimal."""
 
 
+class SealedTerms(_Payload):
+    reply_by: float = Field(gt=0, description="Seconds the round stays open.")
+    round_id: str | None = Field(
+        default=None, description="Set by the lobby on the CFP each receiver gets."
+    )
+
+
 class CfpPayload(_Payload):
     query: dict[str, Any] = Field(
         description="What is wanted: free-form (goods, quantities, an RFP...). "
         "`role`: 'buyer' (default) or 'seller' says which side the CFP's sender is on."
     )
     reply_by: float | None = Field(default=None, description="Seconds to the first reply.")
+    sealed: SealedTerms | None = Field(
+        default=None,
+        description="A sealed round (CFP addressed to 'global_lobby'): the lobby holds every "
+        "PROPOSE until `reply_by` or until every receiver answered, then reveals them together "
+        "in BIDS_REVEALED. On the CFP each receiver gets, it also carries `round_id`.",
+    )
+    receivers: list[AgentIdRef] | None = Field(
+        default=None, description="A sealed round's receivers (or give `capability_name`)."
+    )
+    capability_name: Name | None = Field(
+        default=None,
+        description="A sealed round asks every agent offering a capability of this name.",
+    )
+
+
+class Bid(_Payload):
+    dialogue_id: str = Field(description="The bidder's dialogue: answer it with ACCEPT/DECLINE.")
+    sender_id: str
+    message_id: str = Field(description="The PROPOSE's id: the ACCEPT's `in_reply_to`.")
+    proposal: dict[str, Any]
+
+
+class DeclinedBid(_Payload):
+    dialogue_id: str
+    sender_id: str
+    reason: str | None = None
+
+
+class BidsRevealedPayload(_Payload):
+    """BIDS_REVEALED (lobby to the round's buyer): every held PROPOSE of a sealed round, at
+    once, in `reveal_order` of `seed`."""
+
+    round_id: str
+    seed: str = Field(
+        description="Bids are ordered by the SHA-256 hex of '<seed>:<sender_id>', ascending."
+    )
+    reply_by: float = Field(description="The round's deadline (Unix time).")
+    bids: list[Bid]
+    declined: list[DeclinedBid]
+    unanswered: list[str] = Field(description="Receivers that neither proposed nor declined.")
 
 
 class ProposePayload(_Payload):
@@ -504,6 +552,7 @@ PAYLOAD_MODELS: Final[dict[MessageType, type[BaseModel]]] = {
     MessageType.MATCH_ACCEPT: MatchAcceptPayload,
     MessageType.TRANSACTION_CONFIRMED: TransactionConfirmedPayload,
     MessageType.DIALOGUE_EXPIRED: DialogueExpiredPayload,
+    MessageType.BIDS_REVEALED: BidsRevealedPayload,
     MessageType.LIST_TRANSACTIONS: ListTransactionsPayload,
     MessageType.TRANSACTIONS: TransactionsPayload,
     MessageType.TEXT: TextPayload,

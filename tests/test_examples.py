@@ -39,7 +39,7 @@ def test_every_example_script_runs_twice_against_one_lobby_process(
         "echo": ["echo answered: 'hi' (2 characters)"],
         "price_hunter": ["Search complete.", "rogue_007 <- lobby: Unauthorized"],
         "fipa_haggle": ["TRANSACTION_CONFIRMED: b buys {'r': 1} from s at 15.00"],
-        "agora": ["Winner: summarizer"],
+        "agora": ["Bids: sealed, revealed together", "Winner: summarizer"],
         "tac": ["trader_c: g0=2 g1=2 g2=5 g3=2  money=  98.99  utility=0.7848"],
         "marketplace": ["ann paid napoli_express 15.80", "bob paid napoli_express 6.60"],
         "pricer": ["bought 10 apples at 11.00"],
@@ -111,6 +111,11 @@ async def test_agora_auction_picks_the_best_scored_bid(lobby: LobbyServer) -> No
     assert result.agent_id == "summarizer"
     assert result.output.startswith("[summarizer] Summarize quantum computing")
     assert result.rfp_id == agora.RFP.id
+
+
+async def test_agora_with_open_bids_picks_the_same_winner(lobby: LobbyServer) -> None:
+    result = await agora.main(lobby.url, sealed=False)
+    assert (result.success, result.agent_id) == (True, "summarizer")
 
 
 async def test_agora_threshold_and_no_bidders(lobby: LobbyServer) -> None:

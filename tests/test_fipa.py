@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -9,12 +10,16 @@ from typing import Any
 import pytest
 
 from protocol.fipa import (
+    LOBBY_TRANSITIONS,
+    MAX_ROUND_RECEIVERS,
     TRANSITIONS,
     Dialogue,
     DialogueState,
     IllegalMove,
+    SealedRound,
     Terms,
     mermaid_diagram,
+    reveal_order,
 )
 
 CFP = {"query": {"goods": {"r": 1}}}
@@ -354,3 +359,99 @@ def test_a_decline_after_a_proposal_accepts_nothing() -> None:
     d.apply("b", "s", "3", "DECLINE", "2", {}, now=102.0)
     assert d.accepted_proposal is None
     assert d.terms() is None
+
+
+# -- sealed rounds ---------------------------------------------------------------------------
+
+
+def sealed_dialogue(deadline: float = 110.0) -> Dialogue:
+    """A round's dialogue as the lobby starts it: sealed until `deadline`."""
+    d = started()
+    d.state, d.round_id, d.sealed_by = DialogueState.SEALED, "r1", deadline
+    return d
+
+
+def test_a_sealed_proposal_is_held_then_revealed_and_answered_as_usual() -> None:
+    d = sealed_dialogue()
+    assert d.apply("s", "b", "2", "PROPOSE", "1", proposal(7), 105.0) is DialogueState.HELD
+    with pytest.raises(IllegalMove) as refused:
+        d.check("b", "s", "ACCEPT", "2", {}, 106.0)
+    assert refused.value.rule == "proposal_held"
+    d.reveal(111.0)
+    assert (d.state, d.updated_at) == (DialogueState.REVEALED, 111.0)
+    assert d.apply("b", "s", "3", "ACCEPT", "2", {}, 112.0) is DialogueState.ACCEPTED
+    d.apply("s", "b", "4", "MATCH_ACCEPT", "3", {}, 113.0)
+    assert d.terms() == Terms("b", "s", Decimal(7), {"r": 1})
+
+
+def test_a_reply_after_the_sealed_deadline_names_it() -> None:
+    d = sealed_dialogue(deadline=110.0)
+    with pytest.raises(IllegalMove) as refused:
+        d.check("s", "b", "PROPOSE", "1", proposal(1), 110.0)
+    assert refused.value.rule == "sealed_reply_by_passed"
+    assert "'r1' closed at its reply_by deadline 110.000" in refused.value.reason
+    d.expire(111.0)  # the round was revealed without it
+    with pytest.raises(IllegalMove) as refused:
+        d.check("s", "b", "DECLINE", "1", {}, 112.0)
+    assert refused.value.rule == "sealed_reply_by_passed"
+    # Without a clock (as an agent's own view checks) the usual rule answers.
+    with pytest.raises(IllegalMove) as refused:
+        d.check("s", "b", "PROPOSE", "1", proposal(1))
+    assert refused.value.rule == "dialogue_over"
+
+
+def test_a_sealed_dialogue_may_be_declined_before_the_deadline() -> None:
+    d = sealed_dialogue()
+    assert d.apply("s", "b", "2", "DECLINE", "1", {}, 105.0) is DialogueState.DECLINED
+    assert d.is_over
+
+
+def test_the_lobby_transitions_are_in_the_diagram() -> None:
+    diagram = mermaid_diagram()
+    for state, events in LOBBY_TRANSITIONS.items():
+        for event, target in events.items():
+            assert f"{state} --> {target}: {event}" in diagram
+
+
+ROUND = {"query": {}, "receivers": ["s1", "s2"], "sealed": {"reply_by": 5}}
+
+
+def test_a_round_is_parsed_from_its_cfp() -> None:
+    sealed = SealedRound.parse("r1", "b", ROUND, "seed", 100.0)
+    assert (sealed.receivers, sealed.reply_by) == (["s1", "s2"], 105.0)
+    assert sealed.dialogue_id("s2") == "r1:s2"
+    assert SealedRound.from_dict(sealed.to_dict()) == sealed
+
+
+@pytest.mark.parametrize(
+    ("change", "words"),
+    [
+        ({"sealed": None}, "'sealed': {'reply_by': positive seconds}"),
+        ({"sealed": {"reply_by": 0}}, "'sealed': {'reply_by': positive seconds}"),
+        ({"sealed": {"reply_by": True}}, "'sealed': {'reply_by': positive seconds}"),
+        ({"receivers": "s1"}, "a non-empty list of agent ids"),
+        ({"receivers": [1]}, "a non-empty list of agent ids"),
+        ({"receivers": ["s1", "b"]}, "not include its sender"),
+        ({"receivers": [f"s{i}" for i in range(MAX_ROUND_RECEIVERS + 1)]}, "at most 1000"),
+    ],
+)
+def test_a_bad_round_names_its_problem(change: dict[str, Any], words: str) -> None:
+    with pytest.raises(IllegalMove) as refused:
+        SealedRound.parse("r1", "b", {**ROUND, **change}, "seed", 100.0)
+    assert refused.value.rule == "bad_payload"
+    assert words in refused.value.reason
+
+
+def test_a_round_id_must_leave_room_for_the_receivers() -> None:
+    with pytest.raises(IllegalMove, match="at most 100 characters"):
+        SealedRound.parse("r" * 101, "b", ROUND, "seed", 100.0)
+
+
+def test_the_reveal_order_is_a_reproducible_shuffle() -> None:
+    bidders = [f"bidder-{i}" for i in range(10)]
+    order = reveal_order("0f" * 16, bidders)
+    assert order == reveal_order("0f" * 16, list(reversed(bidders)))  # arrival does not count
+    assert sorted(order) == bidders
+    digest = hashlib.sha256(f"{'0f' * 16}:{order[0]}".encode()).hexdigest()
+    assert all(digest <= hashlib.sha256(f"{'0f' * 16}:{b}".encode()).hexdigest() for b in bidders)
+    assert reveal_order("another seed", bidders) != order

@@ -1,7 +1,12 @@
 """The Agora over a real lobby: three specialists bid on an RFP, the best score wins and
 executes it. Bids here are deterministic (skill overlap), no language model involved.
 
-    .venv/bin/python -m examples.agora.run [--lobby-url ws://127.0.0.1:8765/]
+The bids are sealed: the requester's CFP goes to the lobby as one round, the lobby holds each
+PROPOSE until all three specialists have answered (or the round's 3 s pass) and reveals them to
+the requester together, in an order shuffled by a seed it records. The quickest specialist
+gains nothing over the best one. `--open-bids` runs the same auction with one plain CFP each.
+
+    .venv/bin/python -m examples.agora.run [--lobby-url ws://127.0.0.1:8765/] [--open-bids]
 """
 
 from __future__ import annotations
@@ -73,6 +78,8 @@ async def main(lobby_url: str, rfp: TaskRFP = RFP, **auction: Any) -> TaskResult
         result = await agents[-1].auction(rfp, timeout=3, **auction)
         # Leave the lobby, so the example can run again against the same lobby.
         await asyncio.gather(*(agent.unregister() for agent in agents))
+    sealed = auction.get("sealed", True)
+    print(f"Bids: {'sealed, revealed together' if sealed else 'open, seen as they came'}")
     print(f"Winner: {result.agent_id or '-'}")
     print(f"Output: {result.output or result.error_message}")
     return result
@@ -81,4 +88,6 @@ async def main(lobby_url: str, rfp: TaskRFP = RFP, **auction: Any) -> TaskResult
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--lobby-url", default=os.environ.get("LOBBY_URL", "ws://127.0.0.1:8765/"))
-    asyncio.run(main(parser.parse_args().lobby_url))
+    parser.add_argument("--open-bids", action="store_true", help="no sealed round")
+    arguments = parser.parse_args()
+    asyncio.run(main(arguments.lobby_url, sealed=not arguments.open_bids))

@@ -19,12 +19,13 @@ import structlog
 from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON
 from lobby.core.records import Effect, StateRemoved, StateSaved
 from lobby.core.registry import AgentRecord
+from lobby.core.sealed import UNREVEALED, SealedRounds
 from lobby.core.session import Action, Session
 from lobby.core.state import LobbyState
 from lobby.core.tracing import trace_id
 from protocol.fipa import Dialogue, IllegalMove
 from protocol.market import transaction
-from protocol.models import ErrorCode, Message, MessageType
+from protocol.models import LOBBY_ID, ErrorCode, Message, MessageType
 
 DEFAULT_DIALOGUE_TIMEOUT = 3600.0
 
@@ -60,19 +61,25 @@ class Negotiations:
         """A heap of (when it expires, dialogue id), one entry per open dialogue, so a tick
         looks at the earliest only. A move only ever puts a dialogue's expiry later: its entry
         is moved on when it comes due, not at every move."""
+        self.sealed = SealedRounds(self)
 
     def move(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
         state = self.state
         dialogue_id = msg.conversation_id
         if dialogue_id is None:
             state.refuse(ErrorCode.MALFORMED, f"a {msg.message_type} needs a conversation_id")
-        target = state.receiver(msg)
+        sealed_round = msg.receiver_id == LOBBY_ID and msg.message_type is MessageType.CFP
+        target = None if sealed_round else state.receiver(msg)
         now = state.clock()
         if state.is_duplicate(msg, session, now):
             return []
         if msg.message_id is None:
             msg.message_id = state.delivery.new_message_id()
+        if target is None:
+            return self.sealed.cfp(session, agent, msg, now)
         dialogue = self.dialogues.get(dialogue_id)
+        if dialogue is not None and dialogue.sealed_by is not None and dialogue.state in UNREVEALED:
+            return self.sealed.answer(session, agent, msg, dialogue, now)
         limit = state.limits.max_open_dialogues
         if dialogue is None and limit and self.started.get(agent.agent_id, 0) >= limit:
             state.refuse(
@@ -168,8 +175,9 @@ class Negotiations:
         )
 
     def expire_due(self, now: float) -> list[Action]:
-        """End dialogues whose CFP deadline passed unanswered or that idled too long."""
-        actions: list[Action] = []
+        """Reveal the sealed rounds whose deadline passed; end dialogues whose CFP deadline
+        passed unanswered or that idled too long."""
+        actions = self.sealed.reveal_due(now)
         due = self._due
         while due and due[0][0] < now:
             at, dialogue_id = heapq.heappop(due)
@@ -210,10 +218,23 @@ class Negotiations:
         # Saved in the order they started; `forget_ended` wants them in the order they ended.
         self.ended = dict(sorted(self.ended.items(), key=lambda item: item[1]))
 
+    def restore_rounds(self, documents: list[bytes]) -> None:
+        """Load the saved sealed rounds; call after `restore`."""
+        self.sealed.restore(documents)
+
     def _expiry(self, dialogue: Dialogue) -> float:
         """When `dialogue` expires unless a move comes first."""
         idle = dialogue.updated_at + self.timeout
+        if dialogue.sealed_by is not None:  # never idle out before its round is revealed
+            idle = max(idle, dialogue.sealed_by + self.timeout)
         return idle if dialogue.reply_by is None else min(idle, dialogue.reply_by)
+
+    def opened(self, dialogue: Dialogue) -> None:
+        """Track a dialogue a sealed round started."""
+        self.dialogues[dialogue.dialogue_id] = self.open[dialogue.dialogue_id] = dialogue
+        self.started[dialogue.initiator] = self.started.get(dialogue.initiator, 0) + 1
+        self._schedule(dialogue)
+        self._save(dialogue)
 
     def _schedule(self, dialogue: Dialogue) -> None:
         heapq.heappush(self._due, (self._expiry(dialogue), dialogue.dialogue_id))
@@ -221,6 +242,7 @@ class Negotiations:
     def forget_ended(self, now: float) -> None:
         """Forget the dialogues that ended more than `remember` seconds ago."""
         ended, cutoff = self.ended, now - self.remember
+        self.sealed.forget(cutoff)
         while ended:
             dialogue_id, at = next(iter(ended.items()))
             if at >= cutoff:
@@ -229,6 +251,14 @@ class Negotiations:
             self.dialogues.pop(dialogue_id, None)
             self.traces.pop(dialogue_id, None)
             self.state.journaled(StateRemoved("dialogue", dialogue_id))
+
+    def finish(self, dialogue: Dialogue) -> None:
+        """Bookkeeping for a dialogue that is over: no longer open, forgotten in time."""
+        self._ended(dialogue)
+
+    def save(self, dialogue: Dialogue) -> None:
+        """Journal `dialogue` whole (after any change)."""
+        self._save(dialogue)
 
     def _ended(self, dialogue: Dialogue) -> None:
         self.ended[dialogue.dialogue_id] = dialogue.updated_at

@@ -67,6 +67,7 @@ _LOBBY_ONLY: Final = frozenset(
         MessageType.ACCEPTED,
         MessageType.TRANSACTION_CONFIRMED,
         MessageType.DIALOGUE_EXPIRED,
+        MessageType.BIDS_REVEALED,
         MessageType.TRANSACTIONS,
         MessageType.PAYMENT_CONFIRMED,
         MessageType.MESSAGES,
@@ -184,6 +185,7 @@ class Router:
         transactions = [orjson.loads(t) for t in snapshot.state.get("transaction", [])]
         self.ledger.transactions = transactions
         self.negotiations.restore(snapshot.state.get("dialogue", []))
+        self.negotiations.restore_rounds(snapshot.state.get("sealed_round", []))
         self.market.restore(snapshot.state.get("proposal", []), transactions)
         log.info(
             "LOBBY_RESTORED",

@@ -16,6 +16,7 @@ ROUTED = {
     MessageType.MATCH_ACCEPT,
     MessageType.TRANSACTION_CONFIRMED,
     MessageType.DIALOGUE_EXPIRED,
+    MessageType.BIDS_REVEALED,
     MessageType.TEXT,  # marketplace
     MessageType.ORDER_PROPOSAL,
     MessageType.PAYMENT,

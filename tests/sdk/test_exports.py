@@ -26,6 +26,8 @@ def test_public_api_is_exactly_the_documented_names() -> None:
         "CapabilityNotFoundError",
         "CapabilitySpec",
         "DialogueHandle",
+        "Round",
+        "RoundBid",
         "InvalidInputError",
         "LobbyError",
         "Message",

@@ -5,6 +5,7 @@ move that does not fit its model declined with the reason."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from decimal import Decimal
 
 import pytest
@@ -17,6 +18,7 @@ from agent_sdk import (
     Transaction,
 )
 from lobby.server import LobbyServer
+from protocol.fipa import reveal_order
 
 
 class Apples(BaseModel):
@@ -113,3 +115,49 @@ async def test_a_query_that_does_not_fit_the_model_is_declined_naming_the_proble
         assert seller.queries == []
         with pytest.raises(DialogueEndedError):
             await dialogue.next_proposal(Offer, timeout=5)
+
+
+class Grocer(Agent):
+    """Answers every CFP with its own price, or declines when it has none."""
+
+    def __init__(self, agent_id: str, url: str, price: Decimal | None) -> None:
+        super().__init__(agent_id, lobby_url=url)
+        self.price = price
+
+    async def on_cfp(self, dialogue: DialogueHandle, query: Wanted) -> None:
+        if self.price is None:
+            await dialogue.decline("no apples today")
+        else:
+            await dialogue.propose(Offer(goods=query.goods, price=self.price))
+
+
+@pytest.mark.parametrize("sealed", [None, False])
+async def test_a_cfp_to_several_returns_the_round_and_one_bid_concludes(
+    lobby: LobbyServer, sealed: bool | None
+) -> None:
+    prices = {"g1": Decimal("9.00"), "g2": Decimal("7.50"), "g3": Decimal("8.25"), "g4": None}
+    grocers = [Grocer(name, lobby.url, price) for name, price in prices.items()]
+    async with contextlib.AsyncExitStack() as stack:
+        for grocer in grocers:
+            await stack.enter_async_context(grocer)
+        buyer = await stack.enter_async_context(Agent("buyer", lobby_url=lobby.url))
+        wanted = Wanted(goods=Apples(apples=2))
+        if sealed is None:  # the default for several receivers: sealed
+            round_ = await buyer.cfp(list(prices), wanted, reply_by=30, dialogue_id="r1")
+        else:
+            round_ = await buyer.cfp(
+                list(prices), wanted, reply_by=30, dialogue_id="r1", sealed=sealed
+            )
+        bidders = [bid.agent_id for bid in round_.bids]
+        assert sorted(bidders) == ["g1", "g2", "g3"]
+        assert round_.declined == {"g4": "no apples today"}
+        assert round_.unanswered == []
+        if sealed is None:
+            assert round_.seed is not None
+            assert bidders == reveal_order(round_.seed, ["g1", "g2", "g3"])
+        best = min(round_.bids, key=lambda bid: Decimal(bid.proposal["price"]))
+        assert best.agent_id == "g2"
+        assert best.dialogue.dialogue_id == "r1:g2"
+        deal = await best.dialogue.conclude(timeout=10)
+        assert deal is not None
+        assert (deal.seller, deal.amount) == ("g2", Decimal("7.50"))
