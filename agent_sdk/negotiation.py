@@ -42,7 +42,7 @@ from pydantic import BaseModel, ValidationError
 
 from agent_sdk.caller import Caller
 from agent_sdk.dialogue import DialogueHandle, Move, Transaction, dump, parse_as
-from agent_sdk.errors import IllegalMoveError, MoveTimeoutError, PayloadError
+from agent_sdk.errors import IllegalMoveError, LobbyError, MoveTimeoutError, PayloadError
 from agent_sdk.logs import log
 from protocol.fipa import Dialogue, IllegalMove, Performative
 from protocol.models import LOBBY_ID, Message, MessageType
@@ -91,6 +91,7 @@ class Negotiator(Caller):
         self._routes[MessageType.TRANSACTION_CONFIRMED] = self._on_transaction_confirmed
         self._routes[MessageType.DIALOGUE_EXPIRED] = self._on_dialogue_expired
         self._routes[MessageType.BIDS_REVEALED] = self._on_bids_revealed
+        self._routes[MessageType.ERROR] = self._on_error
         self._reveals: dict[str, asyncio.Future[dict[str, Any]]] = {}
         """Sealed rounds this agent awaits -> their BIDS_REVEALED payload, once it comes."""
 
@@ -275,6 +276,10 @@ class Negotiator(Caller):
                 reveal = await revealed
         except TimeoutError:
             raise MoveTimeoutError(f"sealed round {round_id!r} was not revealed in time") from None
+        except LobbyError:
+            for handle in handles.values():  # the lobby refused the round: it opened nothing
+                self._dialogues.pop(handle.dialogue_id, None)
+            raise
         finally:
             self._reveals.pop(round_id, None)
         result = Round(round_id, seed=reveal.get("seed"), unanswered=reveal.get("unanswered", []))
@@ -334,6 +339,21 @@ class Negotiator(Caller):
         if waiting is not None and not waiting.done():
             waiting.set_result(message.payload)
         return None
+
+    def _on_error(self, message: Message) -> Coroutine[Any, Any, None]:
+        """A refused round CFP fails its `cfp()` at once; every ERROR still reaches
+        `on_message`."""
+        payload = message.payload
+        waiting = self._reveals.get(str(payload.get("original_conversation_id") or ""))
+        if (
+            waiting is not None
+            and not waiting.done()
+            and message.sender_id == LOBBY_ID
+            and payload.get("original_message_type") == MessageType.CFP
+        ):
+            code, error = str(payload.get("code")), str(payload.get("error"))
+            waiting.set_exception(LobbyError(code, error))
+        return self.on_message(message)
 
     def _on_dialogue_expired(self, message: Message) -> Coroutine[Any, Any, None]:
         dialogue_id = message.conversation_id or ""

@@ -15,6 +15,7 @@ from agent_sdk import (
     Agent,
     DialogueEndedError,
     DialogueHandle,
+    LobbyError,
     Transaction,
 )
 from lobby.server import LobbyServer
@@ -161,3 +162,23 @@ async def test_a_cfp_to_several_returns_the_round_and_one_bid_concludes(
         deal = await best.dialogue.conclude(timeout=10)
         assert deal is not None
         assert (deal.seller, deal.amount) == ("g2", Decimal("7.50"))
+
+
+async def test_a_round_the_lobby_refuses_fails_its_cfp_at_once_with_the_lobbys_code(
+    lobby: LobbyServer,
+) -> None:
+    async with (
+        Grocer("g1", lobby.url, Decimal("9.00")),
+        Agent("buyer", lobby_url=lobby.url) as buyer,
+    ):
+        wanted = Wanted(goods=Apples(apples=2))
+        refused_round = "r-refused"
+        # reply_by is far beyond the test's own timeout: only the lobby's ERROR can end it.
+        with pytest.raises(LobbyError) as refused:
+            await asyncio.wait_for(
+                buyer.cfp(["g1", "nobody"], wanted, reply_by=3600, dialogue_id=refused_round), 30
+            )
+        assert refused.value.code == "unknown_receiver"
+        assert "nobody" in refused.value.message
+        # The lobby opened nothing, so neither does the buyer: the id can be used again.
+        assert buyer.dialogue(f"{refused_round}:g1") is None
