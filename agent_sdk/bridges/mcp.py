@@ -57,6 +57,9 @@ from protocol.models import Capability, ErrorCode, ResponseStatus
 MAX_TOOL_NAME = 128
 """MCP's longest tool name."""
 
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+"""Hosts whose HTTP server refuses requests for other host names (DNS rebinding)."""
+
 _KEPT = frozenset(string.ascii_letters + string.digits + "_")
 _HEX = frozenset("0123456789abcdef")
 
@@ -295,11 +298,19 @@ async def serve(
 async def _serve_http(server: Server[Any, Any], host: str, port: int) -> None:
     import uvicorn
     from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+    from mcp.server.transport_security import TransportSecuritySettings
     from starlette.applications import Starlette
     from starlette.routing import Route
     from starlette.types import Receive, Scope, Send
 
-    manager = StreamableHTTPSessionManager(app=server)
+    security = None
+    if host in LOOPBACK:  # a web page must not reach the tools through DNS rebinding
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+        )
+    manager = StreamableHTTPSessionManager(app=server, security_settings=security)
 
     class Endpoint:  # an ASGI app, not a request handler: the manager writes the response
         async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -13,6 +13,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import httpx
 import mcp.types as types
 import pytest
 from mcp import ClientSession, StdioServerParameters
@@ -210,6 +211,9 @@ async def test_an_mcp_client_over_streamable_http_lists_and_calls_lobby_capabili
     ):
         await mcp.initialize()
         await uses_the_lobby_tools(mcp, changed, lobby.url)
+        async with httpx.AsyncClient() as web:  # a page on another host name (DNS rebinding)
+            foreign = await web.post(url, headers={"Host": "evil.example"}, json={})
+        assert foreign.status_code == 421
 
 
 # -- MCP servers as lobby agents -----------------------------------------------------------
