@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
@@ -21,6 +21,8 @@ from protocol.models import (
 )
 
 M = TypeVar("M", bound=BaseModel)
+Progress = Callable[[dict[str, Any]], Awaitable[None]]
+"""What `request(on_progress=...)` awaits with each `in_progress` update."""
 
 
 class Caller(AgentCore):
@@ -36,6 +38,7 @@ class Caller(AgentCore):
         *,
         timeout: float | None = None,
         output_type: type[M],
+        on_progress: Progress | None = None,
     ) -> M: ...
 
     @overload
@@ -47,6 +50,7 @@ class Caller(AgentCore):
         *,
         timeout: float | None = None,
         output_type: None = None,
+        on_progress: Progress | None = None,
     ) -> Any: ...
 
     async def request(
@@ -57,16 +61,22 @@ class Caller(AgentCore):
         *,
         timeout: float | None = None,
         output_type: type[M] | None = None,
+        on_progress: Progress | None = None,
     ) -> Any:
         """Call `capability` on `agent_id`; return the success payload (without `status`), or
         an `output_type` instance. Raises a `RequestError` subclass on failure (a `RemoteError`
         subclass chosen by the error's code, `RequestTimeoutError` on a timeout, the
         caller's or the capability's), `PayloadError` if the answer does not fit
-        `output_type`."""
-        conversation_id, call = await self._start_call(agent_id, capability, payload, False)
+        `output_type`. `on_progress` is awaited with each `in_progress` update (its payload,
+        `status` included) as it arrives, before the final answer is returned."""
+        stream = on_progress is not None
+        conversation_id, call = await self._start_call(agent_id, capability, payload, stream)
         try:
             async with asyncio.timeout(timeout or self.request_timeout):
-                result = await call.result
+                if on_progress is None:
+                    result = await call.result
+                else:
+                    result = await _with_progress(call, on_progress)
         except RequestError:
             raise  # the capability's own timeout is a TimeoutError too: not ours
         except TimeoutError:
@@ -232,6 +242,23 @@ class Caller(AgentCore):
             self._outstanding.forget(conversation_id)
             raise
         return conversation_id, call
+
+
+async def _with_progress(call: Call, on_progress: Progress) -> dict[str, Any]:
+    """The final RESPONSE payload of `call`, handing each update to `on_progress` first."""
+    assert call.updates is not None
+    while True:
+        update = asyncio.ensure_future(call.updates.get())
+        try:
+            await asyncio.wait({update, call.result}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            update.cancel()
+        if update.done() and not update.cancelled():
+            await on_progress(update.result())
+            continue
+        while not call.updates.empty():
+            await on_progress(call.updates.get_nowait())
+        return call.result.result()
 
 
 def _result(payload: dict[str, Any], output_type: type[M] | None) -> Any:

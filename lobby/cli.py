@@ -1,5 +1,5 @@
 """`lobby serve | schema | asyncapi | agents | mailbox | transactions | backup | revoke |
-remove | nats`: the daemon's command line.
+remove | nats | mcp | bridge`: the daemon's command line (`mcp` and `bridge`: `lobby.mcp_cli`).
 
 `serve` takes its settings from flags, `LOBBY_*` variables and a TOML file (`lobby.options`).
 A bad setting or a start that cannot happen (the port in use, the data dir held by another
@@ -28,7 +28,7 @@ from typing import Any, NoReturn
 
 import orjson
 
-from lobby import admin, admin_cli, backup
+from lobby import admin, admin_cli, backup, mcp_cli
 from lobby.config import SettingError, Settings
 from lobby.logs import configure
 from lobby.natsdev import add_nats_parser, run_nats
@@ -80,11 +80,16 @@ def build_parser() -> argparse.ArgumentParser:
         admin.add_argument("--data-dir", type=Path, default=data_dir, help="(%(default)s)")
         admin.add_argument("--json", action="store_true", help="print JSON")
     admin_cli.add_commands(commands)
+    mcp_cli.add_commands(commands, _Parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    if args.command in ("mcp", "bridge"):
+        mcp_cli.check(parser, args)
+        return mcp_cli.run(args)
     if args.command == "schema":
         return _schema(args.write)
     if args.command == "asyncapi":

@@ -1,0 +1,8 @@
+"""Bridges between the lobby and other agent protocols (`pip install 'agent-lobby[bridges]'`).
+
+    mcp         lobby agents as MCP tools (`lobby mcp`), MCP servers as lobby agents
+                (`lobby bridge mcp`), with the official `mcp` SDK
+
+Each bridge is an SDK agent: the lobby's authentication, authorization and checks apply to
+what crosses it exactly as to any other agent. Nothing here is imported by `agent_sdk` itself.
+"""

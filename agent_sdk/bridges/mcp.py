@@ -1,0 +1,334 @@
+"""Lobby agents as MCP tools: `lobby mcp --agent-id ID` (an MCP server that is an SDK agent).
+
+The server connects to the lobby as agent ID (its token kept as any SDK agent keeps it,
+`agent_sdk.identity`) and offers every capability that agent may call (public, or listing it in
+`authorized_requester_ids`) as one MCP tool:
+
+    tool name      `<agent id>.<capability name>`, each part escaped (`tool_name()`)
+    description    the capability's description; `title`: "<capability> on <agent id>"
+    inputSchema    its `input_schema` (`{"type": "object"}` when it declares none)
+    outputSchema   its `output_schema` when that describes an object, else none
+
+A tool call is a REQUEST from agent ID; each `in_progress` RESPONSE becomes a progress
+notification (when the client asked for progress), the final one the tool's result (the
+payload without `status`, as `structuredContent` and as JSON text). A refusal or failure is a
+tool error (`isError`) whose text is "<code>: <sentence>" and whose `structuredContent` is the
+lobby's error payload `{"status": "error", "code": ..., "error": ...}`: `unauthorized`,
+`capability_not_found`, `invalid_input` (the lobby checks the arguments, not the bridge), ...
+
+The tools follow the registry: the server rereads it (DISCOVER_SERVICES) every `refresh`
+seconds and on every `tools/list`, and sends `notifications/tools/list_changed` to each client
+session when the list changed. Escaping (MCP tool names are `[A-Za-z0-9_.-]`, at most 128
+characters): letters, digits and `_` stay; `-` becomes `--`; any other character becomes `-`
+and the two lowercase hex digits of each of its UTF-8 bytes (`.` is `-2e`); the two parts are
+joined by `.`. So `price-hunter` / `find.cheapest` is `price--hunter.find-2echeapest`. A
+capability whose tool name would pass 128 characters is not offered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import signal
+import socket
+import string
+import sys
+import weakref
+from collections.abc import AsyncIterator
+from typing import Any
+
+import mcp.types as types
+from mcp.server.lowlevel import NotificationOptions, Server
+from mcp.server.session import ServerSession
+
+from agent_sdk.agent import Agent
+from agent_sdk.caller import Progress
+from agent_sdk.errors import (
+    AgentSDKError,
+    RemoteError,
+    RequestError,
+    RequestRefusedError,
+    RequestTimeoutError,
+    UnknownReceiverError,
+)
+from protocol.models import Capability, ErrorCode, ResponseStatus
+
+MAX_TOOL_NAME = 128
+"""MCP's longest tool name."""
+
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+"""Hosts whose HTTP server refuses requests for other host names (DNS rebinding)."""
+
+_KEPT = frozenset(string.ascii_letters + string.digits + "_")
+_HEX = frozenset("0123456789abcdef")
+
+
+def tool_name(agent_id: str, capability: str) -> str | None:
+    """The MCP tool name of `capability` on `agent_id`; None if it would be too long."""
+    name = f"{_escape(agent_id)}.{_escape(capability)}"
+    return name if len(name) <= MAX_TOOL_NAME else None
+
+
+def lobby_target(name: str) -> tuple[str, str] | None:
+    """The (agent id, capability name) a tool name stands for; None if it is not one."""
+    agent, dot, capability = name.partition(".")
+    if not dot:
+        return None
+    try:
+        target = _unescape(agent), _unescape(capability)
+    except ValueError:
+        return None
+    if not all(target) or tool_name(*target) != name:
+        return None  # only the one spelling `tool_name()` makes
+    return target
+
+
+def _escape(part: str) -> str:
+    out: list[str] = []
+    for char in part:
+        if char in _KEPT:
+            out.append(char)
+        elif char == "-":
+            out.append("--")
+        else:
+            out.extend(f"-{byte:02x}" for byte in char.encode())
+    return "".join(out)
+
+
+def _unescape(part: str) -> str:
+    out = bytearray()
+    i = 0
+    while i < len(part):
+        char = part[i]
+        if char in _KEPT:
+            out += char.encode()
+            i += 1
+        elif part[i : i + 2] == "--":
+            out += b"-"
+            i += 2
+        elif char == "-" and len(part) >= i + 3 and set(part[i + 1 : i + 3]) <= _HEX:
+            out.append(int(part[i + 1 : i + 3], 16))
+            i += 3
+        else:
+            raise ValueError(f"{part!r} is not an escaped name")
+    return out.decode()  # UnicodeDecodeError is a ValueError
+
+
+def may_call(capability: Capability, agent_id: str) -> bool:
+    """Whether the lobby lets `agent_id` call `capability` (`null` or `[]`: everyone)."""
+    allowed = capability.authorized_requester_ids
+    return not allowed or agent_id in allowed
+
+
+def as_tool(name: str, agent_id: str, capability: Capability) -> types.Tool:
+    """The MCP tool offering `capability` of `agent_id` under `name`."""
+    output = capability.output_schema
+    return types.Tool(
+        name=name,
+        title=f"{capability.name} on {agent_id}",
+        description=capability.description or None,
+        inputSchema={**capability.input_schema, "type": "object"},
+        outputSchema=output if output.get("type") == "object" else None,
+    )
+
+
+def tool_error(code: str, error: str) -> types.CallToolResult:
+    """An MCP tool error carrying the lobby's error `code` and sentence."""
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=f"{code}: {error}")],
+        structuredContent={"status": ResponseStatus.ERROR.value, "code": code, "error": error},
+        isError=True,
+    )
+
+
+class LobbyTools:
+    """The capabilities `agent` may call, as MCP tools. Call `refresh()` to reread them from
+    the lobby (it says whether they changed), `call()` to run one."""
+
+    def __init__(self, agent: Agent) -> None:
+        self._agent = agent
+        self.tools: list[types.Tool] = []
+        self._targets: dict[str, tuple[str, str]] = {}
+
+    async def refresh(self) -> bool:
+        """Reread the registry; True when the tool list changed."""
+        tools: list[types.Tool] = []
+        targets: dict[str, tuple[str, str]] = {}
+        for service in await self._agent.discover():
+            for capability in service.relevant_capabilities:
+                name = tool_name(service.agent_id, capability.name)
+                if name is None or not may_call(capability, self._agent.agent_id):
+                    continue
+                tools.append(as_tool(name, service.agent_id, capability))
+                targets[name] = (service.agent_id, capability.name)
+        changed = tools != self.tools
+        self.tools, self._targets = tools, targets
+        return changed
+
+    async def call(
+        self,
+        name: str,
+        arguments: dict[str, Any],
+        *,
+        on_progress: Progress | None = None,
+    ) -> types.CallToolResult:
+        """Send tool `name`'s REQUEST with `arguments`; its answer as a tool result. A name
+        not listed (yet, or any more) is still tried: the lobby's answer says why it fails."""
+        target = self._targets.get(name) or lobby_target(name)
+        if target is None:
+            return tool_error(
+                ErrorCode.CAPABILITY_NOT_FOUND.value,
+                f"{name!r} is not a tool name of this lobby (<agent id>.<capability name>)",
+            )
+        agent_id, capability = target
+        try:
+            result = await self._agent.request(
+                agent_id, capability, arguments, on_progress=on_progress
+            )
+        except (RemoteError, RequestRefusedError) as exc:
+            return tool_error(exc.code, exc.message)
+        except UnknownReceiverError as exc:
+            code = ErrorCode.UNKNOWN_RECEIVER.value
+            return tool_error(code, str(exc).removeprefix(f"{code}: "))
+        except RequestTimeoutError as exc:
+            return tool_error("timeout", str(exc))
+        except RequestError as exc:
+            return tool_error(ErrorCode.INTERNAL.value, str(exc))
+        text = json.dumps(result, ensure_ascii=False)
+        return types.CallToolResult(
+            content=[types.TextContent(type="text", text=text)], structuredContent=result
+        )
+
+
+class Sessions:
+    """The client sessions that asked something, to tell each when the tool list changed."""
+
+    def __init__(self) -> None:
+        self._sessions: weakref.WeakSet[ServerSession] = weakref.WeakSet()
+
+    def add(self, session: ServerSession) -> None:
+        self._sessions.add(session)
+
+    async def tools_changed(self) -> None:
+        for session in list(self._sessions):
+            try:
+                await session.send_tool_list_changed()
+            except Exception:  # a session that closed meanwhile: forget it
+                self._sessions.discard(session)
+
+
+def mcp_server(tools: LobbyTools, sessions: Sessions) -> Server[Any, Any]:
+    """The MCP server offering `tools`; it remembers its client sessions in `sessions`."""
+    server: Server[Any, Any] = Server("agent-lobby")
+
+    @server.list_tools()  # type: ignore[no-untyped-call, untyped-decorator]
+    async def list_tools() -> list[types.Tool]:
+        sessions.add(server.request_context.session)
+        if await tools.refresh():
+            await sessions.tools_changed()
+        return tools.tools
+
+    # The lobby checks the arguments against the capability's schema: one rule, one place.
+    @server.call_tool(validate_input=False)  # type: ignore[untyped-decorator]
+    async def call_tool(name: str, arguments: dict[str, Any]) -> types.CallToolResult:
+        context = server.request_context
+        sessions.add(context.session)
+        token = context.meta.progressToken if context.meta is not None else None
+        if token is None:
+            return await tools.call(name, arguments)
+        updates = 0
+
+        async def progress(update: dict[str, Any]) -> None:
+            nonlocal updates
+            updates += 1
+            data = {k: v for k, v in update.items() if k != "status"}
+            await context.session.send_progress_notification(
+                token,
+                updates,
+                message=json.dumps(data, ensure_ascii=False),
+                related_request_id=str(context.request_id),
+            )
+
+        return await tools.call(name, arguments, on_progress=progress)
+
+    return server
+
+
+async def _follow_registry(tools: LobbyTools, sessions: Sessions, every: float) -> None:
+    while True:
+        await asyncio.sleep(every)
+        with contextlib.suppress(AgentSDKError):  # a lobby away for a while: try again later
+            if await tools.refresh():
+                await sessions.tools_changed()
+
+
+async def serve(
+    agent_id: str,
+    *,
+    lobby_url: str | None = None,
+    http: int | None = None,
+    host: str = "127.0.0.1",
+    refresh: float = 2.0,
+) -> None:
+    """Run `lobby mcp`: on stdio until the client closes it, or (`http`: a port, 0 for any)
+    over streamable HTTP at `http://HOST:PORT/mcp` until SIGINT or SIGTERM."""
+    agent = Agent(agent_id, lobby_url=lobby_url)
+    tools = LobbyTools(agent)
+    sessions = Sessions()
+    server = mcp_server(tools, sessions)
+    options = server.create_initialization_options(NotificationOptions(tools_changed=True))
+    async with agent:
+        await tools.refresh()
+        follow = asyncio.create_task(_follow_registry(tools, sessions, refresh))
+        try:
+            if http is None:
+                from mcp.server.stdio import stdio_server
+
+                async with stdio_server() as (read, write):
+                    await server.run(read, write, options)
+            else:
+                await _serve_http(server, host, http)
+        finally:
+            follow.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await follow
+
+
+async def _serve_http(server: Server[Any, Any], host: str, port: int) -> None:
+    import uvicorn
+    from mcp.server.streamable_http_manager import StreamableHTTPSessionManager
+    from mcp.server.transport_security import TransportSecuritySettings
+    from starlette.applications import Starlette
+    from starlette.routing import Route
+    from starlette.types import Receive, Scope, Send
+
+    security = None
+    if host in LOOPBACK:  # a web page must not reach the tools through DNS rebinding
+        security = TransportSecuritySettings(
+            enable_dns_rebinding_protection=True,
+            allowed_hosts=["127.0.0.1:*", "localhost:*", "[::1]:*"],
+            allowed_origins=["http://127.0.0.1:*", "http://localhost:*", "http://[::1]:*"],
+        )
+    manager = StreamableHTTPSessionManager(app=server, security_settings=security)
+
+    class Endpoint:  # an ASGI app, not a request handler: the manager writes the response
+        async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+            await manager.handle_request(scope, receive, send)
+
+    @contextlib.asynccontextmanager
+    async def lifespan(_: Starlette) -> AsyncIterator[None]:
+        async with manager.run():
+            yield
+
+    app = Starlette(routes=[Route("/mcp", endpoint=Endpoint())], lifespan=lifespan)
+    listener = socket.create_server((host, port))
+    bound = listener.getsockname()[1]
+    sys.stderr.write(f"lobby mcp: serving MCP on http://{host}:{bound}/mcp\n")
+    sys.stderr.flush()
+    config = uvicorn.Config(app, log_level="warning", lifespan="on")
+    # uvicorn stops on SIGINT/SIGTERM, then raises the signal again to the handler it found:
+    # let that be a no-op, so that the agent still leaves the lobby cleanly and we exit 0.
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: None)
+    await uvicorn.Server(config).serve(sockets=[listener])

@@ -1,0 +1,143 @@
+"""`lobby mcp` and `lobby bridge mcp`: the MCP bridges' command line.
+
+The bridges are SDK agents (`agent_sdk.bridges`); they are imported only when one of these
+commands runs, so `lobby serve` never loads the SDK or the `mcp` package. This module is the
+one place the lobby's command line reaches into `agent_sdk` (tests/test_imports.py allows it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import Any
+
+BRIDGES_EXTRA = "pip install 'agent-lobby[bridges]'"
+
+
+def add_commands(commands: argparse._SubParsersAction[Any], parser_class: type[Any]) -> None:
+    """Add `mcp` and `bridge mcp` to the `lobby` command's subcommands."""
+    serve = commands.add_parser(
+        "mcp",
+        help="serve the capabilities an agent may call as MCP tools",
+        description="An MCP server (stdio, or streamable HTTP with --http) that connects to "
+        "the lobby as agent --agent-id and offers each capability that agent may call as a "
+        "tool named <agent id>.<capability>.",
+    )
+    serve.add_argument("--agent-id", required=True, help="the lobby agent the tools call as")
+    serve.add_argument(
+        "--lobby", metavar="URL", help="the lobby (default: $LOBBY_URL, else ws://127.0.0.1:8765/)"
+    )
+    serve.add_argument(
+        "--http",
+        type=_port,
+        metavar="PORT",
+        help="serve streamable HTTP at http://HOST:PORT/mcp (0: any free port)",
+    )
+    serve.add_argument("--host", default="127.0.0.1", help="the --http address (%(default)s)")
+    serve.add_argument(
+        "--refresh",
+        type=_seconds,
+        default=2.0,
+        metavar="SECONDS",
+        help="how often to reread the registry for new tools (%(default)s)",
+    )
+
+    bridge = commands.add_parser("bridge", help="join another protocol's agent to the lobby")
+    kinds = bridge.add_subparsers(dest="bridge", required=True, parser_class=parser_class)
+    mcp = kinds.add_parser(
+        "mcp",
+        help="register an MCP server's tools as one agent's capabilities",
+        description="Start the MCP server COMMAND (stdio), or connect to --url (streamable "
+        "HTTP), and register its tools as the capabilities of agent --agent-id.",
+    )
+    mcp.add_argument("--agent-id", required=True, help="the lobby agent the tools become")
+    mcp.add_argument(
+        "--authorize",
+        nargs="+",
+        action="extend",
+        metavar="ID",
+        help="agents allowed to call the tools (default: anyone)",
+    )
+    mcp.add_argument(
+        "--lobby", metavar="URL", help="the lobby (default: $LOBBY_URL, else ws://127.0.0.1:8765/)"
+    )
+    mcp.add_argument("--url", help="the MCP server's streamable HTTP endpoint")
+    mcp.add_argument(
+        "command_line",
+        nargs="*",
+        metavar="COMMAND",
+        help="after --: the command starting the server, with its arguments",
+    )
+
+
+def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse a `bridge mcp` given both or neither of --url and a command (exit 2)."""
+    if args.command == "bridge" and bool(args.url) == bool(args.command_line):
+        parser.error("bridge mcp needs either --url or -- COMMAND ..., not both")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the command; a failure is one line on stderr and exit status 1."""
+    try:
+        from agent_sdk.bridges import mcp, mcp_agent
+        from agent_sdk.errors import AgentSDKError
+    except ImportError as missing:
+        sys.stderr.write(f"lobby: the MCP bridges need {missing.name}: {BRIDGES_EXTRA}\n")
+        return 1
+    try:
+        if args.command == "mcp":
+            asyncio.run(
+                mcp.serve(
+                    args.agent_id,
+                    lobby_url=args.lobby,
+                    http=args.http,
+                    host=args.host,
+                    refresh=args.refresh,
+                )
+            )
+        else:
+            asyncio.run(
+                mcp_agent.bridge(
+                    args.agent_id,
+                    command=args.command_line,
+                    url=args.url,
+                    authorized=args.authorize,
+                    lobby_url=args.lobby,
+                )
+            )
+    except KeyboardInterrupt:
+        return 0
+    except (AgentSDKError, OSError) as exc:
+        sys.stderr.write(f"lobby: {exc}\n")
+        return 1
+    except BaseExceptionGroup as group:  # anyio's task groups wrap what failed inside them
+        sys.stderr.write(f"lobby: {_first(group)}\n")
+        return 1
+    return 0
+
+
+def _first(error: BaseException) -> BaseException:
+    while isinstance(error, BaseExceptionGroup):
+        error = error.exceptions[0]
+    return error
+
+
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (0 to 65535)")
+    return port
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return seconds

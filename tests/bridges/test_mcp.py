@@ -1,0 +1,335 @@
+"""The MCP bridges, with the official `mcp` SDK's own client and server, against a real lobby:
+`lobby mcp` over stdio and streamable HTTP, `lobby bridge mcp` in front of a FastMCP script."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import subprocess
+import sys
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import mcp.types as types
+import pytest
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+from mcp.client.streamable_http import streamable_http_client
+from mcp.shared.session import RequestResponder
+from pydantic import BaseModel
+
+from agent_sdk import (
+    Agent,
+    InvalidInputError,
+    RemoteError,
+    RequestContext,
+    UnauthorizedError,
+    capability,
+)
+from agent_sdk.bridges.mcp import lobby_target, tool_name
+from examples.mcp import run as mcp_example
+from lobby import cli
+from lobby.server import LobbyServer
+from tests.conftest import make_lobby
+
+LOBBY = [sys.executable, "-m", "lobby"]
+
+
+class Text(BaseModel):
+    text: str
+
+
+class Measured(BaseModel):
+    text: str
+    length: int
+
+
+class Echo(Agent):
+    agent_id = "echo"
+
+    @capability("echo", description="Returns the text with its length.")
+    async def echo(self, request: Text, ctx: RequestContext) -> Measured:
+        await ctx.progress({"step": "measuring"})
+        return Measured(text=request.text, length=len(request.text))
+
+    @capability("peek", authorized=["someone_else"])
+    async def peek(self, request: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        return {"secret": 42}
+
+
+class Later(Agent):
+    agent_id = "late-comer"
+
+    @capability("greet.v1")
+    async def greet(self, request: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        return {"hello": "world"}
+
+
+@pytest.fixture
+async def lobby(tmp_path: Path) -> AsyncIterator[LobbyServer]:
+    """One lobby, not one per transport: what crosses a bridge is an SDK agent's traffic."""
+    server = make_lobby(tmp_path / "lobby-data")
+    await server.start()
+    try:
+        yield server
+    finally:
+        await server.stop()
+
+
+# -- tool names ----------------------------------------------------------------------------
+
+
+def test_tool_names_escape_what_mcp_refuses_and_read_back() -> None:
+    assert tool_name("echo", "echo") == "echo.echo"
+    assert tool_name("price_hunter_A2", "find_v2") == "price_hunter_A2.find_v2"
+    assert tool_name("late-comer", "greet.v1") == "late--comer.greet-2ev1"
+    assert tool_name("a@b:c", "é") == "a-40b-3ac.-c3-a9"
+    for agent_id, name in [("late-comer", "greet.v1"), ("a@b:c", "é"), ("x", "-.-")]:
+        tool = tool_name(agent_id, name)
+        assert tool is not None
+        assert lobby_target(tool) == (agent_id, name)
+    assert tool_name("a" * 100, "b" * 28) is None  # 129 characters
+    for bad in ["echo", ".echo", "echo.", "a-zz.b", "a-2E.b", "a.b.c", "a-2d.b", "a-ff.b"]:
+        assert lobby_target(bad) is None, bad
+
+
+# -- lobby agents as MCP tools -------------------------------------------------------------
+
+
+class ListChanged:
+    """A client session's message handler that notes each tools/list_changed."""
+
+    def __init__(self) -> None:
+        self.seen = asyncio.Event()
+
+    async def __call__(
+        self,
+        message: RequestResponder[types.ServerRequest, types.ClientResult]
+        | types.ServerNotification
+        | Exception,
+    ) -> None:
+        if isinstance(message, types.ServerNotification) and isinstance(
+            message.root, types.ToolListChangedNotification
+        ):
+            self.seen.set()
+
+
+async def uses_the_lobby_tools(mcp: ClientSession, changed: ListChanged, lobby_url: str) -> None:
+    """What an MCP client sees through `lobby mcp --agent-id mcp_user`, with `echo` up."""
+    tools = {tool.name: tool for tool in (await mcp.list_tools()).tools}
+    assert set(tools) == {"echo.echo"}  # not echo.peek: mcp_user may not call it
+    echo = tools["echo.echo"]
+    assert echo.description == "Returns the text with its length."
+    assert echo.inputSchema["properties"] == {"text": {"title": "Text", "type": "string"}}
+    assert echo.outputSchema is not None
+    assert echo.outputSchema["required"] == ["text", "length"]
+
+    updates: list[str | None] = []
+
+    async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+        updates.append(message)
+
+    result = await mcp.call_tool("echo.echo", {"text": "hi"}, progress_callback=on_progress)
+    assert not result.isError
+    assert result.structuredContent == {"text": "hi", "length": 2}
+    assert updates == ['{"step": "measuring"}']
+
+    refused = await mcp.call_tool("echo.peek", {})
+    assert refused.isError
+    assert refused.structuredContent is not None
+    assert refused.structuredContent["code"] == "unauthorized"
+    text = refused.content[0]
+    assert isinstance(text, types.TextContent)
+    assert text.text.startswith("unauthorized: Unauthorized: Agent 'mcp_user' is not authorized")
+
+    bad = await mcp.call_tool("echo.echo", {"text": 5})
+    assert bad.structuredContent is not None
+    assert (bad.isError, bad.structuredContent["code"]) == (True, "invalid_input")
+    gone = await mcp.call_tool("nobody.echo", {})
+    assert gone.structuredContent is not None
+    assert gone.structuredContent["code"] == "unknown_receiver"
+
+    async with Later(lobby_url=lobby_url):
+        await asyncio.wait_for(changed.seen.wait(), 20)
+        names = {tool.name for tool in (await mcp.list_tools()).tools}
+        assert names == {"echo.echo", "late--comer.greet-2ev1"}
+        hello = await mcp.call_tool("late--comer.greet-2ev1", {})
+        assert hello.structuredContent == {"hello": "world"}
+
+
+async def test_an_mcp_client_over_stdio_lists_and_calls_lobby_capabilities(
+    lobby: LobbyServer,
+) -> None:
+    server = StdioServerParameters(
+        command=LOBBY[0],
+        args=[*LOBBY[1:], "mcp", "--agent-id", "mcp_user", "--lobby", lobby.url],
+        env={**os.environ, "LOBBY_URL": lobby.url},
+    )
+    server.args += ["--refresh", "0.2"]
+    changed = ListChanged()
+    async with (
+        Echo(lobby_url=lobby.url),
+        stdio_client(server) as (read, write),
+        ClientSession(read, write, message_handler=changed) as mcp,
+    ):
+        await mcp.initialize()
+        await uses_the_lobby_tools(mcp, changed, lobby.url)
+
+
+@contextlib.asynccontextmanager
+async def lobby_mcp_http(lobby_url: str) -> AsyncIterator[str]:
+    """`lobby mcp --http 0` as agent mcp_user; yields its MCP endpoint's URL."""
+    process = await asyncio.create_subprocess_exec(
+        *LOBBY,
+        *("mcp", "--agent-id", "mcp_user", "--lobby", lobby_url, "--http", "0"),
+        *("--refresh", "0.2"),
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert process.stderr is not None
+        line = (await asyncio.wait_for(process.stderr.readline(), 30)).decode()
+        assert line.startswith("lobby mcp: serving MCP on http://127.0.0.1:"), line
+        yield line.rsplit(" ", 1)[1].strip()
+    finally:
+        process.terminate()
+        assert await process.wait() == 0
+
+
+async def test_an_mcp_client_over_streamable_http_lists_and_calls_lobby_capabilities(
+    lobby: LobbyServer,
+) -> None:
+    changed = ListChanged()
+    async with (
+        Echo(lobby_url=lobby.url),
+        lobby_mcp_http(lobby.url) as url,
+        streamable_http_client(url) as (read, write, _),
+        ClientSession(read, write, message_handler=changed) as mcp,
+    ):
+        await mcp.initialize()
+        await uses_the_lobby_tools(mcp, changed, lobby.url)
+        async with httpx.AsyncClient() as web:  # a page on another host name (DNS rebinding)
+            foreign = await web.post(url, headers={"Host": "evil.example"}, json={})
+        assert foreign.status_code == 421
+
+
+# -- MCP servers as lobby agents -----------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def bridged_calculator(lobby_url: str) -> AsyncIterator[None]:
+    """`lobby bridge mcp` in front of examples/mcp/tools_server.py, as agent calculator."""
+    process = await asyncio.create_subprocess_exec(
+        *LOBBY,
+        *("bridge", "mcp", "--agent-id", "calculator", "--authorize", "my_client"),
+        *("--lobby", lobby_url, "--", sys.executable, "-m", "examples.mcp.tools_server"),
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        assert process.stderr is not None
+        ready = (await asyncio.wait_for(process.stderr.readline(), 30)).decode()
+        assert ready == "lobby bridge mcp: agent 'calculator' offers add, count, divide\n"
+        yield
+    finally:
+        process.terminate()
+        assert await process.wait() == 0
+
+
+async def test_an_sdk_agent_calls_an_mcp_server_through_the_bridge(lobby: LobbyServer) -> None:
+    async with (
+        bridged_calculator(lobby.url),
+        Agent("my_client", lobby_url=lobby.url) as me,
+        Agent("intruder", lobby_url=lobby.url) as intruder,
+    ):
+        (service,) = await me.discover("add")
+        add = service.relevant_capabilities[0]
+        assert (service.agent_id, add.description) == ("calculator", "Adds two numbers.")
+        assert add.input_schema["required"] == ["a", "b"]
+        assert add.authorized_requester_ids == ["my_client"]
+
+        assert await me.request("calculator", "add", {"a": 2, "b": 3}) == {"result": 5.0}
+        steps = [step async for step in me.request_stream("calculator", "count", {"n": 2})]
+        assert steps == [
+            {"status": "in_progress", "progress": 1.0, "total": 2.0, "message": "step 1"},
+            {"status": "in_progress", "progress": 2.0, "total": 2.0, "message": "step 2"},
+            {"result": "counted to 2"},
+        ]
+        with pytest.raises(RemoteError) as failed:
+            await me.request("calculator", "divide", {"a": 1, "b": 0})
+        assert failed.value.code == "tool_error"
+        assert "cannot divide by zero" in failed.value.message
+        with pytest.raises(InvalidInputError):  # the lobby checks the tool's inputSchema
+            await me.request("calculator", "add", {"a": "two", "b": 3})
+        with pytest.raises(UnauthorizedError) as refused:
+            await intruder.request("calculator", "add", {"a": 2, "b": 3})
+        assert refused.value.message == (
+            "Unauthorized: Agent 'intruder' is not authorized to call capability 'add' on "
+            "agent 'calculator'."
+        )
+
+
+async def test_the_example_runs_both_bridges(lobby: LobbyServer) -> None:
+    assert await mcp_example.main(lobby.url) == [
+        "SDK agent: calculator.add(2, 3) = 5.0",
+        "MCP client sees: calculator.add, calculator.count, calculator.divide",
+        "MCP client: calculator.add(4, 5) = 9.0",
+    ]
+
+
+# -- the command line ----------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("argv", "says"),
+    [
+        (["mcp"], "the following arguments are required: --agent-id"),
+        (["mcp", "--agent-id", "a", "--http", "x"], "'x' is not a port number"),
+        (["mcp", "--agent-id", "a", "--refresh", "0"], "0 is not a positive number"),
+        (["bridge", "mcp", "--agent-id", "a"], "needs either --url or -- COMMAND"),
+        (["bridge", "mcp", "--agent-id", "a", "--url", "u", "--", "x"], "not both"),
+        (["bridge", "smtp"], "invalid choice: 'smtp'"),
+    ],
+)
+def test_bad_flags_are_one_line_and_exit_2(
+    argv: list[str], says: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        cli.main(argv)
+    assert exited.value.code == 2
+    stderr = capsys.readouterr().err
+    assert stderr.count("\n") == 1
+    assert says in stderr
+
+
+def test_a_bridge_to_a_server_that_cannot_start_fails_in_one_line(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["bridge", "mcp", "--agent-id", "a", "--", "/nonexistent/mcp-server"]
+    assert cli.main(argv) == 1
+    stderr = capsys.readouterr().err
+    assert stderr.startswith("lobby: ")
+    assert stderr.count("\n") == 1
+
+
+def test_lobby_serve_never_imports_mcp_or_the_sdk() -> None:
+    code = (
+        "import lobby.cli, sys; "
+        "print(sorted(m for m in sys.modules if m.startswith(('mcp', 'agent_sdk'))))"
+    )
+    loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout
+    assert loaded.strip() == "[]"
+
+
+def test_the_readme_configuration_runs_lobby_mcp() -> None:
+    """The JSON the README gives to paste into an MCP client names valid `lobby` arguments."""
+    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+    block = readme.split('```json\n{\n  "mcpServers"', 1)[1].split("```", 1)[0]
+    entry = json.loads('{"mcpServers"' + block)["mcpServers"]["agent-lobby"]
+    assert entry["command"].endswith("/.venv/bin/lobby")
+    args = cli.build_parser().parse_args(entry["args"])
+    assert (args.command, args.agent_id, args.http) == ("mcp", "my_client", None)
