@@ -80,7 +80,31 @@ def build_parser() -> argparse.ArgumentParser:
         admin.add_argument("--data-dir", type=Path, default=data_dir, help="(%(default)s)")
         admin.add_argument("--json", action="store_true", help="print JSON")
     admin_cli.add_commands(commands)
+    _add_a2a(commands)
     return parser
+
+
+def _add_a2a(commands: Any) -> None:
+    a2a = commands.add_parser(
+        "a2a", help="bridges to A2A agents (pip install 'agent-lobby[bridges]')"
+    )
+    bridges = a2a.add_subparsers(dest="a2a_command", required=True, parser_class=_Parser)
+    lobby_url = os.environ.get("LOBBY_URL", "ws://127.0.0.1:8765/")
+    serve = bridges.add_parser("serve", help="serve lobby agents to A2A clients")
+    serve.add_argument("--agent-id", required=True, help="the gateway's own lobby agent id")
+    serve.add_argument("--lobby", default=lobby_url, metavar="URL", help="(%(default)s)")
+    serve.add_argument("--host", default="127.0.0.1", help="(%(default)s)")
+    serve.add_argument("--port", type=int, required=True, help="HTTP port (0: a free one)")
+    serve.add_argument(
+        "--tokens", type=Path, metavar="FILE", help='JSON {"<bearer token>": "<lobby agent id>"}'
+    )
+    join = bridges.add_parser("join", help="join an A2A agent to the lobby as a lobby agent")
+    join.add_argument("--agent-id", required=True, help="its lobby agent id")
+    join.add_argument("--card", required=True, metavar="URL", help="its agent card's URL")
+    join.add_argument("--lobby", default=lobby_url, metavar="URL", help="(%(default)s)")
+    join.add_argument(
+        "--authorize", nargs="+", metavar="ID", help="who may call its skills (default: anyone)"
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -107,6 +131,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "nats":
         return run_nats(args)
+    if args.command == "a2a":
+        # Imported here: the bridges are SDK agents, and need the `bridges` extra.
+        from agent_sdk.bridges import a2a_cli
+
+        return a2a_cli.run(args)
     try:
         settings = settings_from(args, os.environ)
     except SettingError as bad:

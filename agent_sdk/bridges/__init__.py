@@ -1,0 +1,1 @@
+"""Bridges between the lobby and other agent protocols (MCP, A2A)."""
