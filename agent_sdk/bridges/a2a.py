@@ -63,7 +63,7 @@ from agent_sdk.errors import (
     RequestRefusedError,
     UnknownReceiverError,
 )
-from protocol.models import Capability, ErrorCode
+from protocol.models import Capability, ErrorCode, ResponseStatus
 
 CARD_PATH = ".well-known/agent-card.json"
 _CALLER = "lobby_caller"
@@ -172,14 +172,16 @@ class LobbyExecutor(AgentExecutor):
             return
         payload.pop("capability_name", None)
         await task.start_work()
-        last: dict[str, Any] | None = None
+        result: dict[str, Any] = {}
         try:
             async for answer in caller.request_stream(target, capability, payload):
-                if last is not None:  # each answer before the last is an in_progress update
+                if answer.get("status") == ResponseStatus.IN_PROGRESS:
+                    update = {k: v for k, v in answer.items() if k != "status"}
                     await task.update_status(
-                        TaskState.TASK_STATE_WORKING, task.new_agent_message(data_parts(last))
+                        TaskState.TASK_STATE_WORKING, task.new_agent_message(data_parts(update))
                     )
-                last = {k: v for k, v in answer.items() if k != "status"}
+                else:  # the final RESPONSE's payload, its status already taken off
+                    result = answer
         except RemoteError as exc:
             await task.failed(task.new_agent_message(_error(exc.code, exc.message)))
             return
@@ -192,7 +194,7 @@ class LobbyExecutor(AgentExecutor):
         except RequestError as exc:
             await task.failed(task.new_agent_message(_error("timeout", str(exc))))
             return
-        await task.add_artifact(data_parts(last or {}), name="result")
+        await task.add_artifact(data_parts(result), name="result")
         await task.complete()
 
     async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:

@@ -20,6 +20,7 @@ from a2a.helpers import get_data_parts
 from a2a.types import (
     GetTaskRequest,
     Message,
+    Part,
     Role,
     SendMessageRequest,
     StreamResponse,
@@ -162,6 +163,26 @@ async def test_a2a_0_3_message_send_and_message_stream_are_answered(gateway: str
     progress = [e for e in events if e["kind"] == "status-update" and "message" in e["status"]]
     assert progress[0]["status"]["message"]["parts"][0]["data"] == {"step": "measuring"}
     assert events[-1]["status"]["state"] == "completed"
+
+
+async def test_a_text_part_carries_a_json_payload_naming_its_capability(gateway: str) -> None:
+    message = Message(
+        message_id=uuid.uuid4().hex,
+        role=Role.ROLE_USER,
+        parts=[Part(text='{"capability_name": "echo", "text": "yo"}')],
+    )
+    headers = {"Authorization": "Bearer friend-token"}
+    async with httpx.AsyncClient(headers=headers) as http:
+        config = ClientConfig(httpx_client=http, streaming=False)
+        client = await create_client(f"{gateway}/agents/echo", config)
+        (event,) = [e async for e in client.send_message(SendMessageRequest(message=message))]
+        plain = Message(message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=[Part(text="yo")])
+        (unnamed,) = [e async for e in client.send_message(SendMessageRequest(message=plain))]
+    assert get_data_parts(event.task.artifacts[0].parts) == [{"text": "yo", "length": 2.0}]
+    assert unnamed.task.status.state == TaskState.TASK_STATE_FAILED
+    (error,) = get_data_parts(unnamed.task.status.message.parts)
+    assert error["code"] == "invalid_input"
+    assert "metadata.skill" in error["error"]
 
 
 @pytest.mark.parametrize("authorization", [None, "Bearer wrong-token", "Basic friend-token"])
