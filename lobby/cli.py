@@ -1,5 +1,6 @@
 """`lobby serve | schema | asyncapi | agents | mailbox | transactions | backup | revoke |
-remove | nats | mcp | bridge`: the daemon's command line (`mcp` and `bridge`: `lobby.mcp_cli`).
+remove | nats | mcp | bridge | a2a`: the daemon's command line (the bridges' commands:
+`lobby.mcp_cli`, `lobby.a2a_cli`).
 
 `serve` takes its settings from flags, `LOBBY_*` variables and a TOML file (`lobby.options`).
 A bad setting or a start that cannot happen (the port in use, the data dir held by another
@@ -28,7 +29,7 @@ from typing import Any, NoReturn
 
 import orjson
 
-from lobby import admin, admin_cli, backup, mcp_cli
+from lobby import a2a_cli, admin, admin_cli, backup, mcp_cli
 from lobby.config import SettingError, Settings
 from lobby.logs import configure
 from lobby.natsdev import add_nats_parser, run_nats
@@ -81,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
         admin.add_argument("--json", action="store_true", help="print JSON")
     admin_cli.add_commands(commands)
     mcp_cli.add_commands(commands, _Parser)
+    a2a_cli.add_commands(commands, _Parser)
     return parser
 
 
@@ -112,6 +114,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "nats":
         return run_nats(args)
+    if args.command == "a2a":
+        return a2a_cli.run(args)
     try:
         settings = settings_from(args, os.environ)
     except SettingError as bad:

@@ -133,7 +133,8 @@ def test_the_transport_interface_is_a_leaf() -> None:
 
 
 BRIDGE_COMMANDS = {
-    "lobby.mcp_cli": {"agent_sdk.bridges.mcp", "agent_sdk.bridges.mcp_agent", "agent_sdk.errors"}
+    "lobby.mcp_cli": {"agent_sdk.bridges.mcp", "agent_sdk.bridges.mcp_agent", "agent_sdk.errors"},
+    "lobby.a2a_cli": {"agent_sdk.bridges.a2a_cli"},
 }
 """The lobby's commands that run an SDK bridge, and the SDK modules each may import."""
 

@@ -1,0 +1,65 @@
+"""`lobby a2a serve | join`: run an A2A bridge until SIGINT or SIGTERM. A start that cannot happen
+(an unreadable tokens file, a port in use, a card that cannot be read) is one line on stderr and
+exit status 2 for a bad flag, 1 otherwise."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import signal
+import sys
+
+import httpx
+from a2a.client import AgentCardResolutionError
+
+from agent_sdk.bridges.a2a import Gateway, TokensFileError, base_url, bind, load_tokens, serving
+from agent_sdk.bridges.a2a_join import A2AAgent, fetch_card
+from agent_sdk.errors import AgentSDKError
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the `lobby a2a` command `args` asks for; its exit status."""
+    try:
+        if args.a2a_command == "serve":
+            tokens = load_tokens(args.tokens) if args.tokens is not None else {}
+            if not 0 <= args.port <= 65535:
+                raise TokensFileError(f"--port {args.port} is not a TCP port (0 to 65535)")
+            asyncio.run(_serve(args, tokens))
+        else:
+            asyncio.run(_join(args))
+    except TokensFileError as bad:
+        sys.stderr.write(f"lobby a2a: {bad}\n")
+        return 2
+    except (OSError, AgentSDKError, AgentCardResolutionError, httpx.HTTPError) as failed:
+        sys.stderr.write(f"lobby a2a {args.a2a_command}: {failed}\n")
+        return 1
+    return 0
+
+
+async def _until_signalled() -> None:
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(signum, stop.set)
+    await stop.wait()
+
+
+async def _serve(args: argparse.Namespace, tokens: dict[str, str]) -> None:
+    sock = bind(args.host, args.port)
+    gateway = Gateway(args.agent_id, tokens=tokens, lobby_url=args.lobby)
+    async with serving(gateway, sock):
+        print(f"A2A gateway: {base_url(sock)}/agents/<agent id>/", flush=True)
+        await _until_signalled()
+
+
+async def _join(args: argparse.Namespace) -> None:
+    # No read timeout: a skill may take long; the lobby caller's own timeout bounds a call.
+    async with httpx.AsyncClient(timeout=httpx.Timeout(30.0, read=None)) as http:
+        card = await fetch_card(args.card, http)
+        agent = A2AAgent(args.agent_id, card, http, authorized=args.authorize, lobby_url=args.lobby)
+        async with agent:
+            skills = ", ".join(agent.capabilities) or "none"
+            print(f"joined {card.name!r} as lobby agent {args.agent_id!r}: {skills}", flush=True)
+            with contextlib.suppress(asyncio.CancelledError):
+                await _until_signalled()

@@ -1,0 +1,44 @@
+"""`lobby a2a serve | join`: the A2A bridges' command line.
+
+The bridges are SDK agents (`agent_sdk.bridges`); they are imported only when one of these
+commands runs, so `lobby serve` never loads the SDK or the `a2a` package (tests/test_imports.py
+allows this module, like `lobby.mcp_cli`, to reach into `agent_sdk`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+from typing import Any
+
+
+def add_commands(commands: argparse._SubParsersAction[Any], parser_class: type[Any]) -> None:
+    """Add `a2a serve` and `a2a join` to the `lobby` command's subcommands."""
+    a2a = commands.add_parser(
+        "a2a", help="bridges to A2A agents (pip install 'agent-lobby[bridges]')"
+    )
+    bridges = a2a.add_subparsers(dest="a2a_command", required=True, parser_class=parser_class)
+    lobby_url = os.environ.get("LOBBY_URL", "ws://127.0.0.1:8765/")
+    serve = bridges.add_parser("serve", help="serve lobby agents to A2A clients")
+    serve.add_argument("--agent-id", required=True, help="the gateway's own lobby agent id")
+    serve.add_argument("--lobby", default=lobby_url, metavar="URL", help="(%(default)s)")
+    serve.add_argument("--host", default="127.0.0.1", help="(%(default)s)")
+    serve.add_argument("--port", type=int, required=True, help="HTTP port (0: a free one)")
+    serve.add_argument(
+        "--tokens", type=Path, metavar="FILE", help='JSON {"<bearer token>": "<lobby agent id>"}'
+    )
+    join = bridges.add_parser("join", help="join an A2A agent to the lobby as a lobby agent")
+    join.add_argument("--agent-id", required=True, help="its lobby agent id")
+    join.add_argument("--card", required=True, metavar="URL", help="its agent card's URL")
+    join.add_argument("--lobby", default=lobby_url, metavar="URL", help="(%(default)s)")
+    join.add_argument(
+        "--authorize", nargs="+", metavar="ID", help="who may call its skills (default: anyone)"
+    )
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the `lobby a2a` command `args` asks for; its exit status."""
+    from agent_sdk.bridges import a2a_cli  # the `bridges` extra, loaded only here
+
+    return a2a_cli.run(args)
