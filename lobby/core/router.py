@@ -30,11 +30,12 @@ from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON, DEFAULT_DEDUPE_MAX, Deli
 from lobby.core.limits import Limits
 from lobby.core.marketplace import Marketplace
 from lobby.core.negotiation import DEFAULT_DIALOGUE_TIMEOUT, Negotiations
-from lobby.core.records import AgentRemoved, Batch, Compaction, Snapshot
+from lobby.core.records import AgentRemoved, AgentSaved, Batch, Compaction, Snapshot
 from lobby.core.refusal import Refusal, error_payload, hash_token
 from lobby.core.registration import Registrar
 from lobby.core.registry import REVOKED, AgentRecord, Registry
 from lobby.core.session import Action, Close, Send, Session
+from lobby.core.shared import SharedRegistry
 from lobby.core.state import Ledger, LobbyState
 from lobby.core.to_lobby import ToLobby
 from lobby.core.tracing import Tracing
@@ -250,6 +251,9 @@ class Router:
         held for its resume. Safe to call more than once."""
         agent = session.agent
         session.agent = None
+        shared = self.state.shared
+        if shared is not None and shared.claims:
+            shared.closed(session)
         if agent is not None and agent.session is session:
             agent.session = None
             log.info(
@@ -259,6 +263,34 @@ class Router:
                 close=close_code_name(code),
             )
         return []
+
+    # -- the registry lobby nodes share (cluster only) -----------------------------------------
+
+    def share(self) -> SharedRegistry:
+        """Make this core one node of a cluster: new ids are claimed in the shared registry
+        before REGISTER_ACK, and registration changes are queued for it (`lobby.core.shared`).
+        Call once, before any connection."""
+        self.state.shared = SharedRegistry(self.state.registry)
+        return self.state.shared
+
+    def claimed(self, agent_id: str, won: bool | None) -> list[Action]:
+        """The shared registry's verdict on this node's claim of `agent_id` (see
+        `SharedRegistry.claimed`): REGISTER_ACK, or the ERROR that refuses the REGISTER."""
+        return self.registrar.claimed(agent_id, won)
+
+    def learned(self, saved: AgentSaved) -> list[Action]:
+        """Another node registered an agent or changed its registration: known here, not
+        journaled here."""
+        assert self.state.shared is not None, "share() first"
+        return self.state.shared.learned(saved)
+
+    def forgot(self, agent_id: str) -> list[Action]:
+        """Another node removed an agent: gone here too (journaled, so a restart agrees)."""
+        assert self.state.shared is not None, "share() first"
+        actions, known = self.state.shared.forgot(agent_id)
+        if known:
+            self.state.journaled(AgentRemoved(agent_id))
+        return actions
 
     # -- operators ------------------------------------------------------------------------
 
@@ -274,7 +306,7 @@ class Router:
         session, agent.session = agent.session, None
         if remove:
             state.registry.remove(agent_id)
-            state.journaled(AgentRemoved(agent_id))
+            state.removed(agent_id)
         else:
             agent.token_hash = REVOKED
             state.save(agent)
