@@ -10,7 +10,9 @@ from pathlib import Path
 from typing import Any
 
 import orjson
+import pytest
 import websockets.asyncio.client
+import websockets.exceptions
 from websockets.asyncio.client import ClientConnection
 
 from lobby.cluster.keys import AGENTS, agent_key
@@ -19,6 +21,7 @@ from tests.natskit import connect, nats_server
 from tests.routerkit import cap
 from tests.test_cluster_node import node
 from tests.test_durability import stop
+from tests.test_metrics import http_get
 from tests.wsclient import frame, register, reply
 
 WAIT = 30.0
@@ -141,3 +144,41 @@ def kind(answer: dict[str, Any]) -> str:
     if answer["message_type"] == "REGISTER_ACK":
         return "registered"
     return str(answer["payload"]["code"])
+
+
+async def test_a_resume_on_another_node_closes_the_old_connection_with_4001(
+    tmp_path: Path,
+) -> None:
+    async with nats_server(tmp_path) as nats:
+        a, b = node(tmp_path / "a", nats, "a"), node(tmp_path / "b", nats, "b")
+        try:
+            async with agent(a, "mover", capabilities=[cap("c")]) as on_a:
+                assert await online(a) == 1
+                async with websockets.asyncio.client.connect(b.url) as on_b:
+                    resume = frame("mover", "REGISTER", {}, auth_token=on_a.token)
+                    await on_b.send(resume)
+                    ack = await reply(on_b)
+                    assert ack["message_type"] == "REGISTER_ACK", ack
+                    assert ack["payload"]["auth_token"] == on_a.token
+                    with pytest.raises(websockets.exceptions.ConnectionClosed):
+                        await asyncio.wait_for(on_a.ws.recv(), WAIT)
+                    assert on_a.ws.close_code == 4001
+                    assert on_a.ws.close_reason == "replaced by a newer connection on node b"
+                    # Online on its home only.
+                    assert (await online(a), await online(b)) == (0, 1)
+                    # And back: the connection on b is the one replaced now.
+                    async with websockets.asyncio.client.connect(a.url) as again:
+                        await again.send(resume)
+                        assert (await reply(again))["message_type"] == "REGISTER_ACK"
+                        with pytest.raises(websockets.exceptions.ConnectionClosed):
+                            await asyncio.wait_for(on_b.recv(), WAIT)
+                        assert on_b.close_code == 4001
+                        assert (await online(a), await online(b)) == (1, 0)
+        finally:
+            stop(a)
+            stop(b)
+
+
+async def online(proc: LobbyProcess) -> int:
+    _, _, body = await http_get(f"http://127.0.0.1:{proc.port}/healthz")
+    return int(orjson.loads(body)["agents_online"])

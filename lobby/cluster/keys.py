@@ -4,7 +4,8 @@ KV keys allow only `[-/_=.a-zA-Z0-9]` and a `.` separates subject tokens, while 
 hold `.`, `:` and `@`: a key keeps letters, digits and `-`, and writes every other character
 as `_` and its two hex digits (`seller.7` -> `seller_2e7`), so it is readable and reversible.
 The value is JSON: the token's SHA-256 (never the token), the capabilities as declared, acks,
-and the node that wrote it.
+and the node that wrote it, which is the agent's home: a node writes the agent's key whenever
+the agent registers or resumes there, so its revision also counts the agent's connections.
 """
 
 from __future__ import annotations
@@ -43,13 +44,14 @@ def encode_agent(saved: AgentSaved, node_id: str) -> bytes:
     )
 
 
-def decode_agent(agent_id: str, value: bytes) -> AgentSaved:
-    """The registration a KV value holds (raises ValueError/KeyError/TypeError if it is not
-    what `encode_agent` wrote)."""
+def decode_agent(agent_id: str, value: bytes) -> tuple[AgentSaved, str]:
+    """The registration a KV value holds and the node that wrote it, the agent's home (raises
+    ValueError/KeyError/TypeError if it is not what `encode_agent` wrote)."""
     data = orjson.loads(value)
-    return AgentSaved(
+    saved = AgentSaved(
         agent_id,
         bytes.fromhex(data["token_hash"]),
         orjson.dumps(data["capabilities"]),
         bool(data["acks"]),
     )
+    return saved, str(data["node"])

@@ -6,14 +6,17 @@ committer's thread, `lobby.store.jetstream`):
 - a REGISTER of a new id is one `kv.create`; REGISTER_ACK (or `agent_id_taken` when another
   node created the key first) is sent only when NATS has answered. A create whose answer was
   lost is settled by reading the key back: the token hash says whose it is.
-- UPDATE_CAPABILITIES, a resume with new capabilities or acks, UNREGISTER and an operator's
-  revoke/remove are compare-and-set writes (`kv.update` / `kv.delete` with the last revision
+- a resume, UPDATE_CAPABILITIES, UNREGISTER and an operator's revoke/remove are
+  compare-and-set writes (`kv.update` / `kv.delete` with the last revision
   this node saw). One write is in flight per key, in the order the core made them; a conflict
   re-reads the key and writes again on top of it, unless it was deleted meanwhile.
 - every node watches the whole bucket into its core (`Router.learned` / `Router.forgot`), so
-  DISCOVER is answered from memory and lists the agents of every node. At start the node
-  reads the bucket to its end before it listens. Its own writes come back through the watch
-  and are skipped by revision.
+  DISCOVER is answered from memory and lists the agents of every node, and a node that sees
+  an agent's key written by another node (the agent resumed there) closes its own connection
+  of that agent with 4001. While a write of a key is in flight, watch entries of that key wait
+  until it is settled: the node acts on the newest state, not on one it is overwriting. At
+  start the node reads the bucket to its end before it listens. Its own writes come back
+  through the watch and are skipped by revision.
 
 Throughput is not a concern here: registrations are rare next to messages, and nothing in this
 module runs on the REQUEST/RESPONSE path.
@@ -75,16 +78,19 @@ class ClusterNode:
         self.servers = servers
         self.node_id = node_id
         self.router = router
-        self.shared = router.share()
+        self.shared = router.share(node_id)
         self._execute = execute
         self._connect_timeout = connect_timeout
         self._nc: Client | None = None
         self._kv: KeyValue | None = None
         self._revisions: dict[str, int] = {}
         """Key -> the newest revision this node wrote or saw: older watch entries are echoes."""
-        self._claiming: dict[str, list[KeyValue.Entry]] = {}
-        """Keys with a create in flight -> watch entries that arrived meanwhile (applied once
-        the create's outcome is known, so the core never sees its own claim as a stranger's)."""
+        self._creating: set[str] = set()
+        """Keys with a create in flight."""
+        self._held: dict[str, list[KeyValue.Entry]] = {}
+        """Keys with a write in flight -> watch entries that arrived meanwhile, applied once
+        it is settled: the core must not act on a state this node is about to overwrite (close
+        an agent's new connection here for an older one elsewhere)."""
         self._queues: dict[str, deque[Change]] = {}
         """Key -> changes waiting to be written, the first one in flight."""
         self._tasks: set[asyncio.Task[None]] = set()
@@ -140,7 +146,15 @@ class ClusterNode:
                 queue.append(change)
             else:
                 self._queues[key] = deque([change])
+                self._held.setdefault(key, [])
                 self._spawn(self._write(key))
+
+    def _release(self, key: str) -> None:
+        """No write of `key` in flight any more: apply what the watch brought meanwhile."""
+        if key in self._creating or key in self._queues:
+            return
+        for entry in self._held.pop(key, []):
+            self._apply(entry)
 
     def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
         task = asyncio.create_task(work)
@@ -153,7 +167,8 @@ class ClusterNode:
         assert self._kv is not None
         saved = claim.saved
         key = agent_key(saved.agent_id)
-        self._claiming[key] = []
+        self._creating.add(key)
+        self._held.setdefault(key, [])
         won: bool | None
         try:
             revision = await self._kv.create(key, encode_agent(saved, self.node_id))
@@ -163,13 +178,11 @@ class ClusterNode:
         except _FAILED:
             # The create may have landed with its answer lost: whose is the key now?
             won, revision = await self._settle(key, saved)
-        seen = self._claiming.pop(key)
+        self._creating.discard(key)
         if won:
             self._revisions[key] = max(revision, self._revisions.get(key, 0))
-        actions = self.router.claimed(saved.agent_id, won)
-        for entry in seen:
-            self._apply(entry)
-        self._execute(actions)
+        self._execute(self.router.claimed(saved.agent_id, won))
+        self._release(key)
 
     async def _settle(self, key: str, saved: AgentSaved) -> tuple[bool | None, int]:
         assert self._kv is not None
@@ -180,7 +193,7 @@ class ClusterNode:
         except _FAILED:
             log.warning("CLUSTER_REGISTER_UNSETTLED", agent_id=saved.agent_id)
             return None, 0
-        if entry.value is not None and decode_agent(saved.agent_id, entry.value) == saved:
+        if entry.value is not None and decode_agent(saved.agent_id, entry.value)[0] == saved:
             return True, entry.revision or 0
         return False, 0
 
@@ -199,12 +212,13 @@ class ClusterNode:
                 queue.popleft()
         finally:
             del self._queues[key]
+            self._release(key)
 
     async def _write_one(self, key: str, change: Change) -> None:
         kv = self._kv
         assert kv is not None
+        last = self._revisions.get(key, 0)
         for _ in range(_CONFLICTS):
-            last = self._revisions.get(key, 0)
             try:
                 if isinstance(change, AgentRemoved):
                     await kv.delete(key, last=last)
@@ -215,7 +229,9 @@ class ClusterNode:
                     entry = await kv.get(key)
                 except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
                     return  # removed meanwhile: a change to it has nothing left to change
-                self._revisions[key] = max(entry.revision or 0, last)
+                # Not recorded as seen: the watch's entry for it is applied unless this
+                # write lands on top of it.
+                last = entry.revision or 0
                 continue
             self._revisions[key] = max(revision, self._revisions.get(key, 0))
             return
@@ -237,9 +253,9 @@ class ClusterNode:
 
     def _apply(self, entry: KeyValue.Entry) -> None:
         key = entry.key
-        seen = self._claiming.get(key)
-        if seen is not None:
-            seen.append(entry)
+        held = self._held.get(key)
+        if held is not None:
+            held.append(entry)
             return
         revision = entry.revision or 0
         if revision <= self._revisions.get(key, 0):
@@ -252,11 +268,11 @@ class ClusterNode:
             return
         else:
             try:
-                saved = decode_agent(agent_id, entry.value)
+                saved, home = decode_agent(agent_id, entry.value)
             except (ValueError, KeyError, TypeError):
                 log.warning("CLUSTER_ENTRY_UNREADABLE", key=key)
                 return
-            actions = self.router.learned(saved)
+            actions = self.router.learned(saved, home)
         self._execute(actions)
 
 

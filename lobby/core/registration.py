@@ -162,7 +162,9 @@ class Registrar:
         record.bucket = record.bucket or self._message_bucket()
         record.session = session
         session.agent = record
-        if changed:
+        if changed or self.state.shared is not None:
+            # On a cluster node a resume is always saved: the shared registry learns that
+            # this node is the agent's home now, and the old home closes its connection.
             self.state.save(record)
         log.info(
             "AGENT_RESUMED" if status is RegisterStatus.RESUMED else "AGENT_REGISTERED",

@@ -266,11 +266,11 @@ class Router:
 
     # -- the registry lobby nodes share (cluster only) -----------------------------------------
 
-    def share(self) -> SharedRegistry:
+    def share(self, node_id: str) -> SharedRegistry:
         """Make this core one node of a cluster: new ids are claimed in the shared registry
         before REGISTER_ACK, and registration changes are queued for it (`lobby.core.shared`).
         Call once, before any connection."""
-        self.state.shared = SharedRegistry(self.state.registry)
+        self.state.shared = SharedRegistry(self.state.registry, node_id)
         return self.state.shared
 
     def claimed(self, agent_id: str, won: bool | None) -> list[Action]:
@@ -278,11 +278,11 @@ class Router:
         `SharedRegistry.claimed`): REGISTER_ACK, or the ERROR that refuses the REGISTER."""
         return self.registrar.claimed(agent_id, won)
 
-    def learned(self, saved: AgentSaved) -> list[Action]:
-        """Another node registered an agent or changed its registration: known here, not
-        journaled here."""
+    def learned(self, saved: AgentSaved, home: str) -> list[Action]:
+        """Another node (`home`) registered an agent, changed its registration or took its
+        connection (`SharedRegistry.learned`): known here, not journaled here."""
         assert self.state.shared is not None, "share() first"
-        return self.state.shared.learned(saved)
+        return self.state.shared.learned(saved, home)
 
     def forgot(self, agent_id: str) -> list[Action]:
         """Another node removed an agent: gone here too (journaled, so a restart agrees)."""

@@ -48,8 +48,9 @@ class SharedRegistry:
     """Pending claims and outgoing changes of this node, and the entry points for what other
     nodes changed. Made by `Router.share()`; driven by the cluster layer (`lobby.cluster`)."""
 
-    def __init__(self, registry: Registry) -> None:
+    def __init__(self, registry: Registry, node_id: str) -> None:
         self.registry = registry
+        self.node_id = node_id
         self.claims: dict[str, Claim] = {}
         """Agent id -> its claim, until `claimed`."""
         self.new_claims: list[Claim] = []
@@ -104,8 +105,10 @@ class SharedRegistry:
         self.registry.set_capabilities(record, _capabilities(saved.capabilities))
         return claim, record
 
-    def learned(self, saved: AgentSaved) -> list[Action]:
-        """Another node registered `saved.agent_id` or changed its registration."""
+    def learned(self, saved: AgentSaved, home: str) -> list[Action]:
+        """Another node registered `saved.agent_id`, changed its registration, or (`home`,
+        the node that wrote it) took the agent's connection: then a connection of it here is
+        closed with 4001, as a newer connection on this node would."""
         record = self.registry.get(saved.agent_id)
         actions: list[Action] = []
         if record is None:
@@ -117,6 +120,12 @@ class SharedRegistry:
             if session is not None:  # its token was replaced or revoked elsewhere
                 session.agent = None
                 actions.append(Close(session, CloseCode.UNREGISTERED, "token revoked"))
+        elif home != self.node_id and record.session is not None:
+            session, record.session = record.session, None
+            session.agent = None
+            log.info("AGENT_MOVED", agent_id=saved.agent_id, node_id=home)
+            reason = f"replaced by a newer connection on node {home}"
+            actions.append(Close(session, CloseCode.REPLACED, reason))
         record.acks = saved.acks
         self.registry.set_capabilities(record, _capabilities(saved.capabilities))
         return actions

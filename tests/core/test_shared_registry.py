@@ -24,7 +24,7 @@ def register(router: Router, agent_id: str, **payload: Any) -> tuple[Session, li
 
 def test_a_new_id_is_answered_only_after_the_shared_registry_created_it() -> None:
     router = make_router()
-    shared = router.share()
+    shared = router.share("here")
     session, sent = register(router, "seller.7", capabilities=[cap("quote")])
     assert sent == []  # no REGISTER_ACK yet
     assert router.registry.get("seller.7") is None
@@ -45,7 +45,7 @@ def test_a_new_id_is_answered_only_after_the_shared_registry_created_it() -> Non
 
 def test_a_claim_lost_to_another_node_is_agent_id_taken_and_changes_nothing() -> None:
     router = make_router()
-    shared = router.share()
+    shared = router.share("here")
     session, _ = register(router, "x")
     _, again = register(router, "x")  # a second connection while the first waits
     assert frames(again)[0]["payload"]["code"] == "agent_id_taken"
@@ -63,7 +63,7 @@ def test_a_claim_lost_to_another_node_is_agent_id_taken_and_changes_nothing() ->
 
 def test_a_claim_whose_connection_closed_registers_the_agent_offline() -> None:
     router = make_router()
-    router.share()
+    router.share("here")
     session, _ = register(router, "x")
     router.close(session)
     assert router.claimed("x", True) == []
@@ -74,10 +74,10 @@ def test_a_claim_whose_connection_closed_registers_the_agent_offline() -> None:
 
 def test_what_other_nodes_registered_is_discovered_here_and_not_journaled() -> None:
     router = make_router()
-    router.share()
+    router.share("here")
     me = join_shared(router, "me")
     capabilities = orjson.dumps([cap("translate")])
-    assert router.learned(AgentSaved("far", hash_token("t"), capabilities, True)) == []
+    assert router.learned(AgentSaved("far", hash_token("t"), capabilities, True), "there") == []
     assert router.take_journal().records == []
     me.send("DISCOVER_SERVICES", {})
     answer = me.last()["payload"]["services_found"]
@@ -90,7 +90,7 @@ def test_what_other_nodes_registered_is_discovered_here_and_not_journaled() -> N
 
 def test_changes_made_here_are_queued_for_the_shared_registry() -> None:
     router = make_router()
-    shared = router.share()
+    shared = router.share("here")
     me = join_shared(router, "me")
     me.send("UPDATE_CAPABILITIES", {"capabilities": [cap("a")]})
     me.send("UNREGISTER", {})
@@ -102,9 +102,9 @@ def test_changes_made_here_are_queued_for_the_shared_registry() -> None:
 
 def test_a_token_replaced_elsewhere_closes_the_connection_here() -> None:
     router = make_router()
-    router.share()
+    router.share("here")
     me = join_shared(router, "me")
-    (close,) = router.learned(AgentSaved("me", hash_token("other"), b"[]", False))
+    (close,) = router.learned(AgentSaved("me", hash_token("other"), b"[]", False), "here")
     assert isinstance(close, Close)
     assert close.session is me.session
     assert close.code == 4003
@@ -117,7 +117,7 @@ def test_kv_keys_encode_every_agent_id_reversibly() -> None:
         assert agent_id_of(key) == agent_id
     assert agent_key("seller.7") == "seller_2e7"
     saved = AgentSaved("a", hash_token("t"), orjson.dumps([cap("c")]), True)
-    assert decode_agent("a", encode_agent(saved, "n1")) == saved
+    assert decode_agent("a", encode_agent(saved, "n1")) == (saved, "n1")
 
 
 def join_shared(router: Router, agent_id: str) -> Peer:
@@ -131,3 +131,25 @@ def join_shared(router: Router, agent_id: str) -> Peer:
     peer = Peer(router, agent_id, session, ack["payload"]["auth_token"])
     world.peers[session.id] = peer
     return peer
+
+
+def test_a_resume_on_another_node_closes_the_connection_here_with_4001() -> None:
+    router = make_router()
+    shared = router.share("here")
+    me = join_shared(router, "me")
+    saved = AgentSaved("me", me.session.agent.token_hash, b"[]", False)  # type: ignore[union-attr]
+    assert router.learned(saved, "here") == []  # its home is still this node
+    (close,) = router.learned(saved, "there")
+    assert isinstance(close, Close)
+    assert close.session is me.session
+    assert close.code == 4001
+    record = router.registry.get("me")
+    assert record is not None
+    assert record.session is None
+    # It resumes here again: saved (and so shared) even with nothing else changed.
+    again = router.open("me")
+    resume = {"capabilities": None}
+    raw(router, again, sender_id="me", message_type="REGISTER", payload=resume, auth_token=me.token)
+    assert record.session is again
+    _, changes = shared.take()
+    assert [c.agent_id for c in changes] == ["me"]
