@@ -437,7 +437,12 @@ class LobbyServer:
             "uptime_s": round(time.monotonic() - self._started, 3),
             "transport": self.transport.name,
             "store": self.committer.stats(),
-        }
+        } | self._cluster_health()
+
+    def _cluster_health(self) -> dict[str, object]:
+        if self.cluster is None:
+            return {}
+        return {"node_id": self.cluster.node_id, "nodes": self.cluster.liveness.alive()}
 
 
 def _transport(name: str) -> Transport:

@@ -4,6 +4,7 @@ processes on one real `nats-server -js`, agents on each talking raw WebSocket.""
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -180,5 +181,38 @@ async def test_a_resume_on_another_node_closes_the_old_connection_with_4001(
 
 
 async def online(proc: LobbyProcess) -> int:
+    return int((await healthz(proc))["agents_online"])
+
+
+async def test_healthz_lists_the_live_nodes_and_drops_a_stopped_or_killed_one(
+    tmp_path: Path,
+) -> None:
+    async with nats_server(tmp_path) as nats:
+        a, b = node(tmp_path / "a", nats, "a"), node(tmp_path / "b", nats, "b")
+        c = node(tmp_path / "c", nats, "c")
+        try:
+            await until_nodes(a, ["a", "b", "c"])
+            health = await healthz(b)
+            assert health["node_id"] == "b"
+            stop(b)  # a clean stop deletes its key
+            await until_nodes(a, ["a", "c"])
+            c.signal(signal.SIGKILL)  # a killed node's key expires (NODE_TTL)
+            c.wait(10)
+            await until_nodes(a, ["a"])
+        finally:
+            for proc in (a, b, c):
+                stop(proc)
+
+
+async def healthz(proc: LobbyProcess) -> dict[str, Any]:
     _, _, body = await http_get(f"http://127.0.0.1:{proc.port}/healthz")
-    return int(orjson.loads(body)["agents_online"])
+    health: dict[str, Any] = orjson.loads(body)
+    return health
+
+
+async def until_nodes(proc: LobbyProcess, expected: list[str]) -> None:
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + WAIT
+    while (nodes := (await healthz(proc))["nodes"]) != expected:
+        assert loop.time() < deadline, f"still {nodes}, waiting for {expected}"
+        await asyncio.sleep(0.1)

@@ -38,6 +38,7 @@ from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
 from lobby.cluster.keys import AGENTS, agent_id_of, agent_key, decode_agent, encode_agent
+from lobby.cluster.liveness import Liveness
 from lobby.core.records import AgentRemoved, AgentSaved
 from lobby.core.router import Router
 from lobby.core.session import Action
@@ -95,6 +96,8 @@ class ClusterNode:
         """Key -> changes waiting to be written, the first one in flight."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._watching: asyncio.Task[None] | None = None
+        self.liveness = Liveness(node_id)
+        """Which nodes are alive (KV bucket `nodes`)."""
 
     async def start(self) -> None:
         """Connect, open (or create) the bucket and read it to its end into the core."""
@@ -116,6 +119,7 @@ class ClusterNode:
             watcher = await self._kv.watchall()
             while (entry := await _next(watcher, 30)) is not None:
                 self._apply(entry)
+            await self.liveness.start(js)
         except (OSError, *_FAILED) as exc:
             await self.stop()
             raise ClusterUnavailable(f"cannot set up the agents bucket at {where}: {exc}") from None
@@ -130,6 +134,7 @@ class ClusterNode:
                 await self._watching
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.liveness.stop()
         if self._nc is not None and not self._nc.is_closed:
             with contextlib.suppress(*_FAILED):
                 await self._nc.close()
