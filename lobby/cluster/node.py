@@ -39,6 +39,7 @@ from nats.js.kv import KeyValue
 
 from lobby.cluster.keys import AGENTS, agent_id_of, agent_key, decode_agent, encode_agent
 from lobby.cluster.liveness import Liveness
+from lobby.cluster.routing import Relay
 from lobby.core.records import AgentRemoved, AgentSaved
 from lobby.core.router import Router
 from lobby.core.session import Action
@@ -98,6 +99,9 @@ class ClusterNode:
         self._watching: asyncio.Task[None] | None = None
         self.liveness = Liveness(node_id)
         """Which nodes are alive (KV bucket `nodes`)."""
+        self.relay = Relay(node_id, router, execute)
+        """Messages to and from agents on other nodes."""
+        """Which nodes are alive (KV bucket `nodes`)."""
 
     async def start(self) -> None:
         """Connect, open (or create) the bucket and read it to its end into the core."""
@@ -120,6 +124,7 @@ class ClusterNode:
             while (entry := await _next(watcher, 30)) is not None:
                 self._apply(entry)
             await self.liveness.start(js)
+            await self.relay.start(self._nc)
         except (OSError, *_FAILED) as exc:
             await self.stop()
             raise ClusterUnavailable(f"cannot set up the agents bucket at {where}: {exc}") from None
@@ -134,6 +139,7 @@ class ClusterNode:
                 await self._watching
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.relay.stop()
         await self.liveness.stop()
         if self._nc is not None and not self._nc.is_closed:
             with contextlib.suppress(*_FAILED):
@@ -141,6 +147,7 @@ class ClusterNode:
 
     def kick(self) -> None:
         """Start writing what the core queued: each new claim, each change (per key, in order)."""
+        self.relay.kick()
         claims, changes = self.shared.take()
         for claim in claims:
             self._spawn(self._create(claim))

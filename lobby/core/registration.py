@@ -160,6 +160,7 @@ class Registrar:
         )
         record.acks = payload.acks
         record.bucket = record.bucket or self._message_bucket()
+        record.home = None
         record.session = session
         session.agent = record
         if changed or self.state.shared is not None:

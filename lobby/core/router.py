@@ -292,6 +292,21 @@ class Router:
             self.state.journaled(AgentRemoved(agent_id))
         return actions
 
+    def relayed(self, session: Session, frame: bytes) -> list[Action]:
+        """A message another node authenticated and forwarded here, its receiver's home:
+        routed as if sent here, by `session`, which stands for its sender on that node (what
+        it is answered, ERROR or ACCEPTED, goes back there)."""
+        agent = session.agent
+        assert agent is not None, "a relay session stands for a known agent"
+        try:
+            msg = decode(frame)
+        except DecodeError as exc:
+            return self.state.error(session, None, ErrorCode.MALFORMED, exc.reason)
+        try:
+            return self._handlers[msg.message_type](session, agent, msg)
+        except Refusal as refusal:
+            return self.state.error(session, msg, refusal.code, refusal.reason)
+
     # -- operators ------------------------------------------------------------------------
 
     def revoke(self, agent_id: str, *, remove: bool = False) -> list[Action] | None:

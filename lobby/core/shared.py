@@ -98,7 +98,7 @@ class SharedRegistry:
         saved = claim.saved
         stale = self.registry.remove(agent_id)  # never expected: the id was claimed here
         if stale is not None:
-            log.warning("SHARED_REGISTRY_STALE", agent_id=agent_id)
+            log.warning("CLUSTER_REGISTRY_STALE", agent_id=agent_id)
         record = AgentRecord(agent_id, saved.token_hash, acks=saved.acks)
         record.bucket = claim.bucket
         self.registry.add(record)
@@ -127,6 +127,7 @@ class SharedRegistry:
             reason = f"replaced by a newer connection on node {home}"
             actions.append(Close(session, CloseCode.REPLACED, reason))
         record.acks = saved.acks
+        record.home = None if home == self.node_id else home
         self.registry.set_capabilities(record, _capabilities(saved.capabilities))
         return actions
 

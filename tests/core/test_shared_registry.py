@@ -120,10 +120,10 @@ def test_kv_keys_encode_every_agent_id_reversibly() -> None:
     assert decode_agent("a", encode_agent(saved, "n1")) == (saved, "n1")
 
 
-def join_shared(router: Router, agent_id: str) -> Peer:
+def join_shared(router: Router, agent_id: str, **payload: Any) -> Peer:
     """REGISTER on a node whose claim the shared registry grants; its journal and queue
     taken."""
-    session, _ = register(router, agent_id)
+    session, _ = register(router, agent_id, **payload)
     assert router.state.shared is not None
     router.state.shared.take()
     (ack,) = frames(router.claimed(agent_id, True))
