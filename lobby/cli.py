@@ -206,6 +206,8 @@ async def _serve(settings: Settings) -> None:
         ) from None
     except OSError as exc:
         raise StartFailed(_listen_failure(settings, exc)) from None
+    except StoreUnavailable as exc:  # --cluster: the shared registry
+        raise StartFailed(str(exc)) from None
     try:
         await stop.wait()
     finally:

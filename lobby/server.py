@@ -29,7 +29,7 @@ import secrets
 import time
 from collections.abc import Coroutine, Iterable
 from http import HTTPStatus
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import structlog
 
@@ -44,6 +44,9 @@ from lobby.metrics import CONTENT_TYPE, Metrics
 from lobby.observer import Observers
 from lobby.store import SqliteStore, Store, open_store
 from lobby.transport.base import HttpAnswer, Link, Transport
+
+if TYPE_CHECKING:
+    from lobby.cluster.node import ClusterNode
 from protocol.models import LOBBY_ID, CloseCode
 
 log = structlog.get_logger("lobby.server")
@@ -81,6 +84,14 @@ class LobbyServer:
             self.store, self.router, self._execute, interval=settings.commit_interval
         )
         self.transport = transport or _transport(settings.transport)
+        self.cluster: ClusterNode | None = None
+        """`--cluster`: this node's part in the registry the nodes share (lobby.cluster)."""
+        if settings.cluster is not None and settings.node_id is not None:
+            from lobby.cluster.node import ClusterNode  # nats-py: the cluster extra
+
+            self.cluster = ClusterNode(
+                settings.cluster_urls(), settings.node_id, self.router, self.execute
+            )
         self._running = False
         self._port: int | None = None
         """The bound port; None before start, and for a transport without one (memory)."""
@@ -134,8 +145,12 @@ class LobbyServer:
         token = s.admin_token or secrets.token_urlsafe(32)
         self.admin = AdminEndpoint(self, token, self._admin_sessions)
         try:
+            if self.cluster is not None:
+                await self.cluster.start()
             self._port = await self.transport.start(self)
         except BaseException:
+            if self.cluster is not None:
+                await self.cluster.stop()
             await self.committer.close()  # a lobby that could not listen lets go of its store
             raise
         if s.admin_token is None:
@@ -167,6 +182,8 @@ class LobbyServer:
                 with contextlib.suppress(asyncio.CancelledError):
                     await background
         self.observers.close()
+        if self.cluster is not None:
+            await self.cluster.stop()
         await self.committer.close()
         self._running = self._stopping = False
         self._port = None
@@ -271,6 +288,8 @@ class LobbyServer:
         if routed:
             self.batch_seconds.observe(time.perf_counter() - self._batch_started)
         self.committer.kick()
+        if self.cluster is not None:
+            self.cluster.kick()
         if self.router.queries and not self._query_due:
             self._query_due = True
             asyncio.get_running_loop().call_soon(self._answer_query)
@@ -418,7 +437,12 @@ class LobbyServer:
             "uptime_s": round(time.monotonic() - self._started, 3),
             "transport": self.transport.name,
             "store": self.committer.stats(),
-        }
+        } | self._cluster_health()
+
+    def _cluster_health(self) -> dict[str, object]:
+        if self.cluster is None:
+            return {}
+        return {"node_id": self.cluster.node_id, "nodes": self.cluster.liveness.alive()}
 
 
 def _transport(name: str) -> Transport:

@@ -34,6 +34,10 @@ DEFAULT_DEDUPE_MAX: Final = 500_000
 _REDELIVERED: Final = b',"redelivered":true}'
 _REQUEST: Final = MessageType.REQUEST
 _RESPONSE: Final = MessageType.RESPONSE
+FORWARDED: Final = frozenset({MessageType.REQUEST, MessageType.RESPONSE, MessageType.TEXT})
+"""What a cluster node forwards to an agent on another node. Dialogue moves and payments are
+not: their notices (TRANSACTION_CONFIRMED, PAYMENT_CONFIRMED, DIALOGUE_EXPIRED) would be sent
+by both nodes, which each track the dialogue."""
 
 
 class Delivery:
@@ -60,6 +64,9 @@ class Delivery:
         """Records not yet handed to the store; the I/O layer takes them (`take_journal`)."""
         self.accepted: dict[Session, str] = {}
         """Per acknowledging sender, the last message_id accepted since the last commit."""
+        self.forwards: list[tuple[str, str, bytes]] = []
+        """Cluster only: (home node, sender, frame) of messages to agents on other nodes, for
+        the I/O layer to forward (the home stamps, stores, dedupes and confirms them)."""
         self.accepted_traces: dict[Session, str | None] = {}
         """The same, its traceparent: kept only once a traced message was accepted."""
         self.delivered: dict[str, int] = {}
@@ -107,6 +114,8 @@ class Delivery:
         """Stamp, journal and deliver (or hold) `msg` for `target`; a full mailbox refuses it
         (`mailbox_full`) with nothing changed, unless `force`: the lobby's own notices are never
         refused. The sender's token never leaves: it is dropped here."""
+        if target.home is not None:
+            return self._forward(target, msg, sender)
         if len(target.mailbox) >= self.mailbox_limit and not force:
             raise Refusal(
                 ErrorCode.MAILBOX_FULL,
@@ -159,6 +168,22 @@ class Delivery:
             # Coalesced: one Acked record per agent per commit, not one per message.
             self.delivered[target.agent_id] = target.acked_seq = seq
         return [Send(session, frame)]
+
+    def _forward(self, target: AgentRecord, msg: Message, sender: Session | None) -> list[Action]:
+        """Cluster only: `target`'s connection is on another node, which routes `msg` as its
+        own (checks, stamps, stores, confirms). A lobby notice is its own node's to send."""
+        if sender is None:
+            return []
+        if msg.message_type not in FORWARDED:
+            raise Refusal(
+                ErrorCode.UNKNOWN_RECEIVER,
+                f"agent {target.agent_id!r} is connected to another lobby node; "
+                f"{msg.message_type} between nodes is not supported yet (REQUEST, RESPONSE "
+                "and TEXT are)",
+            )
+        msg.auth_token = None
+        self.forwards.append((target.home, msg.sender_id, encode(msg)))  # type: ignore[arg-type]
+        return []
 
     def acknowledge(self, agent: AgentRecord, up_to: int) -> None:
         """`agent` processed every message up to `up_to`: forget them."""

@@ -10,9 +10,11 @@ from __future__ import annotations
 import hmac
 import uuid
 
+import orjson
 import structlog
 
 from lobby.core.limits import Limits, TokenBucket
+from lobby.core.records import AgentSaved
 from lobby.core.refusal import Refusal, hash_token, require_lobby_receiver, validate
 from lobby.core.registry import REVOKED, AgentRecord
 from lobby.core.schemas import check_input_schemas
@@ -80,6 +82,15 @@ class Registrar:
                 )
             return self._resume(session, record, token, payload)
         token = str(uuid.uuid4())
+        shared = self.state.shared
+        if shared is not None:
+            # A cluster node: the id is this node's only once the shared registry says so.
+            capabilities = [c.model_dump(mode="json") for c in payload.capabilities or []]
+            saved = AgentSaved(
+                agent_id, hash_token(token), orjson.dumps(capabilities), payload.acks
+            )
+            shared.claim(session, msg, saved, token, self._message_bucket())
+            return []
         record = AgentRecord(agent_id, hash_token(token), acks=payload.acks)
         record.bucket = self._message_bucket()
         self.state.registry.add(record)
@@ -95,6 +106,37 @@ class Registrar:
         )
         log.info("AGENT_REGISTRATION_FINALIZED", agent_id=agent_id)
         return [self._register_ack(session, agent_id, RegisterStatus.REGISTERED, token)]
+
+    def claimed(self, agent_id: str, won: bool | None) -> list[Action]:
+        """Answer a REGISTER claimed in the shared registry (`SharedRegistry.claimed`)."""
+        assert self.state.shared is not None
+        claim, record = self.state.shared.claimed(agent_id, won)
+        session = claim.session
+        if record is None:
+            if session is None:
+                return []
+            if won is None:
+                code = ErrorCode.INTERNAL
+                reason = "the cluster's shared registry could not be reached: try again"
+            else:
+                code = ErrorCode.AGENT_ID_TAKEN
+                reason = (
+                    f"agent id {agent_id!r} is already registered (on another node): resume "
+                    "with its auth_token or register under another id"
+                )
+            return self.state.error(session, claim.msg, code, reason)
+        self.state.journaled(claim.saved)
+        log.info(
+            "AGENT_REGISTERED",
+            agent_id=agent_id,
+            capabilities=clip(", ".join(sorted(record.capabilities)), MAX_SENTENCE_LENGTH),
+            remote=session.remote if session is not None else None,
+        )
+        if session is None:
+            return []
+        record.session = session
+        session.agent = record
+        return [self._register_ack(session, agent_id, RegisterStatus.REGISTERED, claim.token)]
 
     def _resume(
         self,
@@ -118,9 +160,12 @@ class Registrar:
         )
         record.acks = payload.acks
         record.bucket = record.bucket or self._message_bucket()
+        record.home = None
         record.session = session
         session.agent = record
-        if changed:
+        if changed or self.state.shared is not None:
+            # On a cluster node a resume is always saved: the shared registry learns that
+            # this node is the agent's home now, and the old home closes its connection.
             self.state.save(record)
         log.info(
             "AGENT_RESUMED" if status is RegisterStatus.RESUMED else "AGENT_REGISTERED",

@@ -80,6 +80,9 @@ class AgentRecord:
     """Its DISCOVER_SERVICES rate limit, made on its first query."""
     queries_waiting: int = 0
     """Its DISCOVER_SERVICES accepted and not yet answered (`Router.queries`)."""
+    home: str | None = None
+    """Cluster only: the node holding its connection, when that is another node (messages to
+    it are forwarded there); None: this node."""
 
 
 class Registry:

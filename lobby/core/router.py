@@ -30,11 +30,12 @@ from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON, DEFAULT_DEDUPE_MAX, Deli
 from lobby.core.limits import Limits
 from lobby.core.marketplace import Marketplace
 from lobby.core.negotiation import DEFAULT_DIALOGUE_TIMEOUT, Negotiations
-from lobby.core.records import AgentRemoved, Batch, Compaction, Snapshot
+from lobby.core.records import AgentRemoved, AgentSaved, Batch, Compaction, Snapshot
 from lobby.core.refusal import Refusal, error_payload, hash_token
 from lobby.core.registration import Registrar
 from lobby.core.registry import REVOKED, AgentRecord, Registry
 from lobby.core.session import Action, Close, Send, Session
+from lobby.core.shared import SharedRegistry
 from lobby.core.state import Ledger, LobbyState
 from lobby.core.to_lobby import ToLobby
 from lobby.core.tracing import Tracing
@@ -252,6 +253,9 @@ class Router:
         held for its resume. Safe to call more than once."""
         agent = session.agent
         session.agent = None
+        shared = self.state.shared
+        if shared is not None and shared.claims:
+            shared.closed(session)
         if agent is not None and agent.session is session:
             agent.session = None
             log.info(
@@ -261,6 +265,49 @@ class Router:
                 close=close_code_name(code),
             )
         return []
+
+    # -- the registry lobby nodes share (cluster only) -----------------------------------------
+
+    def share(self, node_id: str) -> SharedRegistry:
+        """Make this core one node of a cluster: new ids are claimed in the shared registry
+        before REGISTER_ACK, and registration changes are queued for it (`lobby.core.shared`).
+        Call once, before any connection."""
+        self.state.shared = SharedRegistry(self.state.registry, node_id)
+        return self.state.shared
+
+    def claimed(self, agent_id: str, won: bool | None) -> list[Action]:
+        """The shared registry's verdict on this node's claim of `agent_id` (see
+        `SharedRegistry.claimed`): REGISTER_ACK, or the ERROR that refuses the REGISTER."""
+        return self.registrar.claimed(agent_id, won)
+
+    def learned(self, saved: AgentSaved, home: str) -> list[Action]:
+        """Another node (`home`) registered an agent, changed its registration or took its
+        connection (`SharedRegistry.learned`): known here, not journaled here."""
+        assert self.state.shared is not None, "share() first"
+        return self.state.shared.learned(saved, home)
+
+    def forgot(self, agent_id: str) -> list[Action]:
+        """Another node removed an agent: gone here too (journaled, so a restart agrees)."""
+        assert self.state.shared is not None, "share() first"
+        actions, known = self.state.shared.forgot(agent_id)
+        if known:
+            self.state.journaled(AgentRemoved(agent_id))
+        return actions
+
+    def relayed(self, session: Session, frame: bytes) -> list[Action]:
+        """A message another node authenticated and forwarded here, its receiver's home:
+        routed as if sent here, by `session`, which stands for its sender on that node (what
+        it is answered, ERROR or ACCEPTED, goes back there)."""
+        agent = session.agent
+        assert agent is not None, "a relay session stands for a known agent"
+        try:
+            msg = decode(frame)
+        except DecodeError as exc:
+            return self.state.error(session, None, ErrorCode.MALFORMED, exc.reason)
+        try:
+            return self._handlers[msg.message_type](session, agent, msg)
+        except Refusal as refusal:
+            return self.state.error(session, msg, refusal.code, refusal.reason)
 
     # -- operators ------------------------------------------------------------------------
 
@@ -276,7 +323,7 @@ class Router:
         session, agent.session = agent.session, None
         if remove:
             state.registry.remove(agent_id)
-            state.journaled(AgentRemoved(agent_id))
+            state.removed(agent_id)
         else:
             agent.token_hash = REVOKED
             state.save(agent)

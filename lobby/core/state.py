@@ -15,7 +15,7 @@ import itertools
 import time
 import uuid
 from collections.abc import Callable
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 import structlog
@@ -23,13 +23,16 @@ import structlog
 from lobby.core.counters import Counters
 from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON, DEFAULT_DEDUPE_MAX, Delivery
 from lobby.core.limits import Limits
-from lobby.core.records import AgentSaved, Effect, Record, StateSaved
+from lobby.core.records import AgentRemoved, AgentSaved, Effect, Record, StateSaved
 from lobby.core.refusal import Refusal, error_payload, unknown_receiver
 from lobby.core.registry import AgentRecord, Registry
 from lobby.core.session import Action, Send, Session
 from lobby.core.tracing import Tracing, trace_id
 from protocol.codec import encode
 from protocol.models import LOBBY_ID, ErrorCode, Message, MessageType
+
+if TYPE_CHECKING:
+    from lobby.core.shared import SharedRegistry
 
 log = structlog.get_logger("lobby")
 
@@ -85,6 +88,8 @@ class LobbyState:
         )
         self.tracing = self.delivery.tracing
         self.ledger = Ledger()
+        self.shared: SharedRegistry | None = None
+        """Cluster only (`Router.share`): the registry lobby nodes share; None on one node."""
         # The two delivery steps a forwarding handler takes, as the Delivery's own methods:
         # no wrapper call on the hot path, and the walk goes handler -> delivery, one way.
         self.is_duplicate = self.delivery.is_duplicate
@@ -172,9 +177,17 @@ class LobbyState:
     def save(self, record: AgentRecord) -> None:
         """Journal an agent's registration (token hash, capabilities, acks)."""
         capabilities = orjson.dumps([entry.wire for entry in record.capabilities.values()])
-        self.delivery.journal.append(
-            AgentSaved(record.agent_id, record.token_hash, capabilities, record.acks)
-        )
+        saved = AgentSaved(record.agent_id, record.token_hash, capabilities, record.acks)
+        self.delivery.journal.append(saved)
+        if self.shared is not None:
+            self.shared.changes.append(saved)
+
+    def removed(self, agent_id: str) -> None:
+        """Journal that an agent is gone (UNREGISTER, `lobby remove`)."""
+        removed = AgentRemoved(agent_id)
+        self.delivery.journal.append(removed)
+        if self.shared is not None:
+            self.shared.changes.append(removed)
 
     def reply(
         self, session: Session, message_type: MessageType, payload: dict[str, Any], msg: Message

@@ -16,7 +16,6 @@ import structlog
 
 from lobby.core.discovery import MAX_WAITING_QUERIES, BadDiscovery, services_available
 from lobby.core.limits import TokenBucket
-from lobby.core.records import AgentRemoved
 from lobby.core.refusal import Refusal, require_lobby_receiver, validate
 from lobby.core.registration import Registrar
 from lobby.core.registry import AgentRecord
@@ -161,6 +160,6 @@ class ToLobby:
         self.state.registry.remove(agent.agent_id)
         agent.session = None
         session.agent = None
-        self.state.journaled(AgentRemoved(agent.agent_id))
+        self.state.removed(agent.agent_id)
         log.info("AGENT_UNREGISTERED", agent_id=agent.agent_id, dropped=len(agent.mailbox))
         return [Close(session, CloseCode.UNREGISTERED, "unregistered")]

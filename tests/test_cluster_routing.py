@@ -1,0 +1,130 @@
+"""Messages between agents on different lobby nodes: real `lobby serve --cluster` processes on
+one real `nats-server -js`, agents talking raw WebSocket."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from lobby.store.jetstream import STREAM
+from tests.natskit import NatsServer, connect, nats_server
+from tests.routerkit import cap
+from tests.test_cluster_node import node
+from tests.test_cluster_registry import Agent, agent
+from tests.test_durability import stop
+from tests.wsclient import frame, reply
+
+
+async def send(
+    sender: Agent, receiver: str, message_type: str, payload: dict[str, Any], **extra: Any
+) -> None:
+    await sender.ws.send(
+        frame(
+            sender.agent_id,
+            message_type,
+            payload,
+            receiver_id=receiver,
+            auth_token=sender.token,
+            **extra,
+        )
+    )
+
+
+async def journaled_ids(nats: NatsServer, node_id: str) -> set[str]:
+    """The message ids of every message stored in `node_id`'s journal on JetStream."""
+    client = await connect(nats.url)
+    try:
+        js = client.jetstream()
+        subscription = await js.subscribe(
+            f"journal.{node_id}", stream=STREAM, ordered_consumer=True
+        )
+        ids: set[str] = set()
+        pending = (await js.stream_info(STREAM, subjects_filter=f"journal.{node_id}")).state
+        count = (pending.subjects or {}).get(f"journal.{node_id}", 0)
+        for _ in range(count):
+            message = await subscription.next_msg(timeout=5)
+            for record in orjson.loads(message.data):
+                if record[0] == 2:  # MESSAGE_STORED: [kind, row, receiver, seq, sender, id, ...]
+                    ids.add(record[5])
+        await subscription.unsubscribe()
+        return ids
+    finally:
+        await client.close()
+
+
+async def test_request_and_response_between_nodes_with_authorization(tmp_path: Path) -> None:
+    async with nats_server(tmp_path) as nats:
+        a, b = node(tmp_path / "a", nats, "a"), node(tmp_path / "b", nats, "b")
+        try:
+            allowed = [cap("echo", ["alice"])]
+            async with (
+                agent(b, "bob", capabilities=allowed, acks=False) as bob,
+                agent(a, "alice", acks=True) as alice,
+                agent(a, "mallory") as mallory,
+            ):
+                await alice.until_discovered({"bob": ["echo"]})
+                # Refused by authorization on the sender's node: the seed's error RESPONSE.
+                await send(
+                    mallory, "bob", "REQUEST", {"capability_name": "echo"}, conversation_id="m1"
+                )
+                denied = await reply(mallory.ws)
+                assert denied["message_type"] == "RESPONSE"
+                assert denied["payload"]["code"] == "unauthorized"
+                # Allowed: delivered on b; ACCEPTED on a only once b committed it.
+                await send(
+                    alice,
+                    "bob",
+                    "REQUEST",
+                    {"capability_name": "echo", "x": 1},
+                    conversation_id="c1",
+                    message_id="alice-1",
+                )
+                request = await reply(bob.ws)
+                assert request["message_type"] == "REQUEST"
+                assert request["sender_id"] == "alice"
+                assert request["payload"]["x"] == 1
+                assert request["seq"] == 1
+                assert "auth_token" not in request
+                accepted = await reply(alice.ws)
+                assert accepted["message_type"] == "ACCEPTED"
+                assert accepted["payload"]["message_id"] == "alice-1"
+                assert "alice-1" in await journaled_ids(nats, "b")  # its home stored it
+                assert "alice-1" not in await journaled_ids(nats, "a")
+                # A resend is absorbed by the home's dedupe (and confirmed again).
+                await send(
+                    alice,
+                    "bob",
+                    "REQUEST",
+                    {"capability_name": "echo", "x": 1},
+                    conversation_id="c1",
+                    message_id="alice-1",
+                )
+                assert (await reply(alice.ws))["message_type"] == "ACCEPTED"
+                # The RESPONSE goes back across, checked against the open conversation.
+                await send(
+                    bob, "alice", "RESPONSE", {"status": "success", "y": 2}, conversation_id="c1"
+                )
+                response = await reply(alice.ws)
+                assert response["message_type"] == "RESPONSE"
+                assert response["payload"] == {"status": "success", "y": 2}
+                assert response["sender_id"] == "bob"
+                # That closed it: a second final RESPONSE is refused on bob's node.
+                await send(bob, "alice", "RESPONSE", {"status": "success"}, conversation_id="c1")
+                refused = await reply(bob.ws)
+                assert refused["payload"]["code"] == "unknown_conversation"
+                # TEXT crosses; a dialogue move does not (yet), with a sentence saying so.
+                await send(alice, "bob", "TEXT", {"content": "hi"}, message_id="alice-2")
+                assert (await reply(bob.ws))["payload"] == {"content": "hi"}
+                assert (await reply(alice.ws))["message_type"] == "ACCEPTED"
+                await send(alice, "bob", "CFP", {"query": {}}, conversation_id="d1")
+                cfp = await reply(alice.ws)
+                assert cfp["payload"]["code"] == "unknown_receiver"
+                assert "another lobby node" in cfp["payload"]["error"]
+                # Nothing of the CFP reached bob: the next thing he gets is the next TEXT.
+                await send(alice, "bob", "TEXT", {"content": "again"}, message_id="alice-3")
+                assert (await reply(bob.ws))["payload"] == {"content": "again"}
+        finally:
+            stop(a)
+            stop(b)
