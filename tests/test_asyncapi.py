@@ -139,6 +139,7 @@ def test_operations_say_who_sends_what_and_what_answers_it() -> None:
     )
 
 
+@pytest.mark.timeout(300)  # the first user of parser_run pays for one node process's parses
 def test_the_official_parser_accepts_the_committed_document(parser_run: ParserRun) -> None:
     report = parser_run.reports["asyncapi"]
     assert report["errors"] == []
@@ -148,6 +149,7 @@ def test_the_official_parser_accepts_the_committed_document(parser_run: ParserRu
 
 
 @pytest.mark.parametrize("corruption", sorted(CORRUPTIONS))
+@pytest.mark.timeout(300)
 def test_the_official_parser_rejects_a_broken_copy(parser_run: ParserRun, corruption: str) -> None:
     report = parser_run.reports[corruption]
     assert report["valid"] is False

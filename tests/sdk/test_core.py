@@ -17,6 +17,7 @@ ROUTED = {
     MessageType.TRANSACTION_CONFIRMED,
     MessageType.DIALOGUE_EXPIRED,
     MessageType.BIDS_REVEALED,
+    MessageType.ERROR,  # a refused sealed round fails its cfp(); then on_message
     MessageType.TEXT,  # marketplace
     MessageType.ORDER_PROPOSAL,
     MessageType.PAYMENT,
