@@ -64,17 +64,12 @@ class Caller(AgentCore):
         caller's or the capability's), `PayloadError` if the answer does not fit
         `output_type`."""
         conversation_id, call = await self._start_call(agent_id, capability, payload, False)
+        outstanding = self._outstanding
+        outstanding.time_out(conversation_id, timeout or self.request_timeout)
         try:
-            async with asyncio.timeout(timeout or self.request_timeout):
-                result = await call.result
-        except RequestError:
-            raise  # the capability's own timeout is a TimeoutError too: not ours
-        except TimeoutError:
-            raise RequestTimeoutError(
-                f"no RESPONSE from {agent_id!r} for {capability!r} in time"
-            ) from None
+            result = await call.result  # a RequestTimeoutError past the deadline
         finally:
-            self._outstanding.forget(conversation_id)
+            outstanding.forget(conversation_id)
         return _result(result, output_type)
 
     async def request_stream(
