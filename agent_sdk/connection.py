@@ -97,9 +97,11 @@ class Link:
 
     async def frames(self) -> AsyncIterator[str | bytes]:
         """Incoming frames until the connection closes (normally or not)."""
+        # `recv()`, not `async for` over the connection: its generator is one more layer a frame.
+        recv = self._ws.recv
         try:
-            async for frame in self._ws:
-                yield frame
+            while True:
+                yield await recv()
         except ConnectionClosed:
             return
 
