@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from benchmarks import cluster_store, harness, load, report, suite
+from benchmarks import cluster_store, harness, load, report, sdk_profile, suite
 from tests.routerkit import join, make_router
 
 
@@ -144,3 +144,10 @@ def test_the_sdk_phase_measures_bare_clients_and_sdk_agents_per_call() -> None:
         assert results[name]["calls"] > 0, name
         assert results[name]["load_cpu_us_per_call"] > 0, name
     assert results["raw_client"]["messages_per_s"] > 0
+
+
+def test_the_sdk_profile_breaks_a_call_down_by_layer(capsys: pytest.CaptureFixture[str]) -> None:
+    assert sdk_profile.main(["--seconds", "0.3", "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "agent_sdk (own code)" in out
+    assert "websockets (framing, parsing, receive queue)" in out
