@@ -71,20 +71,16 @@ class Caller(AgentCore):
         `status` included) as it arrives, before the final answer is returned."""
         stream = on_progress is not None
         conversation_id, call = await self._start_call(agent_id, capability, payload, stream)
+        outstanding = self._outstanding
+        outstanding.time_out(conversation_id, timeout or self.request_timeout)
         try:
-            async with asyncio.timeout(timeout or self.request_timeout):
-                if on_progress is None:
-                    result = await call.result
-                else:
-                    result = await _with_progress(call, on_progress)
-        except RequestError:
-            raise  # the capability's own timeout is a TimeoutError too: not ours
-        except TimeoutError:
-            raise RequestTimeoutError(
-                f"no RESPONSE from {agent_id!r} for {capability!r} in time"
-            ) from None
+            # Past the deadline, the shared timer fails the call with RequestTimeoutError.
+            if on_progress is None:
+                result = await call.result
+            else:
+                result = await _with_progress(call, on_progress)
         finally:
-            self._outstanding.forget(conversation_id)
+            outstanding.forget(conversation_id)
         return _result(result, output_type)
 
     async def request_stream(

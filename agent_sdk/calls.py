@@ -2,8 +2,9 @@
 
 A `Call` is one `request()`: a future for the final RESPONSE and, for `request_stream()`, a
 bounded queue of `in_progress` updates. A question to the lobby (`ask_lobby()`) is a future for
-its reply. `Outstanding` holds both; which message completes which is decided by the pure
-`agent_sdk.dispatch.Dispatcher`, which reads them. Calls live in the agent, not in a
+its reply. `Outstanding` holds both, and times calls out (one timer for all of them); which
+message completes which is decided by the pure `agent_sdk.dispatch.Dispatcher`, which reads
+them. Calls live in the agent, not in a
 connection, so they survive a reconnect: a RESPONSE that arrives on the next connection still
 completes them.
 """
@@ -13,7 +14,7 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agent_sdk.errors import AgentSDKError, refused_error, remote_error
+from agent_sdk.errors import AgentSDKError, RequestTimeoutError, refused_error, remote_error
 from protocol.models import Message, ResponseStatus
 
 PROGRESS_QUEUE_SIZE = 256
@@ -24,7 +25,7 @@ class Call:
     """One REQUEST waiting for its final RESPONSE: owns the future `request()` awaits and,
     for `request_stream()`, the bounded queue of `in_progress` updates."""
 
-    __slots__ = ("capability", "dropped_updates", "receiver_id", "result", "updates")
+    __slots__ = ("capability", "dropped_updates", "receiver_id", "result", "timeouts", "updates")
 
     def __init__(self, receiver_id: str, capability: str, *, stream: bool) -> None:
         self.receiver_id = receiver_id
@@ -34,6 +35,8 @@ class Call:
             asyncio.Queue(PROGRESS_QUEUE_SIZE) if stream else None
         )
         self.dropped_updates = 0
+        self.timeouts: dict[str, float] | None = None
+        """The deadlines this call's deadline is among (`Outstanding.time_out`), if it has one."""
 
     def on_response(self, payload: dict[str, Any]) -> bool:
         """Feed a RESPONSE payload; True when it was the final one."""
@@ -57,6 +60,15 @@ class Call:
         if not self.result.done():
             self.result.set_exception(refused_error(code, message))
 
+    def time_out(self) -> None:
+        """No final RESPONSE came in time."""
+        if not self.result.done():
+            self.result.set_exception(
+                RequestTimeoutError(
+                    f"no RESPONSE from {self.receiver_id!r} for {self.capability!r} in time"
+                )
+            )
+
     def fail(self, exc: AgentSDKError) -> None:
         """End the call with `exc` (the agent stopped)."""
         if not self.result.done():
@@ -69,11 +81,20 @@ class Outstanding:
     """Owns what this agent awaits, by conversation id: `calls` and `questions` (futures of the
     lobby's replies), which the dispatcher reads to tell an answer from other messages.
     `Caller` opens and forgets them; `AgentCore` carries the dispatcher's `Answer`, `Refusal`
-    and `Reply` here, and fails them all when the agent stops."""
+    and `Reply` here, and fails them all when the agent stops.
+
+    Call deadlines share one timer (`time_out`), not one each: a timer per call (an
+    `asyncio.timeout`) was a few percent of a busy caller's time. Deadlines are kept per
+    timeout length, in the order set, which is their order in time too (a monotonic clock), so
+    the earliest of each is its first, and a call answered in time leaves its deadline in O(1).
+    """
 
     def __init__(self) -> None:
         self.calls: dict[str, Call] = {}
         self.questions: dict[str, asyncio.Future[Message]] = {}
+        self._deadlines: dict[float, dict[str, float]] = {}
+        """Per timeout length, conversation id -> deadline (loop time), earliest first."""
+        self._timer: asyncio.TimerHandle | None = None
 
     def call(
         self, conversation_id: str, receiver_id: str, capability: str, *, stream: bool
@@ -87,9 +108,55 @@ class Outstanding:
         future = self.questions[conversation_id] = asyncio.get_running_loop().create_future()
         return future
 
+    def time_out(self, conversation_id: str, after: float) -> None:
+        """Fail the call in `conversation_id` with `RequestTimeoutError` unless its final
+        RESPONSE comes within `after` seconds (call once the REQUEST is sent)."""
+        call = self.calls.get(conversation_id)
+        if call is None:
+            return
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + after
+        deadlines = self._deadlines.get(after)
+        if deadlines is None:
+            deadlines = self._deadlines[after] = {}
+        deadlines[conversation_id] = deadline
+        call.timeouts = deadlines
+        timer = self._timer
+        if timer is None or deadline < timer.when():
+            if timer is not None:
+                timer.cancel()
+            self._timer = loop.call_at(deadline, self._expire)
+
+    def _expire(self) -> None:
+        """The timer: time out every call past its deadline, re-arm for the next one."""
+        self._timer = None
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        earliest: float | None = None
+        for after, deadlines in list(self._deadlines.items()):
+            expired = []
+            for conversation_id, deadline in deadlines.items():
+                if deadline > now:
+                    if earliest is None or deadline < earliest:
+                        earliest = deadline
+                    break
+                expired.append(conversation_id)
+            for conversation_id in expired:
+                del deadlines[conversation_id]
+                call = self.calls.get(conversation_id)
+                if call is not None:
+                    call.timeouts = None
+                    call.time_out()
+            if not deadlines:
+                del self._deadlines[after]
+        if earliest is not None:
+            self._timer = loop.call_at(earliest, self._expire)
+
     def forget(self, conversation_id: str) -> None:
         """Stop awaiting `conversation_id` (answered, timed out, or never sent)."""
-        self.calls.pop(conversation_id, None)
+        call = self.calls.pop(conversation_id, None)
+        if call is not None and call.timeouts is not None:
+            call.timeouts.pop(conversation_id, None)
         self.questions.pop(conversation_id, None)
 
     def answer(self, conversation_id: str, payload: dict[str, Any]) -> None:
@@ -112,7 +179,12 @@ class Outstanding:
 
     def fail_all(self, exc: AgentSDKError) -> None:
         """The agent stopped: every call fails with `exc`, every question is cancelled."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._deadlines.clear()
         for call in self.calls.values():
+            call.timeouts = None
             call.fail(exc)
         for future in self.questions.values():
             if not future.done():

@@ -51,46 +51,57 @@ class _RetryLater(Exception):
 class Link:
     """One open, registered connection. Iterate it for incoming frames (text).
 
-    `send` frames a message on websockets' protocol and the frames of one event-loop iteration
-    go out in one write (many calls in flight send many messages at once: one write() each
-    was the largest single cost of a busy agent). Past `WRITE_HIGH` bytes framed or waiting,
-    `send` flushes and waits for the connection to drain, as websockets' own `send` does."""
+    `send` keeps the messages of one event-loop iteration and `_flush` frames them on
+    websockets' protocol and writes them at once (many calls in flight send many messages at
+    once: one write() each was the largest single cost of a busy agent). They are kept here,
+    not framed at once, because websockets writes whatever is framed, one write() per frame,
+    whenever a frame arrives before the flush. Past `WRITE_HIGH` bytes kept or waiting, `send`
+    flushes and waits for the connection to drain, as websockets' own `send` does."""
 
     def __init__(self, ws: ClientConnection) -> None:
         self._ws = ws
-        self._flush_due = False
-        self._framed = 0
-        """Bytes framed since the last flush."""
+        self._pending: list[bytes] = []
+        """Messages sent since the last flush, in order."""
+        self._kept = 0
+        """Their bytes."""
 
     async def send(self, frame: bytes) -> None:
         """Send one frame; raises `ConnectionClosed` if the connection is gone."""
         ws = self._ws
         if ws.protocol.state is not State.OPEN:
+            self._flush()
             await ws.send(frame, text=True)  # raises the connection's own ConnectionClosed
             return
-        ws.protocol.send_text(frame)
-        self._framed += len(frame)
-        if self._framed + ws.transport.get_write_buffer_size() > WRITE_HIGH:
+        pending = self._pending
+        if not pending:
+            asyncio.get_running_loop().call_soon(self._flush)
+        pending.append(frame)
+        self._kept += len(frame)
+        if self._kept + ws.transport.get_write_buffer_size() > WRITE_HIGH:
             self._flush()
             await ws.drain()  # websockets' own wait for a paused transport to resume
-        elif not self._flush_due:
-            self._flush_due = True
-            asyncio.get_running_loop().call_soon(self._flush)
 
     def _flush(self) -> None:
-        self._flush_due = False
-        self._framed = 0
+        pending = self._pending
+        if not pending:
+            return
+        self._pending = []
+        self._kept = 0
         ws = self._ws
-        if ws.protocol.state is State.OPEN:
-            ws.transport.write(b"".join(ws.protocol.data_to_send()))
-        else:
-            ws.send_data()  # websockets' own path handles the end of the stream
+        protocol = ws.protocol
+        if protocol.state is not State.OPEN:
+            return  # closing: the lobby reads nothing after its close frame
+        for frame in pending:
+            protocol.send_text(frame)
+        ws.transport.write(b"".join(protocol.data_to_send()))
 
     async def frames(self) -> AsyncIterator[str | bytes]:
         """Incoming frames until the connection closes (normally or not)."""
+        # `recv()`, not `async for` over the connection: its generator is one more layer a frame.
+        recv = self._ws.recv
         try:
-            async for frame in self._ws:
-                yield frame
+            while True:
+                yield await recv()
         except ConnectionClosed:
             return
 
@@ -99,6 +110,7 @@ class Link:
         reading once its receive queue is full, and the lobby's answer to our close frame may
         be queued behind what it was still sending (messages an acknowledging agent did not
         acknowledge are delivered again next time)."""
+        self._flush()
         discard = asyncio.ensure_future(self._discard())
         try:
             await self._ws.close()

@@ -93,13 +93,14 @@ class Sender:
             raise MessageRefusedError(
                 f"{message.message_type} to {message.receiver_id!r} refused by an outgoing hook"
             )
-        deadline = asyncio.get_running_loop().time() + self.request_timeout
+        deadline = None  # read from the clock only if this send has to wait
         tracked = message.receiver_id != LOBBY_ID
         if tracked:
             if message.message_id is None:
                 message.message_id = self.new_id()
             while self.outbound.full:
                 self.room.clear()
+                deadline = deadline or asyncio.get_running_loop().time() + self.request_timeout
                 await self._wait_until(self.room, deadline)
             self.outbound.add(message)
         while True:
@@ -107,6 +108,7 @@ class Sender:
             if link is None:
                 if tracked:
                     return  # sent on reconnect, with everything else unconfirmed
+                deadline = deadline or asyncio.get_running_loop().time() + self.request_timeout
                 await self._wait_until(self.connected, deadline)
                 continue
             message.auth_token = self.token

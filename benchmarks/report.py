@@ -26,6 +26,8 @@ TARGET_STORE_COST = 0.15
 """the durable store costs at most 15% of throughput against the in-memory store"""
 TARGET_PICOWS = 1.3
 """the durable lobby on picows: at least 1.3x the websockets relay's throughput"""
+TARGET_SDK_CPU = 1.3
+"""an SDK agent pair: at most 1.3x the CPU per call of a bare websockets + orjson pair"""
 
 
 def machine() -> dict[str, Any]:
@@ -249,6 +251,14 @@ def targets(results: dict[str, Any]) -> list[dict[str, str]]:
                     f"{p50:.2f} ms",
                     p50 < TARGET_DISCOVERY_P50_MS,
                 )
+    sdk = results.get("sdk")
+    if sdk and "bare" in sdk:
+        b, a = sdk["bare"]["load_cpu_us_per_call"], sdk["sdk"]["load_cpu_us_per_call"]
+        add(
+            f"SDK agents' CPU per call <= {TARGET_SDK_CPU}x a bare websockets + orjson client's",
+            f"{a / b:.2f}x ({a:.0f} vs {b:.0f} us)",
+            a <= TARGET_SDK_CPU * b,
+        )
     pressure = results.get("discovery_pressure")
     for mix in PRESSURE_MIXES:
         if pressure and mix in pressure:
@@ -261,6 +271,30 @@ def targets(results: dict[str, Any]) -> list[dict[str, str]]:
                 busy <= TARGET_PRESSURE_P99 * alone,
             )
     return out
+
+
+def sdk_table(sdk: dict[str, Any]) -> list[str]:
+    """Bare clients, SDK agents and lean raw clients (the load generator's, no ACKs)."""
+    b, a, r = sdk["bare"], sdk["sdk"], sdk["raw_client"]
+    lines = [
+        "| clients | calls/s | vs bare | client CPU us/call | vs bare | server CPU us/msg |",
+        "|---|---|---|---|---|---|",
+    ]
+    for name, run in (("bare websockets + orjson", b), ("Agent subclasses", a)):
+        lines.append(
+            f"| {name} | {_n(run['calls_per_s'])} "
+            f"| {ratio(run['calls_per_s'], b['calls_per_s'])} "
+            f"| {run['load_cpu_us_per_call']:.1f} "
+            f"| {ratio(run['load_cpu_us_per_call'], b['load_cpu_us_per_call'])} "
+            f"| {run['server_cpu_us_per_message']:.1f} |"
+        )
+    calls = r["messages_per_s"] / 2
+    lines.append(
+        f"| lean raw clients (no ACKs) | {_n(calls)} | {ratio(calls, b['calls_per_s'])} "
+        f"| {r.get('load_cpu_share', 0) * 1e6 / calls if calls else 0:.1f} "
+        f"| | {r['server_cpu_us_per_message']:.1f} |"
+    )
+    return lines
 
 
 def transport_table(t: dict[str, Any]) -> list[str]:
@@ -407,19 +441,11 @@ def render(results: dict[str, Any]) -> str:
             "",
         ]
     if "sdk" in results:
-        s, r = results["sdk"]["sdk"], results["sdk"]["raw_client"]
         lines += [
-            "### SDK: two agent_sdk.Agent subclasses vs raw clients, 1 pair, same lobby",
+            "### SDK: request/response calls, 1 pair, same lobby (client CPU per call: both "
+            "sides of the call, in one process)",
             "",
-            "| | msgs/s | vs raw | server CPU us/msg | load CPU (cores) | other CPU |",
-            "|---|---|---|---|---|---|",
-            f"| raw clients | {_n(r['messages_per_s'])} | 1.00x "
-            f"| {r['server_cpu_us_per_message']:.1f} | {r.get('load_cpu_share', 0):.2f} "
-            f"| {_other(r)} |",
-            f"| Agent subclasses | {_n(s['messages_per_s'])} "
-            f"| {ratio(s['messages_per_s'], r['messages_per_s'])} "
-            f"| {s['server_cpu_us_per_message']:.1f} | {s.get('load_cpu_share', 0):.2f} "
-            f"| {_other(s)} |",
+            *sdk_table(results["sdk"]),
             "",
         ]
     lines += ["### Targets", "", "| target | measured | status |", "|---|---|---|"]

@@ -314,18 +314,22 @@ def discovery_pressure(plan: Plan) -> dict[str, Any]:
 
 
 def sdk(plan: Plan) -> dict[str, Any]:
-    """Two Agent subclasses vs raw clients (1 pair, the same window) on one sqlite lobby, in
-    turn, `repeats` times round; the best of each."""
-    runs: dict[str, list[dict[str, Any]]] = {"sdk": [], "raw_client": []}
+    """Request/response calls, one pair, the same window, on one sqlite lobby: bare
+    `websockets` + orjson clients ACKing every 32 deliveries (`sdk_load.bare_throughput`), two
+    Agent subclasses (`sdk_load.sdk_throughput`) and the lean raw clients of the throughput
+    phase; in turn, `repeats` times round, the best of each (by calls/s)."""
+    runs: dict[str, list[dict[str, Any]]] = {"bare": [], "sdk": [], "raw_client": []}
+    clients = {"bare": sdk_load.bare_throughput, "sdk": sdk_load.sdk_throughput}
     with harness.lobby("sqlite") as server:
         for _ in range(plan.repeats):
             runs["raw_client"].append(throughput_run(server, 1, plan.seconds, plan.window))
-            harness.QUIET.wait()
-            runs["sdk"].append(
-                harness.one(
-                    sdk_load.throughput, server.url, server.pid, plan.seconds, plan.window,
-                    timeout=plan.seconds + LOAD_SLACK,
-                )
-            )  # fmt: skip
+            for name, client in clients.items():
+                harness.QUIET.wait()
+                runs[name].append(
+                    harness.one(
+                        client, server.url, server.pid, plan.seconds, plan.window,
+                        timeout=plan.seconds + LOAD_SLACK,
+                    )
+                )  # fmt: skip
     best = {k: max(v, key=lambda r: float(r["messages_per_s"])) for k, v in runs.items()}
     return {**best, "runs": runs}

@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 import pytest
 
-from benchmarks import cluster_store, harness, load, report, suite
+from benchmarks import cluster_store, harness, load, report, sdk_profile, suite
 from tests.routerkit import join, make_router
 
 
@@ -67,6 +67,7 @@ def test_the_discovery_pressure_phase_measures_the_pair_beside_each_load() -> No
 
 def test_the_report_renders_every_section_with_targets() -> None:
     run = {"messages_per_s": 2.0, "server_cpu_us_per_message": 1.0}
+    sdk_run = {**run, "calls_per_s": 1.0, "load_cpu_us_per_call": 3.0}
     latency = {"samples": 1, "p50": 1.0, "p99": 1.0, "p99.9": 1.0}
     idle = {
         "agents": 10,
@@ -100,7 +101,7 @@ def test_the_report_renders_every_section_with_targets() -> None:
             "registry": {"capabilities": 100_000},
             "rate": 1000,
         },
-        "sdk": {"sdk": run, "raw_client": run},
+        "sdk": {"sdk": sdk_run, "bare": sdk_run, "raw_client": run},
         "transport": {
             "pairs": 1,
             **{k: run for k in ("relay", "relay_picows", "lobby", "lobby_picows")},
@@ -119,7 +120,8 @@ def test_the_report_renders_every_section_with_targets() -> None:
     assert "| lookups | 100,000 | 1.00 / 3.00 / 1.00 | 3.00x |" in text
     assert "capability with input schema | 2 | 1.00x | 1.00x | 1.0 | 0.0 |" in text
     assert "| GET /metrics once a second | 2 | 1.00x | 1.00x | 1.0 | 2 |" in text
-    assert len(results["targets"]) == 13
+    assert "| Agent subclasses | 1 | 1.00x | 3.0 | 1.00x | 1.0 |" in text
+    assert len(results["targets"]) == 14
     assert "sqlite store on picows, 1 pairs >= 1.3x websockets relay" in text
     assert {t["status"] for t in results["targets"]} == {"met", "NOT MET"}
 
@@ -133,3 +135,19 @@ def test_the_schema_phase_sends_requests_that_fit_its_schema() -> None:
     asker.to("echo", "REQUEST", sent["payload"], conversation_id=sent["conversation_id"])
     assert echo.last()["payload"] == sent["payload"]
     assert asker.take() == []
+
+
+def test_the_sdk_phase_measures_bare_clients_and_sdk_agents_per_call() -> None:
+    plan = dataclasses.replace(suite.Plan.quick(), seconds=0.3)
+    results = suite.sdk(plan)
+    for name in ("bare", "sdk"):
+        assert results[name]["calls"] > 0, name
+        assert results[name]["load_cpu_us_per_call"] > 0, name
+    assert results["raw_client"]["messages_per_s"] > 0
+
+
+def test_the_sdk_profile_breaks_a_call_down_by_layer(capsys: pytest.CaptureFixture[str]) -> None:
+    assert sdk_profile.main(["--seconds", "0.3", "--top", "3"]) == 0
+    out = capsys.readouterr().out
+    assert "agent_sdk (own code)" in out
+    assert "websockets (framing, parsing, receive queue)" in out

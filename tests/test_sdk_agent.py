@@ -394,6 +394,31 @@ async def test_a_burst_of_sends_arrives_whole_and_in_order(
         assert [t.split(":", 1)[0] for t in collector.texts] == [str(n) for n in range(60)]
 
 
+async def test_what_was_sent_just_before_the_connection_closes_still_goes_out(
+    lobby: LobbyServer,
+) -> None:
+    """A send is kept for the event-loop iteration's one write; closing the connection within
+    that iteration writes it first, ahead of the close frame."""
+
+    class Collector(Agent):
+        def __init__(self) -> None:
+            super().__init__("collector", lobby_url=lobby.url)
+            self.texts: list[str] = []
+
+        async def on_text(self, message: Message, content: str) -> None:
+            self.texts.append(content)
+
+    async with (
+        Collector() as collector,
+        Agent("leaving", lobby_url=lobby.url, reconnect=False) as leaving,
+    ):
+        link = leaving._sender.link
+        assert link is not None
+        await leaving.send_text("collector", "last words")
+        await link.close()
+        await until(lambda: collector.texts == ["last words"], "the TEXT sent before the close")
+
+
 async def test_a_sender_waits_for_a_full_write_buffer_and_a_flooded_agent_stops_at_once(
     tmp_path: Path,
 ) -> None:

@@ -3,6 +3,8 @@ dispatcher's actions (an event loop, no socket)."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from agent_sdk.calls import PROGRESS_QUEUE_SIZE, Outstanding
@@ -11,6 +13,7 @@ from agent_sdk.errors import (
     InvalidInputError,
     NotConnectedError,
     RequestRefusedError,
+    RequestTimeoutError,
     UnknownReceiverError,
 )
 from agent_sdk.stats import AgentStats
@@ -119,3 +122,39 @@ async def test_a_call_knows_what_it_asked_and_says_which_response_is_final() -> 
     assert call.on_response({"status": "success"}) is True
     assert call.on_response({"status": "success"}) is True  # a second final changes nothing
     assert await call.result == {"status": "success"}
+
+
+async def test_calls_time_out_at_their_own_deadlines_on_one_timer() -> None:
+    """Calls with different timeouts each fail at their deadline, whatever the order they
+    were set in; one answered or forgotten in time never times out."""
+    _, outstanding = pair()
+    calls = {cid: outstanding.call(cid, "seller", "price", stream=False) for cid in "abcde"}
+    for cid, after in (("a", 0.2), ("b", 0.05), ("c", 0.2), ("d", 0.05), ("e", 0.05)):
+        outstanding.time_out(cid, after)
+    outstanding.answer("d", {"status": "success", "price": 1})
+    outstanding.forget("e")
+    with pytest.raises(RequestTimeoutError, match="'seller' for 'price'"):
+        await calls["b"].result
+    assert not calls["a"].result.done()
+    assert not calls["c"].result.done()
+    assert await calls["d"].result == {"status": "success", "price": 1}
+    outstanding.forget("b")
+    outstanding.forget("d")
+    failures = await asyncio.gather(calls["a"].result, calls["c"].result, return_exceptions=True)
+    assert [type(f) for f in failures] == [RequestTimeoutError, RequestTimeoutError]
+    assert not calls["e"].result.done()
+    outstanding.forget("a")
+    outstanding.forget("c")
+    assert outstanding._deadlines == {}
+    assert outstanding._timer is None
+
+
+async def test_a_stopped_agent_fails_its_calls_and_drops_their_deadlines() -> None:
+    _, outstanding = pair()
+    call = outstanding.call("a", "seller", "price", stream=False)
+    outstanding.time_out("a", 30)
+    outstanding.fail_all(NotConnectedError("stopped"))
+    with pytest.raises(NotConnectedError):
+        await call.result
+    assert outstanding._deadlines == {}
+    assert outstanding._timer is None
