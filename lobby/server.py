@@ -40,6 +40,7 @@ from lobby.config import Settings
 from lobby.core.counters import SECONDS, Buckets
 from lobby.core.router import Router
 from lobby.core.session import Action, Send, Session
+from lobby.discovery_worker import DiscoveryWorker
 from lobby.metrics import CONTENT_TYPE, Metrics
 from lobby.observer import Observers
 from lobby.store import SqliteStore, Store, open_store
@@ -105,6 +106,10 @@ class LobbyServer:
         self._admin_sessions: set[Session] = set()
         self.admin: AdminEndpoint | None = None
         self.observers = Observers(self)
+        self.discovery = DiscoveryWorker(self) if settings.discovery_worker else None
+        """Answers DISCOVER_SERVICES in a worker process, when the setting is on."""
+        self._changes = self.router.registry.changes
+        """What the worker has yet to be sent (stays empty without one)."""
         self._observing = self.observers.sessions
         """Tested per routed message: the observers are told only when there are some."""
         """The /admin endpoint; made at start, with the admin token."""
@@ -166,6 +171,8 @@ class LobbyServer:
                 background.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await background
+        if self.discovery is not None:
+            await self.discovery.close()
         self.observers.close()
         await self.committer.close()
         self._running = self._stopping = False
@@ -271,6 +278,12 @@ class LobbyServer:
         if routed:
             self.batch_seconds.observe(time.perf_counter() - self._batch_started)
         self.committer.kick()
+        if self._changes and self.discovery is not None:
+            self.discovery.feed()
+        self.queries_waiting()
+
+    def queries_waiting(self) -> None:
+        """Make sure a waiting DISCOVER_SERVICES is answered (or handed to the worker) soon."""
         if self.router.queries and not self._query_due:
             self._query_due = True
             asyncio.get_running_loop().call_soon(self._answer_query)
@@ -295,11 +308,16 @@ class LobbyServer:
         self._batch()
 
     def _answer_query(self) -> None:
-        """Answer one waiting DISCOVER_SERVICES, then let the loop poll again: every pass
+        self._query_due = False
+        if self.discovery is not None and self.discovery.dispatch():
+            return
+        self.answer_in_process()
+
+    def answer_in_process(self) -> None:
+        """Answer one waiting DISCOVER_SERVICES here, then let the loop poll again: every pass
         reads and routes what arrived before the next query is answered, so an agent's
         REQUEST waits for at most one query, however many are queued."""
-        self._query_due = False
-        session = self.router.queries[0][0]
+        session = self.router.queries[0].session
         try:
             actions = self.router.answer_query()
         except Exception:
