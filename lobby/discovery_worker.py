@@ -124,6 +124,8 @@ class DiscoveryWorker:
         self._starting = False
         self._closed = False
         self.deaths = 0
+        self.started = 0
+        """Workers started (one at a time)."""
         self._asked: deque[WaitingQuery] = deque()
         """Queries written to the worker, not yet answered, oldest first."""
         self._reader: asyncio.Task[None] | None = None
@@ -160,6 +162,13 @@ class DiscoveryWorker:
         changes.clear()
 
     async def _start(self) -> None:
+        try:
+            await self._spawn()
+        finally:
+            self._starting = False
+
+    async def _spawn(self) -> None:
+        """Start a worker and send it the index; `process` is set once it is all written."""
         registry = self.router.registry
         try:
             process = await asyncio.create_subprocess_exec(
@@ -173,26 +182,21 @@ class DiscoveryWorker:
             log.warning("DISCOVERY_WORKER_FAILED", error=str(exc), fallback="in_process")
             self.deaths = MAX_RESTARTS + 1
             return
-        finally:
-            self._starting = False
-        if self._closed:
-            await _end(process)
-            return
+        self.started += 1
         # From here every change is recorded, and sent after the snapshot it follows.
         registry.changes.clear()
-        registry.replicating = True
-        snapshot = registry.snapshot()
+        registry.replicating = not self._closed
         assert process.stdin is not None
         written = 0
-        for change in snapshot:
+        for change in registry.snapshot():
+            if self._closed:
+                break
             data = frame(change)
             process.stdin.write(data)
             written += len(data)
             if written >= SNAPSHOT_SLICE:
                 written = 0
                 await asyncio.sleep(0)  # let the loop route between slices of a large index
-                if self._closed:
-                    break
         if self._closed:
             registry.replicating = False
             await _end(process)

@@ -157,6 +157,8 @@ class LobbyServer:
         if not self._running:
             return
         self._stopping = True
+        if self.discovery is not None:
+            await self.discovery.close()  # answers nobody waits for now
         try:
             async with asyncio.timeout(self.settings.shutdown_timeout):
                 await self.transport.stop()
@@ -171,8 +173,6 @@ class LobbyServer:
                 background.cancel()
                 with contextlib.suppress(asyncio.CancelledError):
                     await background
-        if self.discovery is not None:
-            await self.discovery.close()
         self.observers.close()
         await self.committer.close()
         self._running = self._stopping = False

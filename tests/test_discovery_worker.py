@@ -16,6 +16,7 @@ import orjson
 import pytest
 import structlog
 
+from lobby import discovery_worker
 from lobby.config import SettingError
 from lobby.core.discovery import BadDiscovery, services_available, with_presence
 from lobby.core.router import Router
@@ -206,7 +207,12 @@ async def test_a_discover_after_a_register_ack_finds_the_agent(
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
-async def test_a_killed_worker_loses_no_answer(tmp_path: Path, transport: str) -> None:
+async def test_a_killed_worker_loses_no_answer(
+    tmp_path: Path, transport: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker killed with queries waiting in it, three times: every query is answered
+    (by the lobby), each death logged once, one new worker started at a time."""
+    monkeypatch.setattr(discovery_worker, "SNAPSHOT_SLICE", 1)  # a pass of the loop per agent
     async with serving(tmp_path, transport) as served, served.connect() as ws:
         await fill(served.connect, 6)
         token = (await register(ws, "me"))["payload"]["auth_token"]
@@ -231,6 +237,7 @@ async def test_a_killed_worker_loses_no_answer(tmp_path: Path, transport: str) -
         failures = [e for e in logs if e["event"] == "DISCOVERY_WORKER_FAILED"]
         assert len(failures) == 3
         assert lobby.discovery.deaths == 3
+        assert lobby.discovery.started == 4
         assert await discover(ws, "me", token, {"query": "task"}) == expected
 
 
