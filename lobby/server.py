@@ -14,6 +14,10 @@ its senders. (A writer task per connection would cost a task switch per message;
 transport's own buffer gives the same bound for free.) Closes run as tracked tasks, awaited on
 shutdown.
 
+DISCOVER_SERVICES are answered by a worker process holding a replica of the search index
+(`lobby.discovery_worker`), off this loop, unless `--no-discovery-worker`: then, as while the
+worker starts, one per pass of the loop, after the messages that pass routed.
+
 HTTP on the same port: `GET /healthz` (alive, with figures), `GET /readyz` (listening and the
 store writable: 200, else 503 with the reason), `GET /metrics` (Prometheus, `lobby.metrics`),
 `GET /dashboard` (its files, `lobby.dashboard`). `/admin` is the operators' WebSocket
@@ -317,6 +321,8 @@ class LobbyServer:
         """Answer one waiting DISCOVER_SERVICES here, then let the loop poll again: every pass
         reads and routes what arrived before the next query is answered, so an agent's
         REQUEST waits for at most one query, however many are queued."""
+        if not self.router.queries:
+            return
         session = self.router.queries[0].session
         try:
             actions = self.router.answer_query()
