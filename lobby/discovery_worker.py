@@ -11,15 +11,17 @@ applies them in order, so a DISCOVER sent after a REGISTER_ACK always sees that 
 answer arrives (`discovery.with_presence`), as the in-process answer reads it when made.
 
 Frames on both pipes: a 4-byte big-endian length, then orjson. To the worker: a change
-(`["offer", agent_id, [capability, ...]]`, `["remove", agent_id]`) or
-`["query", requester_id, payload, room]`. From the worker, one per query, in their order: a
-second length (of the body) after the first, the head `["ok", [agent_id, ...]]`,
-`["bad", problem]` (ERROR `malformed`) or `["failed", null]` (the lobby answers that query
-itself), then the body: the payload's JSON (for "ok").
+(`["offer", agent_id, [capability, ...]]`, `["remove", agent_id]`),
+`["query", requester_id, payload, room]`, or `["ready"]` once after the snapshot. From the
+worker, one per query or ready, in their order: a second length (of the body) after the
+first, the head `["ok", [agent_id, ...]]`, `["bad", problem]` (ERROR `malformed`),
+`["failed", null]` (the lobby answers that query itself) or `["ready", null]` (the snapshot is
+loaded: queries may come), then the body: the payload's JSON (for "ok").
 
-While the worker starts, and after it died `MAX_RESTARTS` times, the lobby answers in process
-(one query per pass of its loop). A worker that dies is logged once, its unanswered queries are
-answered in process, and the next query starts a new one.
+While the worker starts and loads the snapshot (seconds for a large index), and after it died
+`MAX_RESTARTS` times, the lobby answers in process (one query per pass of its loop). A worker
+that dies is logged once, its unanswered queries are answered in process, and the next query
+starts a new one.
 """
 
 from __future__ import annotations
@@ -74,8 +76,9 @@ class Replica:
             return
         entries = {}
         for wire in change[2]:
-            model = Capability.model_validate(wire)
-            # The replica never routes: no authorization or input check to build.
+            # Checked by the lobby already; the replica never routes: no authorization or input
+            # check to build.
+            model = Capability.model_construct(**wire)
             entries[model.name] = CapabilityEntry(model, None, wire, len(orjson.dumps(wire)), None)
         self.registry.offer(change[1], entries)
 
@@ -99,14 +102,18 @@ def serve(reader: BinaryIO, writer: BinaryIO) -> None:
             return
         (length,) = _LENGTH.unpack(head)
         message = orjson.loads(reader.read(length))
-        if message[0] != "query":
+        kind = message[0]
+        if kind == "ready":  # the snapshot, and the changes after it so far, are applied
+            meta, body = ["ready", None], b""
+        elif kind != "query":
             replica.apply(message)
             continue
-        try:
-            meta, body = replica.answer(message[1], message[2], message[3])
-        except Exception:
-            traceback.print_exc()
-            meta, body = ["failed", None], b""
+        else:
+            try:
+                meta, body = replica.answer(message[1], message[2], message[3])
+            except Exception:
+                traceback.print_exc()
+                meta, body = ["failed", None], b""
         encoded = orjson.dumps(meta)
         writer.write(_ANSWER.pack(len(encoded), len(body)) + encoded + body)
         writer.flush()
@@ -121,7 +128,10 @@ class DiscoveryWorker:
         self.router = server.router
         self.process: asyncio.subprocess.Process | None = None
         """The worker, once it holds the whole index; None while it starts or when none runs."""
+        self._loading: asyncio.subprocess.Process | None = None
+        """The worker while it loads the snapshot: it is fed changes, not yet queries."""
         self._starting = False
+        """A worker is starting or loading."""
         self._closed = False
         self.deaths = 0
         self.started = 0
@@ -155,20 +165,16 @@ class DiscoveryWorker:
         """Write the registry's changes to the worker (call before any query, and often enough
         that they do not pile up: the server does at the end of each batch that made some)."""
         changes = self.router.registry.changes
-        if self.process is None or not changes:
+        process = self.process or self._loading
+        if process is None or not changes:
             return
-        assert self.process.stdin is not None
-        self.process.stdin.write(b"".join(frame(change) for change in changes))
+        assert process.stdin is not None
+        process.stdin.write(b"".join(frame(change) for change in changes))
         changes.clear()
 
     async def _start(self) -> None:
-        try:
-            await self._spawn()
-        finally:
-            self._starting = False
-
-    async def _spawn(self) -> None:
-        """Start a worker and send it the index; `process` is set once it is all written."""
+        """Start a worker and send it the index; `process` is set once it has loaded it (until
+        then the lobby answers in process: a large index takes the worker seconds)."""
         registry = self.router.registry
         try:
             process = await asyncio.create_subprocess_exec(
@@ -181,6 +187,7 @@ class DiscoveryWorker:
         except OSError as exc:
             log.warning("DISCOVERY_WORKER_FAILED", error=str(exc), fallback="in_process")
             self.deaths = MAX_RESTARTS + 1
+            self._starting = False
             return
         self.started += 1
         # From here every change is recorded, and sent after the snapshot it follows.
@@ -198,10 +205,12 @@ class DiscoveryWorker:
                 written = 0
                 await asyncio.sleep(0)  # let the loop route between slices of a large index
         if self._closed:
-            registry.replicating = False
+            self._starting = registry.replicating = False
             await _end(process)
             return
-        self.process = process
+        process.stdin.write(frame(["ready"]))
+        self._loading = process
+        self.feed()
         self._reader = asyncio.create_task(self._read(process))
 
     async def _read(self, process: asyncio.subprocess.Process) -> None:
@@ -213,6 +222,10 @@ class DiscoveryWorker:
                 meta_length, body_length = _ANSWER.unpack(head)
                 meta = orjson.loads(await stdout.readexactly(meta_length))
                 body = await stdout.readexactly(body_length)
+                if meta[0] == "ready":
+                    self.process, self._loading, self._starting = process, None, False
+                    self.server.queries_waiting()
+                    continue
                 waiting = self._asked.popleft()
                 try:
                     self._answered(waiting, meta, body)
@@ -239,7 +252,8 @@ class DiscoveryWorker:
 
     def _died(self, process: asyncio.subprocess.Process) -> None:
         self.deaths += 1
-        self.process = None
+        self.process = self._loading = None
+        self._starting = False
         registry = self.router.registry
         registry.replicating = False
         registry.changes.clear()
@@ -258,7 +272,8 @@ class DiscoveryWorker:
     async def close(self) -> None:
         """Stop the worker (its unanswered queries stay unanswered: the lobby is stopping)."""
         self._closed = True
-        process, self.process = self.process, None
+        process = self.process or self._loading
+        self.process = self._loading = None
         self.router.registry.replicating = False
         if process is not None:
             await _end(process)
