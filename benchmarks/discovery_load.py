@@ -41,7 +41,19 @@ async def populate(url: str, capabilities: int, per_agent: int) -> dict[str, Any
     and "number" in its description."""
     tag = uuid.uuid4().hex[:6]
     started = time.perf_counter()
-    agents = []
+    # One DISCOVER first, as a lobby in service has had: it starts the discovery worker, which
+    # then loads the registry as it grows instead of all at once when the pressure starts.
+    probe, token = await register(url, f"{tag}probe", [])
+    query = {
+        "sender_id": f"{tag}probe",
+        "receiver_id": "global_lobby",
+        "message_type": "DISCOVER_SERVICES",
+        "payload": {},
+        "auth_token": token,
+    }
+    await probe.send(orjson.dumps(query), text=True)
+    await probe.recv()
+    agents = [probe]
     for a in range(0, capabilities, per_agent):
         caps = [
             {
@@ -56,7 +68,7 @@ async def populate(url: str, capabilities: int, per_agent: int) -> dict[str, Any
         agents.append(ws)
     seconds = time.perf_counter() - started
     await close_all(agents)
-    return {"capabilities": capabilities, "agents": len(agents), "seconds": round(seconds, 2)}
+    return {"capabilities": capabilities, "agents": len(agents) - 1, "seconds": round(seconds, 2)}
 
 
 async def pressure(url: str, mix: str, clients: int, seconds: float) -> dict[str, Any]:

@@ -142,6 +142,11 @@ class Settings:
     shutdown_timeout: float = _setting(
         2.0, "seconds to close every connection on SIGINT/SIGTERM", above=0
     )
+    discovery_worker: bool = _setting(
+        True,
+        "answer DISCOVER_SERVICES in a worker process holding a replica of the search index, "
+        "off the event loop (false: in the lobby's own process)",
+    )
     log_format: LogFormat = _setting("json", "json (one object a line) or console (for people)")
     log_level: LogLevel = _setting("info", "debug, info, warning or error")
     trace_ids: bool = _setting(

@@ -14,6 +14,10 @@ its senders. (A writer task per connection would cost a task switch per message;
 transport's own buffer gives the same bound for free.) Closes run as tracked tasks, awaited on
 shutdown.
 
+DISCOVER_SERVICES are answered by a worker process holding a replica of the search index
+(`lobby.discovery_worker`), off this loop, unless `--no-discovery-worker`: then, as while the
+worker starts, one per pass of the loop, after the messages that pass routed.
+
 HTTP on the same port: `GET /healthz` (alive, with figures), `GET /readyz` (listening and the
 store writable: 200, else 503 with the reason), `GET /metrics` (Prometheus, `lobby.metrics`),
 `GET /dashboard` (its files, `lobby.dashboard`). `/admin` is the operators' WebSocket
@@ -40,6 +44,7 @@ from lobby.config import Settings
 from lobby.core.counters import SECONDS, Buckets
 from lobby.core.router import Router
 from lobby.core.session import Action, Send, Session
+from lobby.discovery_worker import DiscoveryWorker
 from lobby.metrics import CONTENT_TYPE, Metrics
 from lobby.observer import Observers
 from lobby.store import SqliteStore, Store, open_store
@@ -116,6 +121,10 @@ class LobbyServer:
         self._admin_sessions: set[Session] = set()
         self.admin: AdminEndpoint | None = None
         self.observers = Observers(self)
+        self.discovery = DiscoveryWorker(self) if settings.discovery_worker else None
+        """Answers DISCOVER_SERVICES in a worker process, when the setting is on."""
+        self._changes = self.router.registry.changes
+        """What the worker has yet to be sent (stays empty without one)."""
         self._observing = self.observers.sessions
         """Tested per routed message: the observers are told only when there are some."""
         """The /admin endpoint; made at start, with the admin token."""
@@ -167,6 +176,8 @@ class LobbyServer:
         if not self._running:
             return
         self._stopping = True
+        if self.discovery is not None:
+            await self.discovery.close()  # answers nobody waits for now
         try:
             async with asyncio.timeout(self.settings.shutdown_timeout):
                 await self.transport.stop()
@@ -290,6 +301,12 @@ class LobbyServer:
         self.committer.kick()
         if self.cluster is not None:
             self.cluster.kick()
+        if self._changes and self.discovery is not None:
+            self.discovery.feed()
+        self.queries_waiting()
+
+    def queries_waiting(self) -> None:
+        """Make sure a waiting DISCOVER_SERVICES is answered (or handed to the worker) soon."""
         if self.router.queries and not self._query_due:
             self._query_due = True
             asyncio.get_running_loop().call_soon(self._answer_query)
@@ -314,11 +331,18 @@ class LobbyServer:
         self._batch()
 
     def _answer_query(self) -> None:
-        """Answer one waiting DISCOVER_SERVICES, then let the loop poll again: every pass
+        self._query_due = False
+        if self.discovery is not None and self.discovery.dispatch():
+            return
+        self.answer_in_process()
+
+    def answer_in_process(self) -> None:
+        """Answer one waiting DISCOVER_SERVICES here, then let the loop poll again: every pass
         reads and routes what arrived before the next query is answered, so an agent's
         REQUEST waits for at most one query, however many are queued."""
-        self._query_due = False
-        session = self.router.queries[0][0]
+        if not self.router.queries:
+            return
+        session = self.router.queries[0].session
         try:
             actions = self.router.answer_query()
         except Exception:

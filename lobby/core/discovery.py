@@ -66,11 +66,37 @@ def decode_cursor(cursor: str) -> Position:
     raise BadDiscovery(_NOT_A_CURSOR)
 
 
+ONLINE_MARK: Final = orjson.Fragment(b"\x01")
+"""Stands for a service's `online` in an answer made without presence (a replica of the index,
+`lobby.discovery_worker`): a byte orjson never writes, replaced by `with_presence`."""
+
+
+def with_presence(registry: Registry, answer: bytes, agent_ids: list[str]) -> bytes:
+    """`answer`, made with `marked=True` for the services of `agent_ids` (in order), with each
+    `ONLINE_MARK` replaced by whether that agent is online now."""
+    parts = answer.split(b"\x01")
+    if len(parts) != len(agent_ids) + 1:
+        raise ValueError("an answer's presence marks do not match its services")
+    agents = registry.agents
+    out = [parts[0]]
+    for agent_id, part in zip(agent_ids, parts[1:], strict=True):
+        record = agents.get(agent_id)
+        out.append(b"true" if record is not None and record.session is not None else b"false")
+        out.append(part)
+    return b"".join(out)
+
+
 def services_available(
-    registry: Registry, requester_id: str, query: DiscoverServicesPayload, *, room: int
+    registry: Registry,
+    requester_id: str,
+    query: DiscoverServicesPayload,
+    *,
+    room: int,
+    marked: bool = False,
 ) -> dict[str, Any]:
     """The SERVICES_AVAILABLE payload answering `query`, at most `room` bytes as JSON (but
     always with one capability when there is one); `BadDiscovery` when it cannot be answered.
+    With `marked`, each service's `online` is `ONLINE_MARK` (`with_presence` fills it in).
 
     Without `query`, `algorithm` or `filters` this is the seed's discovery: by exact capability
     name and/or keywords (any match), by agent id, then capability name. With them it is a
@@ -117,7 +143,7 @@ def services_available(
         if not page.exact:
             payload["approximate"] = True
     room -= len(orjson.dumps(payload)) + len(b',"services_found":[],"next":null')
-    services, page = _services(registry, page, query.ranked, room)
+    services, page = _services(registry, page, query.ranked, room, marked)
     return {
         "services_found": services,
         **payload,
@@ -126,7 +152,7 @@ def services_available(
 
 
 def _services(
-    registry: Registry, page: SearchPage, ranked: bool, room: int
+    registry: Registry, page: SearchPage, ranked: bool, room: int, marked: bool
 ) -> tuple[list[dict[str, Any]], SearchPage]:
     """The longest head of `page` whose services, and the `next` it then carries, take at
     most `room` bytes (at least one capability), grouped by agent, agents in order of their
@@ -155,7 +181,7 @@ def _services(
         if costs and used + cost > room:
             break
         if service is None:
-            online = record.session is not None
+            online = ONLINE_MARK if marked else record.session is not None
             service = {"agent_id": agent_id, "relevant_capabilities": [], "online": online}
             if ranked:
                 service["score"] = score
@@ -184,8 +210,10 @@ def _services(
 
 __all__ = [
     "MAX_WAITING_QUERIES",
+    "ONLINE_MARK",
     "BadDiscovery",
     "decode_cursor",
     "encode_cursor",
     "services_available",
+    "with_presence",
 ]

@@ -85,12 +85,26 @@ class AgentRecord:
     it are forwarded there); None: this node."""
 
 
+Change = tuple[str, str] | tuple[str, str, list[dict[str, Any]]]
+"""A change to the search index, as a replica applies it (`lobby.discovery_worker`):
+`("offer", agent_id, [capability wire dicts])` (the agent, added or replaced with these
+capabilities) or `("remove", agent_id)`."""
+
+
+def _offered(record: AgentRecord) -> Change:
+    return ("offer", record.agent_id, [entry.wire for entry in record.capabilities.values()])
+
+
 class Registry:
     """Registered agents and the indexes discovery searches."""
 
     def __init__(self) -> None:
         self.agents: dict[str, AgentRecord] = {}
         self.search = SearchIndex()
+        self.replicating = False
+        self.changes: list[Change] = []
+        """While `replicating`: what changed the search index since a replica last took them,
+        oldest first (`snapshot` gives the whole index as changes). Emptied in place."""
 
     def __len__(self) -> int:
         return len(self.agents)
@@ -106,7 +120,13 @@ class Registry:
         record = self.agents.pop(agent_id, None)
         if record is not None:
             self._unindex(record)
+            if self.replicating:
+                self.changes.append(("remove", agent_id))
         return record
+
+    def snapshot(self) -> list[Change]:
+        """Every agent and its capabilities as changes: what a new replica starts from."""
+        return [_offered(record) for record in self.agents.values()]
 
     def set_capabilities(self, record: AgentRecord, capabilities: list[Capability]) -> None:
         """Replace everything `record` offers with `capabilities` (the last of a name wins)."""
@@ -114,7 +134,20 @@ class Registry:
         record.capabilities = {c.name: CapabilityEntry.of(c) for c in capabilities}
         self._index(record)
 
+    def offer(self, agent_id: str, capabilities: dict[str, CapabilityEntry]) -> None:
+        """Apply an `("offer", ...)` change to a replica: add the agent with `capabilities`,
+        or replace what it offers."""
+        record = self.agents.get(agent_id)
+        if record is None:
+            self.add(AgentRecord(agent_id, REVOKED, capabilities))
+            return
+        self._unindex(record)
+        record.capabilities = capabilities
+        self._index(record)
+
     def _index(self, record: AgentRecord) -> None:
+        if self.replicating:
+            self.changes.append(_offered(record))
         for name, entry in record.capabilities.items():
             model = entry.model
             self.search.add(

@@ -37,7 +37,7 @@ from lobby.core.registry import REVOKED, AgentRecord, Registry
 from lobby.core.session import Action, Close, Send, Session
 from lobby.core.shared import SharedRegistry
 from lobby.core.state import Ledger, LobbyState
-from lobby.core.to_lobby import ToLobby
+from lobby.core.to_lobby import ToLobby, WaitingQuery
 from lobby.core.tracing import Tracing
 from protocol.codec import decode, encode
 from protocol.errors import DecodeError
@@ -46,7 +46,6 @@ from protocol.models import (
     LOBBY_ID,
     Capability,
     CloseCode,
-    DiscoverServicesPayload,
     ErrorCode,
     Message,
     MessageType,
@@ -163,9 +162,10 @@ class Router:
     # -- DISCOVER_SERVICES waiting in line ------------------------------------------------
 
     @property
-    def queries(self) -> deque[tuple[Session, AgentRecord, DiscoverServicesPayload, Message]]:
+    def queries(self) -> deque[WaitingQuery]:
         """DISCOVER_SERVICES accepted and not yet answered, oldest first: the I/O layer calls
-        `answer_query` for one per pass of its loop while any wait."""
+        `answer_query` for one per pass of its loop while any wait (or hands them to a replica
+        of the index with `to_lobby.take_query` and `to_lobby.answered`)."""
         return self.to_lobby.queries
 
     def answer_query(self) -> list[Action]:

@@ -9,7 +9,7 @@ or both.
 from __future__ import annotations
 
 from collections import deque
-from typing import Any
+from dataclasses import dataclass
 
 import orjson
 import structlog
@@ -21,7 +21,7 @@ from lobby.core.registration import Registrar
 from lobby.core.registry import AgentRecord
 from lobby.core.session import Action, Close, Send, Session
 from lobby.core.state import LobbyState
-from protocol.codec import encode
+from protocol.codec import to_dict
 from protocol.limits import MAX_SENTENCE_LENGTH, clip
 from protocol.models import (
     LOBBY_ID,
@@ -37,6 +37,20 @@ from protocol.models import (
 log = structlog.get_logger("lobby")
 
 
+@dataclass(slots=True, eq=False)
+class WaitingQuery:
+    """A DISCOVER_SERVICES accepted and not yet answered (`ToLobby.queries`)."""
+
+    session: Session
+    agent: AgentRecord
+    query: DiscoverServicesPayload
+    msg: Message
+    message_id: str = ""
+    """Its answer's message id, given when it is first taken to be answered."""
+    room: int = 0
+    """Bytes its answer's payload may take (`max_discover_bytes` less the envelope)."""
+
+
 class ToLobby:
     """Handles the messages a registered agent addresses to the lobby; owns only the line of
     DISCOVER_SERVICES waiting for their answers (the mailbox, the registry and the ledger are
@@ -45,8 +59,7 @@ class ToLobby:
     def __init__(self, state: LobbyState, registrar: Registrar) -> None:
         self.state = state
         self.registrar = registrar
-        self.queries: deque[tuple[Session, AgentRecord, DiscoverServicesPayload, Message]]
-        self.queries = deque()
+        self.queries: deque[WaitingQuery] = deque()
         """DISCOVER_SERVICES accepted and not yet answered, oldest first (`answer_query`)."""
 
     def ack(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
@@ -107,38 +120,67 @@ class ToLobby:
         # Answered later, one per pass of the event loop (`answer_query`), after the routed
         # messages that pass read: a query costs up to a few ms, a routed message microseconds.
         agent.queries_waiting += 1
-        self.queries.append((session, agent, query, msg))
+        self.queries.append(WaitingQuery(session, agent, query, msg))
         return []
 
-    def answer_query(self) -> list[Action]:
-        """Answer the oldest DISCOVER_SERVICES waiting in `queries` (call only while it holds
-        one): SERVICES_AVAILABLE, an ERROR, or nothing when its connection closed meanwhile."""
-        session, agent, query, msg = self.queries.popleft()
+    def take_query(self) -> WaitingQuery | None:
+        """Take the oldest DISCOVER_SERVICES waiting in `queries` to answer it (call only while
+        it holds one), its answer's message id and byte room set; None when its connection
+        closed meanwhile. Give the answer to `answered`."""
+        waiting = self.queries.popleft()
+        if waiting.session.agent is not waiting.agent:
+            waiting.agent.queries_waiting -= 1
+            return None
+        if not waiting.message_id:
+            waiting.message_id = self.state.delivery.new_message_id()
+            # The payload may take what the bound leaves beside the envelope (whose own "{}"
+            # is the payload's place).
+            envelope = len(self._services_available(waiting, b"{}"))
+            waiting.room = self.state.limits.max_discover_bytes - envelope + 2
+        return waiting
+
+    def answered(
+        self, waiting: WaitingQuery, payload: bytes | None, problem: str = ""
+    ) -> list[Action]:
+        """Send the answer to a query from `take_query`: its SERVICES_AVAILABLE `payload` as
+        JSON, or None and the `problem` that makes it an ERROR `malformed`. Nothing when its
+        connection closed meanwhile."""
+        session, agent = waiting.session, waiting.agent
         agent.queries_waiting -= 1
         if session.agent is not agent:
             return []
-        message_id = self.state.delivery.new_message_id()
+        if payload is None:
+            return self.state.error(session, waiting.msg, ErrorCode.MALFORMED, problem)
+        return [Send(session, self._services_available(waiting, payload))]
 
-        def answer(payload: dict[str, Any]) -> bytes:
-            return encode(
-                Message(
-                    LOBBY_ID,
-                    agent.agent_id,
-                    MessageType.SERVICES_AVAILABLE,
-                    payload,
-                    msg.conversation_id,
-                    message_id=message_id,
-                )
-            )
-
-        # The payload may take what the bound leaves beside the envelope (whose own "{}" is
-        # the payload's place).
-        room = self.state.limits.max_discover_bytes - len(answer({})) + 2
+    def answer_query(self) -> list[Action]:
+        """Answer the oldest DISCOVER_SERVICES waiting in `queries` (call only while it holds
+        one), in process: SERVICES_AVAILABLE, an ERROR, or nothing when its connection closed
+        meanwhile."""
+        waiting = self.take_query()
+        if waiting is None:
+            return []
         try:
-            payload = services_available(self.state.registry, agent.agent_id, query, room=room)
+            payload = services_available(
+                self.state.registry, waiting.agent.agent_id, waiting.query, room=waiting.room
+            )
         except BadDiscovery as bad:
-            return self.state.error(session, msg, ErrorCode.MALFORMED, str(bad))
-        return [Send(session, answer(payload))]
+            return self.answered(waiting, None, str(bad))
+        return self.answered(waiting, orjson.dumps(payload))
+
+    def _services_available(self, waiting: WaitingQuery, payload: bytes) -> bytes:
+        envelope = to_dict(
+            Message(
+                LOBBY_ID,
+                waiting.agent.agent_id,
+                MessageType.SERVICES_AVAILABLE,
+                {},
+                waiting.msg.conversation_id,
+                message_id=waiting.message_id,
+            )
+        )
+        envelope["payload"] = orjson.Fragment(payload)
+        return orjson.dumps(envelope)
 
     def update_capabilities(
         self, session: Session, agent: AgentRecord, msg: Message
