@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import pytest
+from structlog.testing import capture_logs
 
 from lobby.core import Router
 from lobby.core.limits import Limits
@@ -149,3 +150,115 @@ def test_a_restart_reopens_exactly_the_conversations_left_open(checkpoint_after:
     restarted.restore(snapshot)
     assert restarted.conversations == router.conversations
     assert restarted.registry.agents["alice"].open_requests == 2
+
+
+def refusal(peer: Peer) -> tuple[str, str]:
+    error = peer.last()
+    assert error["message_type"] == "ERROR"
+    return error["payload"]["code"], error["payload"]["error"]
+
+
+def test_each_request_and_response_refusal_says_what_is_wrong_and_is_counted() -> None:
+    router, alice, bob = pair()
+    alice.to("bob", "REQUEST", {"capability_name": 3}, conversation_id="k")
+    assert refusal(alice) == ("malformed", "a REQUEST payload needs a string 'capability_name'")
+    request(alice, conversation=None)
+    assert refusal(alice) == ("malformed", "a REQUEST needs a conversation_id")
+    alice.to("bob", "REQUEST", {"capability_name": "nope"}, conversation_id="k")
+    denied = alice.last()
+    assert (denied["message_type"], denied["conversation_id"]) == ("RESPONSE", "k")
+    assert denied["payload"] == {
+        "status": "error",
+        "code": "capability_not_found",
+        "error": "Capability 'nope' not found on agent 'bob'.",
+    }
+    bob.to("alice", "RESPONSE", {"status": 1}, conversation_id="k")
+    assert refusal(bob) == ("malformed", "a RESPONSE payload needs a string 'status'")
+    bob.to("alice", "RESPONSE", {"status": "success"}, conversation_id="k")
+    assert refusal(bob) == (
+        "unknown_conversation",
+        "no open REQUEST from 'alice' to 'bob' in conversation 'k'",
+    )
+    bob.to("alice", "RESPONSE", {"status": "success"})
+    assert refusal(bob) == (
+        "unknown_conversation",
+        "no open REQUEST from 'alice' to 'bob' in conversation None",
+    )
+    assert bob.take() == []
+    assert alice.take() == []
+    refused = {code: count for code, count in router.counters.refused.items() if count}
+    assert refused == {"malformed": 3, "capability_not_found": 1, "unknown_conversation": 2}
+
+
+def test_a_requester_over_its_bound_is_told_how_many_it_has_waiting() -> None:
+    router = Router(limits=Limits(message_rate=0, registration_rate=0, max_open_requests=1))
+    alice = join(router, "alice")
+    join(router, "bob", capabilities=[cap("c")])
+    request(alice, conversation="k1")
+    request(alice, conversation="k2")
+    assert refusal(alice) == (
+        "limit_exceeded",
+        "agent 'alice' already has 1 REQUESTs waiting for a final RESPONSE; this one was not "
+        "routed",
+    )
+
+
+def test_each_denied_request_is_counted_by_its_code() -> None:
+    router = make_router()
+    join(router, "bob", capabilities=[cap("c", ["alice"])])
+    mallory = join(router, "mallory")
+    for _ in range(2):
+        request(mallory)
+        assert mallory.last()["payload"]["code"] == "unauthorized"
+    assert router.counters.refused["unauthorized"] == 2
+
+
+def test_a_response_to_a_requester_gone_closes_its_conversation() -> None:
+    router, alice, bob = pair()
+    request(alice)
+    request(alice, conversation="k2")
+    bob.take()
+    alice.send("UNREGISTER", {})
+    bob.to("alice", "RESPONSE", {"status": "success"}, conversation_id="k")
+    assert refusal(bob) == ("unknown_receiver", "no agent 'alice' is registered")
+    assert router.conversations == {("alice", "bob", "k2"): 1}
+
+
+def test_each_final_response_frees_one_of_its_requesters_waiting_requests() -> None:
+    router, alice, bob = pair()
+    for conversation in ("k1", "k2", "k3"):
+        request(alice, conversation=conversation)
+    waiting = router.registry.agents["alice"]
+    assert waiting.open_requests == 3
+    answer(bob, "k1", "in_progress")
+    assert waiting.open_requests == 3
+    answer(bob, "k1")
+    assert waiting.open_requests == 2
+    answer(bob, "k2", "error")
+    answer(bob, "k3")
+    assert waiting.open_requests == 0
+
+
+def test_a_denial_and_an_authorized_request_are_logged_with_their_parties() -> None:
+    router = make_router(trace=True)
+    alice = join(router, "alice")
+    join(router, "bob", capabilities=[cap("c", ["alice"])])
+    mallory = join(router, "mallory")
+    with capture_logs() as events:
+        request(mallory)
+        request(alice)
+    parties = {
+        "requester": None,
+        "responder": "bob",
+        "capability": "c",
+        "conversation_id": "k",
+    }
+    logged = [
+        {key: event.get(key) for key in ("event", *parties)}
+        for event in events
+        if event["event"].startswith("REQUEST_")
+    ]
+    assert logged == [
+        {"event": "REQUEST_DENIED_AUTHORIZATION", **parties, "requester": "mallory"},
+        {"event": "REQUEST_AUTHORIZED", **parties, "requester": "alice"},
+    ]
