@@ -7,6 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 from structlog.testing import capture_logs
 
 from lobby.core import Router
@@ -90,8 +91,9 @@ def test_acknowledging_agents_get_unacknowledged_messages_again() -> None:
     assert all(m["redelivered"] is True for m in again)
 
 
-def test_a_full_mailbox_refuses_the_sender() -> None:
-    router = make_router(mailbox_limit=2)
+@pytest.mark.parametrize("trace", [False, True])  # at DEBUG, `deliver` logs then does the same
+def test_a_full_mailbox_refuses_the_sender(trace: bool) -> None:
+    router = make_router(mailbox_limit=2, trace=trace)
     alice = join(router, "alice")
     bob = join(router, "bob", capabilities=[cap("c")])
     router.close(bob.session)
@@ -113,9 +115,10 @@ def test_a_resent_message_id_is_delivered_once() -> None:
     assert alice.take() == []  # a resend is not refused
 
 
-def test_a_resent_request_reaches_the_receiver_once() -> None:
+@pytest.mark.parametrize("trace", [False, True])  # at DEBUG, `deliver` logs then does the same
+def test_a_resent_request_reaches_the_receiver_once(trace: bool) -> None:
     cap = {"name": "c", "description": "", "input_schema": {}, "output_schema": {}}
-    router = make_router()
+    router = make_router(trace=trace)
     alice, bob = join(router, "alice"), join(router, "bob", capabilities=[cap])
     for _ in range(2):
         alice.to("bob", "REQUEST", {"capability_name": "c"}, conversation_id="k", message_id="r")
@@ -134,9 +137,12 @@ def test_two_senders_with_the_same_message_id_are_both_delivered() -> None:
     assert contents(bob) == [("alice", "from alice"), ("carol", "from carol")]
 
 
-def test_a_resend_is_recognised_up_to_the_horizon_and_delivered_again_after_it() -> None:
+@pytest.mark.parametrize("trace", [False, True])  # at DEBUG, `deliver` logs then does the same
+def test_a_resend_is_recognised_up_to_the_horizon_and_delivered_again_after_it(
+    trace: bool,
+) -> None:
     clock = Clock()
-    router = make_router(clock, dedupe_horizon=HORIZON)
+    router = make_router(clock, dedupe_horizon=HORIZON, trace=trace)
     alice, bob = join(router, "alice"), join(router, "bob")
     text(alice, "bob", "sent", "m-1")
     clock.now += HORIZON
@@ -160,6 +166,20 @@ def test_trimming_the_dedupe_window_keeps_what_is_within_the_horizon() -> None:
     text(alice, "bob", "old again", "m-1")
     text(alice, "bob", "recent again", "m-2")
     assert contents(bob) == [("alice", "old"), ("alice", "recent"), ("alice", "old again")]
+
+
+def test_one_compaction_forgets_at_most_ten_thousand_expired_ids() -> None:
+    """Trimming is bounded per compaction (the server's loop must not stall on a huge window):
+    the expired ids past the first 10,000 wait for the next one."""
+    clock = Clock()
+    router = make_router(clock, dedupe_horizon=HORIZON)
+    seen = router.state.delivery.seen
+    seen.update({("alice", f"m-{n}"): clock.now for n in range(10_001)})
+    clock.now += HORIZON + 1
+    router.compaction()
+    assert list(seen) == [("alice", "m-10000")]
+    router.compaction()
+    assert not seen
 
 
 def test_the_dedupe_window_keeps_at_most_its_size_forgetting_the_oldest() -> None:

@@ -9,9 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from structlog.testing import capture_logs
 
 from lobby.core.tracing import Tracing
+from lobby.otel import OtelTracing
 from protocol import tracecontext
 from tests.routerkit import Peer, join, make_router
 
@@ -173,8 +177,53 @@ def test_at_debug_each_routed_message_move_and_payment_is_one_line_without_a_tok
         "d1",
         TRACE,
     )
+    assert (first["type"], first["message_id"], first["seq"]) == ("CFP", "1", 1)
     assert (lines[1]["state_before"], lines[1]["state_after"]) == (None, "cfp_sent")
     assert (lines[3]["state_before"], lines[3]["trace_id"]) == ("cfp_sent", TRACE)
     assert (lines[6]["amount"], lines[6]["payer"]) == ("2.00", "b")
     tokens = {buyer.token, seller.token}
     assert not any(token in repr(line) for line in lines for token in tokens)
+
+
+def test_with_otel_each_hop_is_a_span_addressed_to_the_receiver_of_its_frame() -> None:
+    """`Tracing.hop` is told whom each frame is for: the OpenTelemetry spans name it."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    alice, bob, router = pair(tracing=OtelTracing(provider))
+    alice.to(
+        "bob",
+        "REQUEST",
+        {"capability_name": "echo"},
+        conversation_id="c1",
+        message_id="m1",
+        traceparent=TRACEPARENT,
+    )
+    bob.to("alice", "RESPONSE", {"status": "success"}, conversation_id="c1")  # joins the trace
+    alice.to(
+        "bob", "REQUEST", {"capability_name": "nope"}, conversation_id="c2", traceparent=TRACEPARENT
+    )
+    bob.to("nobody", "TEXT", {"content": "hi"}, traceparent=TRACEPARENT)
+    frames = [
+        *(orjson.loads(action.frame) for action in router.committed(router.take_journal())),
+        *alice.take(),
+        *bob.take(),
+    ]
+    spans = {f"{span.context.span_id:016x}": span for span in exporter.get_finished_spans()}
+    hops = sorted(
+        (
+            frame["message_type"],
+            frame["receiver_id"],
+            spans[tracecontext.parent_id(frame["traceparent"])].attributes[  # type: ignore[index]
+                "messaging.destination.name"
+            ],
+        )
+        for frame in frames
+    )
+    assert hops == [
+        ("ACCEPTED", "alice", "alice"),
+        ("ERROR", "bob", "bob"),
+        ("REQUEST", "bob", "bob"),
+        ("RESPONSE", "alice", "alice"),
+        ("RESPONSE", "alice", "alice"),
+    ]
