@@ -9,6 +9,7 @@ import orjson
 import pytest
 
 from lobby.core import Router
+from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON
 from lobby.core.limits import Limits
 from lobby.core.records import Effect, MessageStored, StateSaved
 from tests.routerkit import Clock, Peer, join, make_router, world
@@ -182,3 +183,48 @@ def test_a_dialogue_expires_only_once_its_deadline_is_past() -> None:
     clock.now += 5  # exactly at reply_by: still open
     assert router.tick() == []
     assert "d1" in router.negotiations.open
+
+
+def test_dialogues_due_together_all_expire_each_with_its_reason_saved_and_forgotten_later() -> None:
+    clock = Clock()
+    b, s, router = haggle_parties(clock, dialogue_timeout=10)
+    start = clock.now
+    b.to("s", "CFP", {"query": {}, "reply_by": 5}, conversation_id="late", message_id="1")
+    b.to("s", "CFP", {"query": {}}, conversation_id="idle", message_id="2")
+    # Idle at 10 s, its reply_by at 11: at 11 it has idled (the deadline is not yet past).
+    b.to("s", "CFP", {"query": {}, "reply_by": 11}, conversation_id="soon", message_id="5")
+    # Ended before its deadline: its entry comes due first and is passed over.
+    b.to("s", "CFP", {"query": {}, "reply_by": 3}, conversation_id="over", message_id="3")
+    s.to("b", "DECLINE", {}, conversation_id="over", message_id="4", in_reply_to="3")
+    b.take()
+    s.take()
+    router.take_journal()
+    clock.now += 11
+    world.deliver(router.tick())
+    expected = [
+        ("late", "the CFP's reply_by passed with no reply"),
+        ("idle", "no move for 10 s"),
+        ("soon", "no move for 10 s"),
+    ]
+    for peer in (b, s):
+        notices = peer.take()
+        assert [(n["message_type"], n["conversation_id"]) for n in notices] == [
+            ("DIALOGUE_EXPIRED", dialogue_id) for dialogue_id, _ in expected
+        ]
+        assert [n["payload"] for n in notices] == [
+            {"dialogue_id": dialogue_id, "reason": reason} for dialogue_id, reason in expected
+        ]
+    saved = [r for r in router.take_journal().records if isinstance(r, StateSaved)]
+    assert [(r.key, orjson.loads(r.data)["state"]) for r in saved] == [
+        ("late", "expired"),
+        ("idle", "expired"),
+        ("soon", "expired"),
+    ]
+    assert {orjson.loads(r.data)["updated_at"] for r in saved} == {clock.now}
+    assert set(router.negotiations.dialogues) == {"late", "idle", "soon", "over"}
+    clock.now = start + DEFAULT_DEDUPE_HORIZON + 10  # "over" ended at the start, the others at 11
+    router.tick()
+    assert set(router.negotiations.dialogues) == {"late", "idle", "soon"}
+    clock.now += 2
+    router.tick()
+    assert router.negotiations.dialogues == {}
