@@ -361,3 +361,14 @@ def test_a_restart_restores_trades_and_open_dialogues() -> None:
         in_reply_to="6",
     )
     assert "rule: turn_taking" in s.last()["payload"]["error"]
+
+
+def test_a_restart_keeps_whether_an_agent_acknowledges() -> None:
+    """Restored as registered: resuming with the same `acks` changes nothing to journal."""
+    clock = Clock()
+    router = make_router(clock)
+    bob = join(router, "bob", acks=True)
+    again = restarted(router, clock)
+    assert again.registry.agents["bob"].acks is True
+    resume(Peer(again, "bob", bob.session, bob.token), acks=True)
+    assert [r for r in again.take_journal().records if isinstance(r, AgentSaved)] == []

@@ -11,7 +11,7 @@ import pytest
 from lobby.core import Router
 from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON
 from lobby.core.limits import Limits
-from lobby.core.records import Effect, MessageStored, StateSaved
+from lobby.core.records import Effect, MessageStored, StateRemoved, StateSaved
 from tests.routerkit import Clock, Peer, join, make_router, world
 
 
@@ -194,7 +194,14 @@ def test_dialogues_due_together_all_expire_each_with_its_reason_saved_and_forgot
     # Idle at 10 s, its reply_by at 11: at 11 it has idled (the deadline is not yet past).
     b.to("s", "CFP", {"query": {}, "reply_by": 11}, conversation_id="soon", message_id="5")
     # Ended before its deadline: its entry comes due first and is passed over.
-    b.to("s", "CFP", {"query": {}, "reply_by": 3}, conversation_id="over", message_id="3")
+    b.to(
+        "s",
+        "CFP",
+        {"query": {}, "reply_by": 3},
+        conversation_id="over",
+        message_id="3",
+        traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    )
     s.to("b", "DECLINE", {}, conversation_id="over", message_id="4", in_reply_to="3")
     b.take()
     s.take()
@@ -225,6 +232,8 @@ def test_dialogues_due_together_all_expire_each_with_its_reason_saved_and_forgot
     clock.now = start + DEFAULT_DEDUPE_HORIZON + 10  # "over" ended at the start, the others at 11
     router.tick()
     assert set(router.negotiations.dialogues) == {"late", "idle", "soon"}
+    assert router.negotiations.traces == {}
+    assert router.take_journal().records == [StateRemoved("dialogue", "over")]
     clock.now += 2
     router.tick()
     assert router.negotiations.dialogues == {}

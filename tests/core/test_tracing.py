@@ -227,3 +227,11 @@ def test_with_otel_each_hop_is_a_span_addressed_to_the_receiver_of_its_frame() -
         ("RESPONSE", "alice", "alice"),
         ("RESPONSE", "alice", "alice"),
     ]
+
+
+def test_the_lobbys_answers_to_a_traced_question_are_in_its_trace() -> None:
+    alice, _, _ = pair()
+    alice.send("LIST_TRANSACTIONS", {}, traceparent=TRACEPARENT)
+    answer = alice.last()
+    assert (answer["message_type"], trace_of(answer)) == ("TRANSACTIONS", TRACE)
+    assert tracecontext.parent_id(answer["traceparent"]) != "00f067aa0ba902b7"  # its own hop
