@@ -10,7 +10,7 @@ from structlog.testing import capture_logs
 
 from lobby.core import Router
 from lobby.core.limits import Limits
-from lobby.core.records import AgentSaved, MessageStored, Snapshot
+from lobby.core.records import AgentSaved, Effect, MessageStored, Snapshot
 from tests.routerkit import Peer, cap, join, make_router, pair, request
 
 ERROR_KEYS = {"error", "code", "original_message_type", "original_conversation_id"}
@@ -140,15 +140,24 @@ def test_a_restart_reopens_exactly_the_conversations_left_open(checkpoint_after:
             checkpoint = router.compaction()
     assert router.conversations == {("alice", "bob", "k1"): 1, ("alice", "bob", "k3"): 1}
     records = router.take_journal().records
+    # Rows that open nothing come first: one for an agent since removed, one without a
+    # conversation (a TEXT). Each is passed over, and the rows after them still count.
+    after = checkpoint.upto_row + 1
+    passed_over = [
+        MessageStored(after, "gone", 1, "alice", "g", "k9", Effect.OPENS, b"{}", 0.0),
+        MessageStored(after, "bob", 99, "alice", "t", None, Effect.NONE, b"{}", 0.0),
+    ]
     snapshot = Snapshot(
         agents=[r for r in records if isinstance(r, AgentSaved)],
-        messages=[r for r in records if isinstance(r, MessageStored)],
+        messages=passed_over + [r for r in records if isinstance(r, MessageStored)],
         conversations=checkpoint.conversations,
         conversations_upto=checkpoint.upto_row,
     )
     restarted = make_router()
-    restarted.restore(snapshot)
+    with capture_logs() as logs:
+        restarted.restore(snapshot)
     assert restarted.conversations == router.conversations
+    assert [e["open_conversations"] for e in logs if e["event"] == "LOBBY_RESTORED"] == [2]
     assert restarted.registry.agents["alice"].open_requests == 2
 
 

@@ -271,6 +271,7 @@ def test_each_ack_that_moves_on_is_journaled_once() -> None:
 def restarted(router: Router, clock: Clock, *extra: Record) -> Router:
     """A new router restored from what `router` journaled (as a store would hand it back)."""
     snapshot = Snapshot()
+    saved: dict[str, dict[str, bytes]] = {}  # a store keeps each key's last document
     for record in [*extra, *router.take_journal().records]:
         if isinstance(record, AgentSaved):
             snapshot.agents.append(record)
@@ -279,7 +280,8 @@ def restarted(router: Router, clock: Clock, *extra: Record) -> Router:
         elif isinstance(record, Acked):
             snapshot.acked[record.receiver] = record.up_to
         elif isinstance(record, StateSaved):
-            snapshot.state.setdefault(record.kind, []).append(record.data)
+            saved.setdefault(record.kind, {})[record.key] = record.data
+    snapshot.state = {kind: list(documents.values()) for kind, documents in saved.items()}
     again = make_router(clock, dedupe_horizon=HORIZON)
     again.restore(snapshot)
     return again
@@ -372,3 +374,23 @@ def test_a_restart_keeps_whether_an_agent_acknowledges() -> None:
     assert again.registry.agents["bob"].acks is True
     resume(Peer(again, "bob", bob.session, bob.token), acks=True)
     assert [r for r in again.take_journal().records if isinstance(r, AgentSaved)] == []
+
+
+def test_a_restart_forgets_ended_dialogues_in_the_order_they_ended_and_counts_open_ones() -> None:
+    clock = Clock()
+    router = make_router(clock, dedupe_horizon=HORIZON)
+    b, s = join(router, "b"), join(router, "s")
+    for dialogue_id in ("d1", "d2", "d3"):
+        b.to("s", "CFP", {"query": {}}, conversation_id=dialogue_id, message_id=dialogue_id)
+    clock.now += 1
+    s.to("b", "DECLINE", {}, conversation_id="d2", message_id="x2", in_reply_to="d2")
+    clock.now += 4
+    s.to("b", "DECLINE", {}, conversation_id="d1", message_id="x1", in_reply_to="d1")
+    again = restarted(router, clock)
+    assert again.negotiations.started == {"b": 1}  # d3 is open
+    clock.now += HORIZON - 2  # d2 ended more than the horizon ago, d1 not yet
+    again.tick()
+    assert set(again.negotiations.dialogues) == {"d1", "d3"}
+    clock.now += 5
+    again.tick()
+    assert set(again.negotiations.dialogues) == {"d3"}
