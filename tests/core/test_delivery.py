@@ -394,3 +394,20 @@ def test_a_restart_forgets_ended_dialogues_in_the_order_they_ended_and_counts_op
     clock.now += 5
     again.tick()
     assert set(again.negotiations.dialogues) == {"d3"}
+
+
+def test_what_a_resume_hands_an_agent_that_does_not_acknowledge_counts_as_delivered() -> None:
+    router = make_router()
+    alice, bob = join(router, "alice"), join(router, "bob")
+    router.close(bob.session)
+    text(alice, "bob", "1", "m-1")
+    text(alice, "bob", "2", "m-2")
+    router.take_journal()
+    assert [m["payload"]["content"] for m in resume(bob)[1:]] == ["1", "2"]
+    record = router.registry.agents["bob"]
+    assert (list(record.mailbox), record.acked_seq, record.delivered_seq) == ([], 2, 2)
+    assert router.take_journal().records == [Acked("bob", 2)]
+    router.close(bob.session)
+    assert resume(bob)[1:] == []  # nothing held any more
+    text(alice, "bob", "3", "m-3")
+    assert [(m["seq"], m["payload"]["content"]) for m in bob.take()] == [(3, "3")]

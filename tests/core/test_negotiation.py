@@ -237,3 +237,18 @@ def test_dialogues_due_together_all_expire_each_with_its_reason_saved_and_forgot
     clock.now += 2
     router.tick()
     assert router.negotiations.dialogues == {}
+
+
+def test_a_dialogue_that_ends_frees_one_of_its_initiators_open_dialogues() -> None:
+    router = Router(limits=Limits(message_rate=0, registration_rate=0, max_open_dialogues=2))
+    b, s = join(router, "b"), join(router, "s")
+    for dialogue_id in ("d1", "d2"):
+        b.to("s", "CFP", {"query": {}}, conversation_id=dialogue_id, message_id=dialogue_id)
+    s.to("b", "DECLINE", {}, conversation_id="d1", message_id="x1", in_reply_to="d1")
+    b.take()
+    b.to("s", "CFP", {"query": {}}, conversation_id="d3", message_id="d3")
+    b.to("s", "CFP", {"query": {}}, conversation_id="d4", message_id="d4")
+    assert b.last()["payload"]["error"] == (
+        "agent 'b' already has 2 open dialogues it started; this CFP was not routed"
+    )
+    assert [m["conversation_id"] for m in s.take()] == ["d1", "d2", "d3"]

@@ -18,8 +18,9 @@ from websockets.asyncio.client import ClientConnection, connect
 from agent_sdk import Agent, InvalidInputError, RequestContext, capability
 from lobby.core import Send
 from lobby.core.records import AgentSaved, Snapshot
+from lobby.core.refusal import Refusal
 from lobby.core.router import Router
-from lobby.core.schemas import REASON_MAX, input_check, pointer
+from lobby.core.schemas import REASON_MAX, check_input_schemas, input_check, pointer
 from lobby.server import LobbyServer
 from protocol.models import Capability
 from tests.routerkit import Peer, join, make_router
@@ -412,3 +413,30 @@ async def test_an_sdk_caller_gets_invalid_input_error_from_the_lobby(lobby: Lobb
         assert "/quantity" in caught.value.message
         assert await buyer.request("shop", "order", ORDER) == {"accepted": True}
         assert [o.item for o in shop.orders] == ["lamp"]
+
+
+@pytest.mark.parametrize(
+    ("schema", "problem"),
+    [
+        (
+            {"type": 5},
+            "5 is not valid under any of the schemas listed in the 'anyOf' keyword (at /type)",
+        ),
+        ({"$ref": "#/nope"}, "Pointer '/nope' does not exist"),  # the schema itself: no "at"
+        (
+            {"$ref": "http://example.com/x"},
+            "Resource 'http://example.com/x' is not present in a registry and retrieving it "
+            "failed: Retrieval is disabled, cannot fetch http://example.com/x",
+        ),
+    ],
+)
+def test_a_schema_that_does_not_compile_is_refused_with_its_first_problem(
+    schema: dict[str, Any], problem: str
+) -> None:
+    declared = Capability(name="c", description="", input_schema=schema, output_schema={})
+    with pytest.raises(Refusal) as refused:
+        check_input_schemas([declared])
+    assert refused.value.code == "malformed"
+    assert refused.value.reason == (
+        f"capability 'c': input_schema is not a valid JSON Schema: {problem}"
+    )
