@@ -232,8 +232,14 @@ def test_a_resume_is_journaled_only_when_it_changes_the_agent_and_is_logged() ->
         )
 
     with capture_logs() as logs:
-        (close,) = [a for a in resume() if isinstance(a, Close)]
+        actions = resume()
+    (close,) = [a for a in actions if isinstance(a, Close)]
     assert (close.code, close.reason) == (4001, "replaced by a newer connection")
+    (ack,) = frames(actions)
+    assert (ack["receiver_id"], ack["payload"]["status"]) == ("a", "success_resumed")
+    # The replaced connection is no agent's any more: what still comes on it is refused.
+    (stale,) = frames(raw(router, first.session, sender_id="a", message_type="LIST_TRANSACTIONS"))
+    assert stale["payload"]["code"] == "not_registered"
     assert [
         (e["event"], e["agent_id"], e["replaced_connection"], e["held_messages"]) for e in logs
     ] == [("AGENT_RESUMED", "a", True, 0)]
