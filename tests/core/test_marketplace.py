@@ -154,6 +154,7 @@ def test_a_payment_saves_its_proposal_paid_and_its_transaction_and_is_logged() -
         alice.to("shop", "PAYMENT", {"amount": 0.3, "proposal_message_id": "p1"}, **PAID)
     tx = alice.last()["payload"]["transaction"]
     assert tx["transaction_id"]
+    assert tx["kind"] == "payment"
     saved = [r for r in router.take_journal().records if isinstance(r, StateSaved)]
     assert [(r.kind, r.key, orjson.loads(r.data)) for r in saved] == [
         ("proposal", "p1", record("p1", paid_by="pay1", transaction_id=tx["transaction_id"])),
@@ -197,3 +198,16 @@ def test_after_a_restart_a_resent_payment_gets_its_original_confirmation() -> No
     assert "rule: already_paid" in alice.last()["payload"]["error"]
     assert shop.take() == []
     assert again.ledger.transactions == [tx]
+
+
+def test_a_payment_naming_its_proposal_with_no_string_is_refused() -> None:
+    shop, alice, _, router = market()
+    propose(shop)
+    for named in (["p1"], {"id": "p1"}, 1):
+        alice.to("shop", "PAYMENT", {"amount": 0.3, "proposal_message_id": named})
+        error = alice.last()["payload"]
+        assert (error["code"], error["error"]) == (
+            "invalid_payment",
+            "a PAYMENT needs a string 'proposal_message_id' (rule: bad_field)",
+        )
+    assert router.ledger.transactions == []
