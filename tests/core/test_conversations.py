@@ -271,3 +271,22 @@ def test_a_denial_and_an_authorized_request_are_logged_with_their_parties() -> N
         {"event": "REQUEST_DENIED_AUTHORIZATION", **parties, "requester": "mallory"},
         {"event": "REQUEST_AUTHORIZED", **parties, "requester": "alice"},
     ]
+
+
+def test_a_resent_response_reaches_the_requester_once() -> None:
+    _, alice, bob = pair()
+    request(alice)
+    bob.take()
+    for _ in range(2):
+        bob.to("alice", "RESPONSE", {"status": "in_progress"}, conversation_id="k", message_id="r")
+    assert [m["message_id"] for m in alice.take()] == ["r"]
+    assert bob.take() == []  # a resend is not refused
+
+
+def test_a_response_with_its_own_trace_keeps_it() -> None:
+    _, alice, bob = pair()
+    traced = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    alice.to("bob", "REQUEST", {"capability_name": "c"}, conversation_id="k", traceparent=traced)
+    own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    bob.to("alice", "RESPONSE", {"status": "success"}, conversation_id="k", traceparent=own)
+    assert alice.last()["traceparent"].split("-")[1] == "0af7651916cd43dd8448eb211c80319c"
