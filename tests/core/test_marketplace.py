@@ -211,3 +211,12 @@ def test_a_payment_naming_its_proposal_with_no_string_is_refused() -> None:
             "a PAYMENT needs a string 'proposal_message_id' (rule: bad_field)",
         )
     assert router.ledger.transactions == []
+
+
+def test_a_resent_proposal_or_text_reaches_its_receiver_once() -> None:
+    shop, alice, _, _ = market()
+    for _ in range(2):
+        propose(shop)
+        shop.to("alice", "TEXT", {"content": "tea?"}, message_id="t1")
+    assert [m["message_id"] for m in alice.take()] == ["p1", "t1"]
+    assert shop.take() == []  # a resend is not refused
