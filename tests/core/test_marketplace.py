@@ -9,7 +9,7 @@ import orjson
 import pytest
 from structlog.testing import capture_logs
 
-from lobby.core.records import StateSaved
+from lobby.core.records import Effect, MessageStored, StateSaved
 from tests.core.test_delivery import restarted, resume
 from tests.routerkit import Clock, Peer, join, make_router
 
@@ -108,7 +108,11 @@ def test_a_proposal_with_a_wrong_total_is_refused() -> None:
 def test_a_text_without_content_or_to_nobody_is_refused_with_its_sentence() -> None:
     shop, alice, _, _ = market()
     alice.to("shop", "TEXT", {"content": 3})
-    assert alice.last()["payload"]["error"] == "a TEXT payload needs a string 'content'"
+    error = alice.last()["payload"]
+    assert (error["code"], error["error"]) == (
+        "malformed",
+        "a TEXT payload needs a string 'content'",
+    )
     alice.to("nobody", "TEXT", {"content": "hi"})
     assert alice.last()["payload"]["error"] == "no agent 'nobody' is registered"
     assert shop.take() == []
@@ -214,9 +218,11 @@ def test_a_payment_naming_its_proposal_with_no_string_is_refused() -> None:
 
 
 def test_a_resent_proposal_or_text_reaches_its_receiver_once() -> None:
-    shop, alice, _, _ = market()
+    shop, alice, _, router = market()
     for _ in range(2):
         propose(shop)
         shop.to("alice", "TEXT", {"content": "tea?"}, message_id="t1")
     assert [m["message_id"] for m in alice.take()] == ["p1", "t1"]
     assert shop.take() == []  # a resend is not refused
+    stored = [r for r in router.take_journal().records if isinstance(r, MessageStored)]
+    assert [(r.message_id, r.effect) for r in stored] == [("p1", Effect.NONE), ("t1", Effect.NONE)]

@@ -252,3 +252,23 @@ def test_a_dialogue_that_ends_frees_one_of_its_initiators_open_dialogues() -> No
         "agent 'b' already has 2 open dialogues it started; this CFP was not routed"
     )
     assert [m["conversation_id"] for m in s.take()] == ["d1", "d2", "d3"]
+
+
+def test_a_move_without_a_conversation_or_a_cfp_in_reply_is_refused_and_a_resend_ignored() -> None:
+    b, s, _ = haggle_parties()
+    b.to("s", "CFP", {"query": {}})
+    error = b.last()["payload"]
+    assert (error["code"], error["error"]) == ("malformed", "a CFP needs a conversation_id")
+    b.to("s", "CFP", {"query": {}}, conversation_id="d1", in_reply_to="x")
+    error = b.last()["payload"]
+    assert (error["code"], error["error"]) == (
+        "invalid_dialogue",
+        "a CFP starts a dialogue and replies to no move (rule: first_move_must_be_cfp)",
+    )
+    assert s.take() == []
+    b.to("s", "CFP", {"query": {}}, conversation_id="d2")  # the lobby names the move
+    assert s.last()["message_id"]
+    for _ in range(2):
+        b.to("s", "CFP", {"query": {}}, conversation_id="d3", message_id="c3")
+    assert [m["message_id"] for m in s.take()] == ["c3"]
+    assert b.take() == []  # a resend is not refused

@@ -85,6 +85,9 @@ def test_the_accepted_and_a_refusal_carry_the_trace_of_their_message() -> None:
     )
     accepted = [orjson.loads(action.frame) for action in router.committed(router.take_journal())]
     assert [(m["message_type"], trace_of(m)) for m in accepted] == [("ACCEPTED", TRACE)]
+    alice.to("bob", "TEXT", {"content": "again"}, message_id="m2", traceparent=TRACEPARENT)
+    accepted = [orjson.loads(action.frame) for action in router.committed(router.take_journal())]
+    assert [(m["payload"], trace_of(m)) for m in accepted] == [({"message_id": "m2"}, TRACE)]
     alice.to(
         "bob", "REQUEST", {"capability_name": "nope"}, conversation_id="c2", traceparent=TRACEPARENT
     )
