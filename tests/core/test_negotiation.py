@@ -255,7 +255,7 @@ def test_a_dialogue_that_ends_frees_one_of_its_initiators_open_dialogues() -> No
 
 
 def test_a_move_without_a_conversation_or_a_cfp_in_reply_is_refused_and_a_resend_ignored() -> None:
-    b, s, _ = haggle_parties()
+    b, s, router = haggle_parties()
     b.to("s", "CFP", {"query": {}})
     error = b.last()["payload"]
     assert (error["code"], error["error"]) == ("malformed", "a CFP needs a conversation_id")
@@ -272,3 +272,8 @@ def test_a_move_without_a_conversation_or_a_cfp_in_reply_is_refused_and_a_resend
         b.to("s", "CFP", {"query": {}}, conversation_id="d3", message_id="c3")
     assert [m["message_id"] for m in s.take()] == ["c3"]
     assert b.take() == []  # a resend is not refused
+    stored = [r for r in router.take_journal().records if isinstance(r, MessageStored)]
+    assert [(r.conversation_id, r.effect) for r in stored] == [
+        ("d2", Effect.NONE),
+        ("d3", Effect.NONE),
+    ]

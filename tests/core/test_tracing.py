@@ -182,6 +182,7 @@ def test_at_debug_each_routed_message_move_and_payment_is_one_line_without_a_tok
     )
     assert (first["type"], first["message_id"], first["seq"]) == ("CFP", "1", 1)
     assert (lines[1]["state_before"], lines[1]["state_after"]) == (None, "cfp_sent")
+    assert (lines[1]["dialogue_id"], lines[1]["sender"], lines[1]["receiver"]) == ("d1", "b", "s")
     assert (lines[3]["state_before"], lines[3]["trace_id"]) == ("cfp_sent", TRACE)
     assert (lines[6]["amount"], lines[6]["payer"]) == ("2.00", "b")
     tokens = {buyer.token, seller.token}
@@ -238,3 +239,26 @@ def test_the_lobbys_answers_to_a_traced_question_are_in_its_trace() -> None:
     answer = alice.last()
     assert (answer["message_type"], trace_of(answer)) == ("TRANSACTIONS", TRACE)
     assert tracecontext.parent_id(answer["traceparent"]) != "00f067aa0ba902b7"  # its own hop
+
+
+def test_a_dialogue_keeps_the_trace_of_its_first_traced_move() -> None:
+    router = make_router()
+    buyer, seller = join(router, "b"), join(router, "s")
+    other = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    buyer.to("s", "CFP", {"query": {}}, conversation_id="d1", message_id="1")
+    seller.to(
+        "b",
+        "PROPOSE",
+        {"proposal": {"price": 3}},
+        conversation_id="d1",
+        message_id="2",
+        in_reply_to="1",
+        traceparent=TRACEPARENT,
+    )
+    buyer.to(
+        "s", "ACCEPT", {}, conversation_id="d1", message_id="3", in_reply_to="2", traceparent=other
+    )
+    seller.to("b", "MATCH_ACCEPT", {}, conversation_id="d1", message_id="4", in_reply_to="3")
+    match_accept, confirmed = buyer.take()[-2:]
+    assert (match_accept["message_type"], trace_of(match_accept)) == ("MATCH_ACCEPT", TRACE)
+    assert (confirmed["message_type"], trace_of(confirmed)) == ("TRANSACTION_CONFIRMED", TRACE)
