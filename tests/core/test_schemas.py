@@ -440,3 +440,36 @@ def test_a_schema_that_does_not_compile_is_refused_with_its_first_problem(
     assert refused.value.reason == (
         f"capability 'c': input_schema is not a valid JSON Schema: {problem}"
     )
+
+
+def test_a_schema_error_is_kept_whole_up_to_its_bound_and_clipped_past_it() -> None:
+    declared = Capability(
+        name="c",
+        description="",
+        input_schema={"properties": {"a": {"type": "integer"}}},
+        output_schema={},
+    )
+    check = input_check(declared)
+    assert check is not None
+    at_bound = check.invalid({"a": "x" * 173})  # '"xx..x" is not of type "integer"': 200
+    assert at_bound is not None
+    assert at_bound.reason == '"' + "x" * 173 + '" is not of type "integer"'
+    past = check.invalid({"a": "x" * 174})
+    assert past is not None
+    assert past.reason == '"' + "x" * 174 + '" is not of type "inte...'
+    assert len(past.reason) == REASON_MAX
+
+
+def test_a_pattern_that_backtracks_too_long_counts_as_not_matching() -> None:
+    """A pattern with lookaround runs with a bound on backtracking (`BACKTRACK_LIMIT`): this
+    one tries about 2^n ways to fail its first branch before its second matches."""
+    router = make_router()
+    pattern = "^(?:(?=a)(a|aa)*c|a+b)$"
+    schema = {"properties": {"word": {"type": "string", "pattern": pattern}}}
+    alice = join(router, "alice")
+    bob = join(router, "bob", capabilities=[cap("c", schema)])
+    for n in (10, 20):
+        word = "a" * n + "b"
+        alice.to("bob", "REQUEST", {"capability_name": "c", "word": word}, conversation_id="k")
+    assert [m["payload"]["word"] for m in bob.take()] == ["a" * 10 + "b"]
+    assert alice.last()["payload"]["code"] == "invalid_input"
