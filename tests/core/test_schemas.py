@@ -20,7 +20,13 @@ from lobby.core import Send
 from lobby.core.records import AgentSaved, Snapshot
 from lobby.core.refusal import Refusal
 from lobby.core.router import Router
-from lobby.core.schemas import REASON_MAX, check_input_schemas, input_check, pointer
+from lobby.core.schemas import (
+    REASON_MAX,
+    InvalidInput,
+    check_input_schemas,
+    input_check,
+    pointer,
+)
 from lobby.server import LobbyServer
 from protocol.models import Capability
 from tests.routerkit import Peer, join, make_router
@@ -473,3 +479,29 @@ def test_a_pattern_that_backtracks_too_long_counts_as_not_matching() -> None:
         alice.to("bob", "REQUEST", {"capability_name": "c", "word": word}, conversation_id="k")
     assert [m["payload"]["word"] for m in bob.take()] == ["a" * 10 + "b"]
     assert alice.last()["payload"]["code"] == "invalid_input"
+
+
+def test_a_refusal_names_at_most_three_errors_each_where_it_is() -> None:
+    declared = Capability(
+        name="c",
+        description="",
+        input_schema={
+            "properties": {p: {"type": "integer"} for p in "abc"},
+            "additionalProperties": False,
+        },
+        output_schema={},
+    )
+    check = input_check(declared)
+    assert check is not None
+    one_inside_one_at_the_top = check.invalid({"capability_name": "c", "a": "1", "zz": 1})
+    assert one_inside_one_at_the_top == InvalidInput(
+        "/a",
+        '"1" is not of type "integer"; at the top level: Additional properties are not '
+        "allowed ('zz' was unexpected)",
+    )
+    four = check.invalid({"capability_name": "c", "a": "1", "b": "2", "c": "3", "zz": 1})
+    assert four is not None
+    assert four.reason == (
+        '"1" is not of type "integer"; at /b: "2" is not of type "integer"; '
+        'at /c: "3" is not of type "integer"'
+    )
