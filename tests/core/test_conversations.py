@@ -173,9 +173,10 @@ def test_each_request_and_response_refusal_says_what_is_wrong_and_is_counted() -
     assert refusal(alice) == ("malformed", "a REQUEST payload needs a string 'capability_name'")
     request(alice, conversation=None)
     assert refusal(alice) == ("malformed", "a REQUEST needs a conversation_id")
-    alice.to("bob", "REQUEST", {"capability_name": "nope"}, conversation_id="k")
+    alice.to("bob", "REQUEST", {"capability_name": "nope"}, conversation_id="k", message_id="q")
     denied = alice.last()
     assert (denied["message_type"], denied["conversation_id"]) == ("RESPONSE", "k")
+    assert denied["in_reply_to"] == "q"
     assert denied["payload"] == {
         "status": "error",
         "code": "capability_not_found",
@@ -290,3 +291,8 @@ def test_a_response_with_its_own_trace_keeps_it() -> None:
     own = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
     bob.to("alice", "RESPONSE", {"status": "success"}, conversation_id="k", traceparent=own)
     assert alice.last()["traceparent"].split("-")[1] == "0af7651916cd43dd8448eb211c80319c"
+    # An untraced conversation closes while a traced one is open: nothing to forget for it.
+    alice.to("bob", "REQUEST", {"capability_name": "c"}, conversation_id="t", traceparent=traced)
+    request(alice, conversation="u")
+    bob.to("alice", "RESPONSE", {"status": "success"}, conversation_id="u")
+    assert alice.last()["conversation_id"] == "u"

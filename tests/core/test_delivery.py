@@ -11,7 +11,16 @@ import pytest
 from structlog.testing import capture_logs
 
 from lobby.core import Router
-from lobby.core.records import Acked, AgentSaved, MessageStored, Record, Snapshot, StateSaved
+from lobby.core.records import (
+    Acked,
+    AgentSaved,
+    Effect,
+    MessageStored,
+    Record,
+    Snapshot,
+    StateSaved,
+)
+from protocol.models import MessageType
 from tests.routerkit import Clock, Peer, cap, frames, join, make_router, pair, raw, request, world
 
 ERROR_KEYS = {"error", "code", "original_message_type", "original_conversation_id"}
@@ -380,20 +389,23 @@ def test_a_restart_forgets_ended_dialogues_in_the_order_they_ended_and_counts_op
     clock = Clock()
     router = make_router(clock, dedupe_horizon=HORIZON)
     b, s = join(router, "b"), join(router, "s")
-    for dialogue_id in ("d1", "d2", "d3"):
+    for dialogue_id in ("d1", "d2", "d3", "d4"):
         b.to("s", "CFP", {"query": {}}, conversation_id=dialogue_id, message_id=dialogue_id)
     clock.now += 1
     s.to("b", "DECLINE", {}, conversation_id="d2", message_id="x2", in_reply_to="d2")
     clock.now += 4
     s.to("b", "DECLINE", {}, conversation_id="d1", message_id="x1", in_reply_to="d1")
     again = restarted(router, clock)
-    assert again.negotiations.started == {"b": 1}  # d3 is open
+    assert again.negotiations.started == {"b": 2}  # d3 and d4 are open
     clock.now += HORIZON - 2  # d2 ended more than the horizon ago, d1 not yet
     again.tick()
-    assert set(again.negotiations.dialogues) == {"d1", "d3"}
+    assert set(again.negotiations.dialogues) == {"d1", "d3", "d4"}
     clock.now += 5
     again.tick()
-    assert set(again.negotiations.dialogues) == {"d3"}
+    assert set(again.negotiations.dialogues) == {"d3", "d4"}
+    clock.now += 3600  # the default idle timeout: the open ones expire as they would have
+    again.tick()
+    assert again.negotiations.open == {}
 
 
 def test_what_a_resume_hands_an_agent_that_does_not_acknowledge_counts_as_delivered() -> None:
@@ -411,3 +423,16 @@ def test_what_a_resume_hands_an_agent_that_does_not_acknowledge_counts_as_delive
     assert resume(bob)[1:] == []  # nothing held any more
     text(alice, "bob", "3", "m-3")
     assert [(m["seq"], m["payload"]["content"]) for m in bob.take()] == [(3, "3")]
+
+
+def test_at_debug_a_request_is_stored_as_opening_and_a_notice_forced_into_a_full_mailbox() -> None:
+    router = make_router(trace=True, mailbox_limit=1)
+    alice = join(router, "alice")
+    join(router, "bob", capabilities=[cap("c")])
+    request(alice)
+    (stored,) = [r for r in router.take_journal().records if isinstance(r, MessageStored)]
+    assert (stored.receiver, stored.effect) == ("bob", Effect.OPENS)
+    router.close(router.registry.agents["bob"].session)  # type: ignore[arg-type]
+    for _ in range(2):
+        router.state.notify(("bob",), MessageType.DIALOGUE_EXPIRED, {}, "d", 1.0)
+    assert len(router.registry.agents["bob"].mailbox) == 2

@@ -14,6 +14,8 @@ from lobby.core.limits import Limits
 from lobby.core.records import Effect, MessageStored, StateRemoved, StateSaved
 from tests.routerkit import Clock, Peer, join, make_router, world
 
+TRACED = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
 
 def haggle_parties(clock: Clock | None = None, **router_options: Any) -> tuple[Peer, Peer, Any]:
     router = make_router(clock, **router_options)
@@ -189,7 +191,14 @@ def test_dialogues_due_together_all_expire_each_with_its_reason_saved_and_forgot
     clock = Clock()
     b, s, router = haggle_parties(clock, dialogue_timeout=10)
     start = clock.now
-    b.to("s", "CFP", {"query": {}, "reply_by": 5}, conversation_id="late", message_id="1")
+    b.to(
+        "s",
+        "CFP",
+        {"query": {}, "reply_by": 5},
+        conversation_id="late",
+        message_id="1",
+        traceparent=TRACED,
+    )
     b.to("s", "CFP", {"query": {}}, conversation_id="idle", message_id="2")
     # Idle at 10 s, its reply_by at 11: at 11 it has idled (the deadline is not yet past).
     b.to("s", "CFP", {"query": {}, "reply_by": 11}, conversation_id="soon", message_id="5")
@@ -203,10 +212,14 @@ def test_dialogues_due_together_all_expire_each_with_its_reason_saved_and_forgot
         traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
     )
     s.to("b", "DECLINE", {}, conversation_id="over", message_id="4", in_reply_to="3")
+    # Moved at 5 s: its entry comes due at 10 s among the others and is put off to 15 s.
+    b.to("s", "CFP", {"query": {}}, conversation_id="moved", message_id="6")
+    clock.now += 5
+    s.to("b", "PROPOSE", {"proposal": {}}, conversation_id="moved", message_id="7", in_reply_to="6")
     b.take()
     s.take()
     router.take_journal()
-    clock.now += 11
+    clock.now += 6
     world.deliver(router.tick())
     expected = [
         ("late", "the CFP's reply_by passed with no reply"),
@@ -221,22 +234,27 @@ def test_dialogues_due_together_all_expire_each_with_its_reason_saved_and_forgot
         assert [n["payload"] for n in notices] == [
             {"dialogue_id": dialogue_id, "reason": reason} for dialogue_id, reason in expected
         ]
-    saved = [r for r in router.take_journal().records if isinstance(r, StateSaved)]
+        assert notices[0]["traceparent"].split("-")[1] == TRACED.split("-")[1]
+    records = router.take_journal().records
+    stored = [r for r in records if isinstance(r, MessageStored)]
+    assert {r.at for r in stored} == {clock.now}
+    saved = [r for r in records if isinstance(r, StateSaved)]
     assert [(r.key, orjson.loads(r.data)["state"]) for r in saved] == [
         ("late", "expired"),
         ("idle", "expired"),
         ("soon", "expired"),
     ]
     assert {orjson.loads(r.data)["updated_at"] for r in saved} == {clock.now}
-    assert set(router.negotiations.dialogues) == {"late", "idle", "soon", "over"}
+    assert set(router.negotiations.dialogues) == {"late", "idle", "soon", "over", "moved"}
     clock.now = start + DEFAULT_DEDUPE_HORIZON + 10  # "over" ended at the start, the others at 11
     router.tick()
-    assert set(router.negotiations.dialogues) == {"late", "idle", "soon"}
-    assert router.negotiations.traces == {}
-    assert router.take_journal().records == [StateRemoved("dialogue", "over")]
+    assert set(router.negotiations.dialogues) == {"late", "idle", "soon", "moved"}
+    assert set(router.negotiations.traces) == {"late"}  # "over"'s went with it
+    removed = [r for r in router.take_journal().records if isinstance(r, StateRemoved)]
+    assert removed == [StateRemoved("dialogue", "over")]
     clock.now += 2
     router.tick()
-    assert router.negotiations.dialogues == {}
+    assert set(router.negotiations.dialogues) == {"moved"}
 
 
 def test_a_dialogue_that_ends_frees_one_of_its_initiators_open_dialogues() -> None:
@@ -252,6 +270,10 @@ def test_a_dialogue_that_ends_frees_one_of_its_initiators_open_dialogues() -> No
         "agent 'b' already has 2 open dialogues it started; this CFP was not routed"
     )
     assert [m["conversation_id"] for m in s.take()] == ["d1", "d2", "d3"]
+    for dialogue_id in ("d2", "d3"):
+        declined = {"conversation_id": dialogue_id, "in_reply_to": dialogue_id}
+        s.to("b", "DECLINE", {}, message_id=f"x-{dialogue_id}", **declined)
+    assert router.negotiations.started == {}  # nothing kept for an agent with none open
 
 
 def test_a_move_without_a_conversation_or_a_cfp_in_reply_is_refused_and_a_resend_ignored() -> None:
@@ -267,13 +289,16 @@ def test_a_move_without_a_conversation_or_a_cfp_in_reply_is_refused_and_a_resend
     )
     assert s.take() == []
     b.to("s", "CFP", {"query": {}}, conversation_id="d2")  # the lobby names the move
-    assert s.last()["message_id"]
+    named = s.last()["message_id"]
+    s.to("b", "PROPOSE", {"proposal": {}}, conversation_id="d2", message_id="p", in_reply_to=named)
+    assert b.last()["message_type"] == "PROPOSE"
     for _ in range(2):
         b.to("s", "CFP", {"query": {}}, conversation_id="d3", message_id="c3")
     assert [m["message_id"] for m in s.take()] == ["c3"]
     assert b.take() == []  # a resend is not refused
     stored = [r for r in router.take_journal().records if isinstance(r, MessageStored)]
     assert [(r.conversation_id, r.effect) for r in stored] == [
+        ("d2", Effect.NONE),
         ("d2", Effect.NONE),
         ("d3", Effect.NONE),
     ]
