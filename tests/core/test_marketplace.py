@@ -226,3 +226,29 @@ def test_a_resent_proposal_or_text_reaches_its_receiver_once() -> None:
     assert shop.take() == []  # a resend is not refused
     stored = [r for r in router.take_journal().records if isinstance(r, MessageStored)]
     assert [(r.message_id, r.effect) for r in stored] == [("p1", Effect.NONE), ("t1", Effect.NONE)]
+
+
+def test_a_traced_payment_is_logged_in_its_trace_and_confirmed_when_made() -> None:
+    clock = Clock()
+    router = make_router(clock, trace=True)
+    shop, alice = join(router, "shop"), join(router, "alice")
+    propose(shop)
+    router.take_journal()
+    clock.now += 5
+    traced = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    with capture_logs() as logs:
+        alice.to(
+            "shop",
+            "PAYMENT",
+            {"amount": 0.3, "proposal_message_id": "p1"},
+            traceparent=traced,
+            **PAID,
+        )
+    (accepted,) = [e for e in logs if e["event"] == "PAYMENT_ACCEPTED"]
+    assert accepted["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"
+    stored = [r for r in router.take_journal().records if isinstance(r, MessageStored)]
+    assert [(r.sender, r.at) for r in stored] == [
+        ("alice", clock.now),
+        ("global_lobby", clock.now),
+        ("global_lobby", clock.now),
+    ]
