@@ -235,7 +235,7 @@ class Delivery:
         excess = len(seen) - self.dedupe_max
         for key, at in list(itertools.islice(seen.items(), max(excess, 0) + 10_000)):
             if excess <= 0 and at >= cutoff:
-                break
+                break  # pragma: no mutate (`return` is the same: nothing follows the loop)
             del seen[key]
             excess -= 1
 

@@ -62,8 +62,8 @@ class Marketplace:
         now = state.clock()
         if state.is_duplicate(msg, session, now):
             return []
-        if msg.message_id is None:
-            msg.message_id = state.delivery.new_message_id()
+        if msg.message_id is None:  # `deliver` would name it too, after this check
+            msg.message_id = state.delivery.new_message_id()  # pragma: no mutate
         elif msg.message_id in self.proposals:
             state.refuse(ErrorCode.INVALID_PAYMENT, "that message_id already names a proposal")
         actions = state.deliver(target, msg, session, Effect.NONE, now)

@@ -7,10 +7,20 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 from structlog.testing import capture_logs
 
 from lobby.core import Router
-from lobby.core.records import Acked, AgentSaved, MessageStored, Record, Snapshot, StateSaved
+from lobby.core.records import (
+    Acked,
+    AgentSaved,
+    Effect,
+    MessageStored,
+    Record,
+    Snapshot,
+    StateSaved,
+)
+from protocol.models import MessageType
 from tests.routerkit import Clock, Peer, cap, frames, join, make_router, pair, raw, request, world
 
 ERROR_KEYS = {"error", "code", "original_message_type", "original_conversation_id"}
@@ -90,8 +100,9 @@ def test_acknowledging_agents_get_unacknowledged_messages_again() -> None:
     assert all(m["redelivered"] is True for m in again)
 
 
-def test_a_full_mailbox_refuses_the_sender() -> None:
-    router = make_router(mailbox_limit=2)
+@pytest.mark.parametrize("trace", [False, True])  # at DEBUG, `deliver` logs then does the same
+def test_a_full_mailbox_refuses_the_sender(trace: bool) -> None:
+    router = make_router(mailbox_limit=2, trace=trace)
     alice = join(router, "alice")
     bob = join(router, "bob", capabilities=[cap("c")])
     router.close(bob.session)
@@ -113,9 +124,10 @@ def test_a_resent_message_id_is_delivered_once() -> None:
     assert alice.take() == []  # a resend is not refused
 
 
-def test_a_resent_request_reaches_the_receiver_once() -> None:
+@pytest.mark.parametrize("trace", [False, True])  # at DEBUG, `deliver` logs then does the same
+def test_a_resent_request_reaches_the_receiver_once(trace: bool) -> None:
     cap = {"name": "c", "description": "", "input_schema": {}, "output_schema": {}}
-    router = make_router()
+    router = make_router(trace=trace)
     alice, bob = join(router, "alice"), join(router, "bob", capabilities=[cap])
     for _ in range(2):
         alice.to("bob", "REQUEST", {"capability_name": "c"}, conversation_id="k", message_id="r")
@@ -134,9 +146,12 @@ def test_two_senders_with_the_same_message_id_are_both_delivered() -> None:
     assert contents(bob) == [("alice", "from alice"), ("carol", "from carol")]
 
 
-def test_a_resend_is_recognised_up_to_the_horizon_and_delivered_again_after_it() -> None:
+@pytest.mark.parametrize("trace", [False, True])  # at DEBUG, `deliver` logs then does the same
+def test_a_resend_is_recognised_up_to_the_horizon_and_delivered_again_after_it(
+    trace: bool,
+) -> None:
     clock = Clock()
-    router = make_router(clock, dedupe_horizon=HORIZON)
+    router = make_router(clock, dedupe_horizon=HORIZON, trace=trace)
     alice, bob = join(router, "alice"), join(router, "bob")
     text(alice, "bob", "sent", "m-1")
     clock.now += HORIZON
@@ -160,6 +175,20 @@ def test_trimming_the_dedupe_window_keeps_what_is_within_the_horizon() -> None:
     text(alice, "bob", "old again", "m-1")
     text(alice, "bob", "recent again", "m-2")
     assert contents(bob) == [("alice", "old"), ("alice", "recent"), ("alice", "old again")]
+
+
+def test_one_compaction_forgets_at_most_ten_thousand_expired_ids() -> None:
+    """Trimming is bounded per compaction (the server's loop must not stall on a huge window):
+    the expired ids past the first 10,000 wait for the next one."""
+    clock = Clock()
+    router = make_router(clock, dedupe_horizon=HORIZON)
+    seen = router.state.delivery.seen
+    seen.update({("alice", f"m-{n}"): clock.now for n in range(10_001)})
+    clock.now += HORIZON + 1
+    router.compaction()
+    assert list(seen) == [("alice", "m-10000")]
+    router.compaction()
+    assert not seen
 
 
 def test_the_dedupe_window_keeps_at_most_its_size_forgetting_the_oldest() -> None:
@@ -251,6 +280,7 @@ def test_each_ack_that_moves_on_is_journaled_once() -> None:
 def restarted(router: Router, clock: Clock, *extra: Record) -> Router:
     """A new router restored from what `router` journaled (as a store would hand it back)."""
     snapshot = Snapshot()
+    saved: dict[str, dict[str, bytes]] = {}  # a store keeps each key's last document
     for record in [*extra, *router.take_journal().records]:
         if isinstance(record, AgentSaved):
             snapshot.agents.append(record)
@@ -259,7 +289,8 @@ def restarted(router: Router, clock: Clock, *extra: Record) -> Router:
         elif isinstance(record, Acked):
             snapshot.acked[record.receiver] = record.up_to
         elif isinstance(record, StateSaved):
-            snapshot.state.setdefault(record.kind, []).append(record.data)
+            saved.setdefault(record.kind, {})[record.key] = record.data
+    snapshot.state = {kind: list(documents.values()) for kind, documents in saved.items()}
     again = make_router(clock, dedupe_horizon=HORIZON)
     again.restore(snapshot)
     return again
@@ -341,3 +372,67 @@ def test_a_restart_restores_trades_and_open_dialogues() -> None:
         in_reply_to="6",
     )
     assert "rule: turn_taking" in s.last()["payload"]["error"]
+
+
+def test_a_restart_keeps_whether_an_agent_acknowledges() -> None:
+    """Restored as registered: resuming with the same `acks` changes nothing to journal."""
+    clock = Clock()
+    router = make_router(clock)
+    bob = join(router, "bob", acks=True)
+    again = restarted(router, clock)
+    assert again.registry.agents["bob"].acks is True
+    resume(Peer(again, "bob", bob.session, bob.token), acks=True)
+    assert [r for r in again.take_journal().records if isinstance(r, AgentSaved)] == []
+
+
+def test_a_restart_forgets_ended_dialogues_in_the_order_they_ended_and_counts_open_ones() -> None:
+    clock = Clock()
+    router = make_router(clock, dedupe_horizon=HORIZON)
+    b, s = join(router, "b"), join(router, "s")
+    for dialogue_id in ("d1", "d2", "d3", "d4"):
+        b.to("s", "CFP", {"query": {}}, conversation_id=dialogue_id, message_id=dialogue_id)
+    clock.now += 1
+    s.to("b", "DECLINE", {}, conversation_id="d2", message_id="x2", in_reply_to="d2")
+    clock.now += 4
+    s.to("b", "DECLINE", {}, conversation_id="d1", message_id="x1", in_reply_to="d1")
+    again = restarted(router, clock)
+    assert again.negotiations.started == {"b": 2}  # d3 and d4 are open
+    clock.now += HORIZON - 2  # d2 ended more than the horizon ago, d1 not yet
+    again.tick()
+    assert set(again.negotiations.dialogues) == {"d1", "d3", "d4"}
+    clock.now += 5
+    again.tick()
+    assert set(again.negotiations.dialogues) == {"d3", "d4"}
+    clock.now += 3600  # the default idle timeout: the open ones expire as they would have
+    again.tick()
+    assert again.negotiations.open == {}
+
+
+def test_what_a_resume_hands_an_agent_that_does_not_acknowledge_counts_as_delivered() -> None:
+    router = make_router()
+    alice, bob = join(router, "alice"), join(router, "bob")
+    router.close(bob.session)
+    text(alice, "bob", "1", "m-1")
+    text(alice, "bob", "2", "m-2")
+    router.take_journal()
+    assert [m["payload"]["content"] for m in resume(bob)[1:]] == ["1", "2"]
+    record = router.registry.agents["bob"]
+    assert (list(record.mailbox), record.acked_seq, record.delivered_seq) == ([], 2, 2)
+    assert router.take_journal().records == [Acked("bob", 2)]
+    router.close(bob.session)
+    assert resume(bob)[1:] == []  # nothing held any more
+    text(alice, "bob", "3", "m-3")
+    assert [(m["seq"], m["payload"]["content"]) for m in bob.take()] == [(3, "3")]
+
+
+def test_at_debug_a_request_is_stored_as_opening_and_a_notice_forced_into_a_full_mailbox() -> None:
+    router = make_router(trace=True, mailbox_limit=1)
+    alice = join(router, "alice")
+    join(router, "bob", capabilities=[cap("c")])
+    request(alice)
+    (stored,) = [r for r in router.take_journal().records if isinstance(r, MessageStored)]
+    assert (stored.receiver, stored.effect) == ("bob", Effect.OPENS)
+    router.close(router.registry.agents["bob"].session)  # type: ignore[arg-type]
+    for _ in range(2):
+        router.state.notify(("bob",), MessageType.DIALOGUE_EXPIRED, {}, "d", 1.0)
+    assert len(router.registry.agents["bob"].mailbox) == 2

@@ -5,9 +5,13 @@ from __future__ import annotations
 
 from typing import Any
 
+import orjson
 import pytest
+from structlog.testing import capture_logs
 
-from tests.routerkit import Peer, join, make_router
+from lobby.core.records import Effect, MessageStored, StateSaved
+from tests.core.test_delivery import restarted, resume
+from tests.routerkit import Clock, Peer, join, make_router
 
 
 def market() -> tuple[Peer, Peer, Peer, Any]:
@@ -99,3 +103,152 @@ def test_a_proposal_with_a_wrong_total_is_refused() -> None:
     propose(shop, total_price=0.31)
     assert "rule: total_mismatch" in shop.last()["payload"]["error"]
     assert alice.take() == []
+
+
+def test_a_text_without_content_or_to_nobody_is_refused_with_its_sentence() -> None:
+    shop, alice, _, _ = market()
+    alice.to("shop", "TEXT", {"content": 3})
+    error = alice.last()["payload"]
+    assert (error["code"], error["error"]) == (
+        "malformed",
+        "a TEXT payload needs a string 'content'",
+    )
+    alice.to("nobody", "TEXT", {"content": "hi"})
+    assert alice.last()["payload"]["error"] == "no agent 'nobody' is registered"
+    assert shop.take() == []
+
+
+def test_a_proposal_is_saved_whole_and_its_message_id_names_it_alone() -> None:
+    shop, alice, _, router = market()
+    shop.to("alice", "ORDER_PROPOSAL", ORDER, conversation_id="c")
+    proposal = alice.last()
+    assigned = proposal["message_id"]
+    assert assigned  # the lobby names a proposal sent without a message_id
+    saved = [r for r in router.take_journal().records if isinstance(r, StateSaved)]
+    assert [(r.kind, r.key, orjson.loads(r.data)) for r in saved] == [
+        ("proposal", assigned, record(assigned, paid_by=None, transaction_id=None))
+    ]
+    alice.to("shop", "ORDER_PROPOSAL", ORDER, conversation_id="c", message_id=assigned)
+    error = alice.last()["payload"]
+    assert (error["code"], error["error"]) == (
+        "invalid_payment",
+        "that message_id already names a proposal",
+    )
+    assert shop.take() == []
+    assert router.market.proposals[assigned].sender_id == "shop"
+
+
+def record(message_id: str, **paid: Any) -> dict[str, Any]:
+    return {
+        "message_id": message_id,
+        "sender_id": "shop",
+        "receiver_id": "alice",
+        "total_price": "0.3",
+        "expires_at": None,
+        **paid,
+    }
+
+
+def test_a_payment_saves_its_proposal_paid_and_its_transaction_and_is_logged() -> None:
+    shop, alice, _, router = market()
+    router.state.trace = True
+    propose(shop)
+    router.take_journal()
+    with capture_logs() as logs:
+        alice.to("shop", "PAYMENT", {"amount": 0.3, "proposal_message_id": "p1"}, **PAID)
+    tx = alice.last()["payload"]["transaction"]
+    assert tx["transaction_id"]
+    assert tx["kind"] == "payment"
+    saved = [r for r in router.take_journal().records if isinstance(r, StateSaved)]
+    assert [(r.kind, r.key, orjson.loads(r.data)) for r in saved] == [
+        ("proposal", "p1", record("p1", paid_by="pay1", transaction_id=tx["transaction_id"])),
+        ("transaction", tx["transaction_id"], tx),
+    ]
+    (accepted,) = [e for e in logs if e["event"] == "PAYMENT_ACCEPTED"]
+    assert accepted == {
+        "event": "PAYMENT_ACCEPTED",
+        "log_level": "debug",
+        "payer": "alice",
+        "payee": "shop",
+        "amount": "0.30",
+        "proposal_message_id": "p1",
+        "transaction_id": tx["transaction_id"],
+        "conversation_id": "c",
+        "trace_id": None,
+    }
+    confirmed = [(m["message_type"], m["conversation_id"]) for m in shop.take()]
+    assert confirmed == [("PAYMENT", "c"), ("PAYMENT_CONFIRMED", "c")]
+
+
+PAID = {"message_id": "pay1", "conversation_id": "c"}
+
+
+def test_after_a_restart_a_resent_payment_gets_its_original_confirmation() -> None:
+    clock = Clock()
+    router = make_router(clock)
+    shop, alice = join(router, "shop"), join(router, "alice")
+    propose(shop)
+    alice.to("shop", "PAYMENT", {"amount": 0.3, "proposal_message_id": "p1"}, **PAID)
+    tx = alice.last()["payload"]["transaction"]
+    again = restarted(router, clock)
+    shop = Peer(again, "shop", shop.session, shop.token)
+    alice = Peer(again, "alice", alice.session, alice.token)
+    resume(shop)
+    resume(alice)
+    alice.to("shop", "PAYMENT", {"amount": 0.3, "proposal_message_id": "p1"}, **PAID)
+    resent = alice.last()
+    assert (resent["message_type"], resent["payload"]) == ("PAYMENT_CONFIRMED", {"transaction": tx})
+    alice.to("shop", "PAYMENT", {"amount": 0.3, "proposal_message_id": "p1"}, message_id="new")
+    assert "rule: already_paid" in alice.last()["payload"]["error"]
+    assert shop.take() == []
+    assert again.ledger.transactions == [tx]
+
+
+def test_a_payment_naming_its_proposal_with_no_string_is_refused() -> None:
+    shop, alice, _, router = market()
+    propose(shop)
+    for named in (["p1"], {"id": "p1"}, 1):
+        alice.to("shop", "PAYMENT", {"amount": 0.3, "proposal_message_id": named})
+        error = alice.last()["payload"]
+        assert (error["code"], error["error"]) == (
+            "invalid_payment",
+            "a PAYMENT needs a string 'proposal_message_id' (rule: bad_field)",
+        )
+    assert router.ledger.transactions == []
+
+
+def test_a_resent_proposal_or_text_reaches_its_receiver_once() -> None:
+    shop, alice, _, router = market()
+    for _ in range(2):
+        propose(shop)
+        shop.to("alice", "TEXT", {"content": "tea?"}, message_id="t1")
+    assert [m["message_id"] for m in alice.take()] == ["p1", "t1"]
+    assert shop.take() == []  # a resend is not refused
+    stored = [r for r in router.take_journal().records if isinstance(r, MessageStored)]
+    assert [(r.message_id, r.effect) for r in stored] == [("p1", Effect.NONE), ("t1", Effect.NONE)]
+
+
+def test_a_traced_payment_is_logged_in_its_trace_and_confirmed_when_made() -> None:
+    clock = Clock()
+    router = make_router(clock, trace=True)
+    shop, alice = join(router, "shop"), join(router, "alice")
+    propose(shop)
+    router.take_journal()
+    clock.now += 5
+    traced = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    with capture_logs() as logs:
+        alice.to(
+            "shop",
+            "PAYMENT",
+            {"amount": 0.3, "proposal_message_id": "p1"},
+            traceparent=traced,
+            **PAID,
+        )
+    (accepted,) = [e for e in logs if e["event"] == "PAYMENT_ACCEPTED"]
+    assert accepted["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"
+    stored = [r for r in router.take_journal().records if isinstance(r, MessageStored)]
+    assert [(r.sender, r.at) for r in stored] == [
+        ("alice", clock.now),
+        ("global_lobby", clock.now),
+        ("global_lobby", clock.now),
+    ]

@@ -9,9 +9,12 @@ import orjson
 import pytest
 
 from lobby.core import Router
+from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON
 from lobby.core.limits import Limits
-from lobby.core.records import Effect, MessageStored, StateSaved
+from lobby.core.records import Effect, MessageStored, StateRemoved, StateSaved
 from tests.routerkit import Clock, Peer, join, make_router, world
+
+TRACED = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
 
 
 def haggle_parties(clock: Clock | None = None, **router_options: Any) -> tuple[Peer, Peer, Any]:
@@ -182,3 +185,120 @@ def test_a_dialogue_expires_only_once_its_deadline_is_past() -> None:
     clock.now += 5  # exactly at reply_by: still open
     assert router.tick() == []
     assert "d1" in router.negotiations.open
+
+
+def test_dialogues_due_together_all_expire_each_with_its_reason_saved_and_forgotten_later() -> None:
+    clock = Clock()
+    b, s, router = haggle_parties(clock, dialogue_timeout=10)
+    start = clock.now
+    b.to(
+        "s",
+        "CFP",
+        {"query": {}, "reply_by": 5},
+        conversation_id="late",
+        message_id="1",
+        traceparent=TRACED,
+    )
+    b.to("s", "CFP", {"query": {}}, conversation_id="idle", message_id="2")
+    # Idle at 10 s, its reply_by at 11: at 11 it has idled (the deadline is not yet past).
+    b.to("s", "CFP", {"query": {}, "reply_by": 11}, conversation_id="soon", message_id="5")
+    # Ended before its deadline: its entry comes due first and is passed over.
+    b.to(
+        "s",
+        "CFP",
+        {"query": {}, "reply_by": 3},
+        conversation_id="over",
+        message_id="3",
+        traceparent="00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+    )
+    s.to("b", "DECLINE", {}, conversation_id="over", message_id="4", in_reply_to="3")
+    # Moved at 5 s: its entry comes due at 10 s among the others and is put off to 15 s.
+    b.to("s", "CFP", {"query": {}}, conversation_id="moved", message_id="6")
+    clock.now += 5
+    s.to("b", "PROPOSE", {"proposal": {}}, conversation_id="moved", message_id="7", in_reply_to="6")
+    b.take()
+    s.take()
+    router.take_journal()
+    clock.now += 6
+    world.deliver(router.tick())
+    expected = [
+        ("late", "the CFP's reply_by passed with no reply"),
+        ("idle", "no move for 10 s"),
+        ("soon", "no move for 10 s"),
+    ]
+    for peer in (b, s):
+        notices = peer.take()
+        assert [(n["message_type"], n["conversation_id"]) for n in notices] == [
+            ("DIALOGUE_EXPIRED", dialogue_id) for dialogue_id, _ in expected
+        ]
+        assert [n["payload"] for n in notices] == [
+            {"dialogue_id": dialogue_id, "reason": reason} for dialogue_id, reason in expected
+        ]
+        assert notices[0]["traceparent"].split("-")[1] == TRACED.split("-")[1]
+    records = router.take_journal().records
+    stored = [r for r in records if isinstance(r, MessageStored)]
+    assert {r.at for r in stored} == {clock.now}
+    saved = [r for r in records if isinstance(r, StateSaved)]
+    assert [(r.key, orjson.loads(r.data)["state"]) for r in saved] == [
+        ("late", "expired"),
+        ("idle", "expired"),
+        ("soon", "expired"),
+    ]
+    assert {orjson.loads(r.data)["updated_at"] for r in saved} == {clock.now}
+    assert set(router.negotiations.dialogues) == {"late", "idle", "soon", "over", "moved"}
+    clock.now = start + DEFAULT_DEDUPE_HORIZON + 10  # "over" ended at the start, the others at 11
+    router.tick()
+    assert set(router.negotiations.dialogues) == {"late", "idle", "soon", "moved"}
+    assert set(router.negotiations.traces) == {"late"}  # "over"'s went with it
+    removed = [r for r in router.take_journal().records if isinstance(r, StateRemoved)]
+    assert removed == [StateRemoved("dialogue", "over")]
+    clock.now += 2
+    router.tick()
+    assert set(router.negotiations.dialogues) == {"moved"}
+
+
+def test_a_dialogue_that_ends_frees_one_of_its_initiators_open_dialogues() -> None:
+    router = Router(limits=Limits(message_rate=0, registration_rate=0, max_open_dialogues=2))
+    b, s = join(router, "b"), join(router, "s")
+    for dialogue_id in ("d1", "d2"):
+        b.to("s", "CFP", {"query": {}}, conversation_id=dialogue_id, message_id=dialogue_id)
+    s.to("b", "DECLINE", {}, conversation_id="d1", message_id="x1", in_reply_to="d1")
+    b.take()
+    b.to("s", "CFP", {"query": {}}, conversation_id="d3", message_id="d3")
+    b.to("s", "CFP", {"query": {}}, conversation_id="d4", message_id="d4")
+    assert b.last()["payload"]["error"] == (
+        "agent 'b' already has 2 open dialogues it started; this CFP was not routed"
+    )
+    assert [m["conversation_id"] for m in s.take()] == ["d1", "d2", "d3"]
+    for dialogue_id in ("d2", "d3"):
+        declined = {"conversation_id": dialogue_id, "in_reply_to": dialogue_id}
+        s.to("b", "DECLINE", {}, message_id=f"x-{dialogue_id}", **declined)
+    assert router.negotiations.started == {}  # nothing kept for an agent with none open
+
+
+def test_a_move_without_a_conversation_or_a_cfp_in_reply_is_refused_and_a_resend_ignored() -> None:
+    b, s, router = haggle_parties()
+    b.to("s", "CFP", {"query": {}})
+    error = b.last()["payload"]
+    assert (error["code"], error["error"]) == ("malformed", "a CFP needs a conversation_id")
+    b.to("s", "CFP", {"query": {}}, conversation_id="d1", in_reply_to="x")
+    error = b.last()["payload"]
+    assert (error["code"], error["error"]) == (
+        "invalid_dialogue",
+        "a CFP starts a dialogue and replies to no move (rule: first_move_must_be_cfp)",
+    )
+    assert s.take() == []
+    b.to("s", "CFP", {"query": {}}, conversation_id="d2")  # the lobby names the move
+    named = s.last()["message_id"]
+    s.to("b", "PROPOSE", {"proposal": {}}, conversation_id="d2", message_id="p", in_reply_to=named)
+    assert b.last()["message_type"] == "PROPOSE"
+    for _ in range(2):
+        b.to("s", "CFP", {"query": {}}, conversation_id="d3", message_id="c3")
+    assert [m["message_id"] for m in s.take()] == ["c3"]
+    assert b.take() == []  # a resend is not refused
+    stored = [r for r in router.take_journal().records if isinstance(r, MessageStored)]
+    assert [(r.conversation_id, r.effect) for r in stored] == [
+        ("d2", Effect.NONE),
+        ("d2", Effect.NONE),
+        ("d3", Effect.NONE),
+    ]

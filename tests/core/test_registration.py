@@ -5,11 +5,16 @@ from __future__ import annotations
 
 import hashlib
 import uuid
+from typing import Any
 
+import orjson
 import pytest
+from structlog.testing import capture_logs
 
-from lobby.core import Close
-from tests.routerkit import Peer, cap, frames, join, make_router, raw
+from lobby.core import Close, Router
+from lobby.core.limits import Limits
+from lobby.core.records import AgentSaved
+from tests.routerkit import Clock, Peer, cap, frames, join, make_router, raw, world
 
 ERROR_KEYS = {"error", "code", "original_message_type", "original_conversation_id"}
 
@@ -94,3 +99,174 @@ def test_a_second_register_on_a_registered_connection_is_refused() -> None:
     peer = join(router, "a")
     peer.send("REGISTER", {})
     assert error_code(peer) == "already_registered"
+
+
+def refusal(actions: list[Any]) -> tuple[str, str]:
+    (error,) = frames(actions)
+    assert error["message_type"] == "ERROR"
+    return error["payload"]["code"], error["payload"]["error"]
+
+
+def test_each_register_refusal_says_what_is_wrong() -> None:
+    router = make_router()
+    join(router, "a")
+    assert refusal(raw(router, router.open(), sender_id="a b", message_type="REGISTER")) == (
+        "malformed",
+        "invalid agent id 'a b': sender_id must be 1-128 characters of [A-Za-z0-9._:@-] and "
+        "not 'global_lobby'",
+    )
+    to_someone = raw(router, router.open(), sender_id="b", receiver_id="a", message_type="REGISTER")
+    assert refusal(to_someone) == ("malformed", "REGISTER must be addressed to 'global_lobby'")
+    assert refusal(raw(router, router.open(), sender_id="a", message_type="REGISTER")) == (
+        "agent_id_taken",
+        "agent id 'a' is already registered: resume with its auth_token or register under "
+        "another id",
+    )
+    assert list(router.registry.agents) == ["a"]
+
+
+def limited(**limits: Any) -> Router:
+    return Router(limits=Limits(**{"message_rate": 0, **limits}), clock=Clock())
+
+
+def test_register_attempts_are_limited_per_address_and_forgotten_once_refilled() -> None:
+    router = limited(registration_rate=1, registration_burst=2)
+    clock = router.state.clock
+    assert isinstance(clock, Clock)
+    first = router.open(host="h1")
+    for agent_id in ("a", "b"):
+        assert frames(raw(router, first, sender_id=agent_id, message_type="REGISTER"))
+        first = router.open(host="h1")
+    with capture_logs() as logs:
+        third = raw(router, first, sender_id="c", message_type="REGISTER")
+    assert refusal(third) == (
+        "rate_limited",
+        "too many REGISTER attempts from h1; wait and try again",
+    )
+    assert [(e["event"], e["host"]) for e in logs] == [("REGISTRATION_RATE_LIMITED", "h1")]
+    (ack,) = frames(raw(router, router.open(host="h2"), sender_id="c", message_type="REGISTER"))
+    assert ack["message_type"] == "REGISTER_ACK"  # another address has its own attempts
+    for _ in range(2):
+        raw(router, router.open(), sender_id="x", message_type="REGISTER", payload={"acks": 1})
+    assert refusal(raw(router, router.open(), sender_id="y", message_type="REGISTER")) == (
+        "rate_limited",
+        "too many REGISTER attempts from this address; wait and try again",
+    )
+    clock.now += 1
+    router.compaction()
+    # h2 (one attempt of two) has refilled and is forgotten; h1 and "" have one of two back.
+    assert set(router.registrar.attempts) == {"h1", ""}
+    (ack,) = frames(raw(router, router.open(host="h1"), sender_id="c2", message_type="REGISTER"))
+    assert ack["message_type"] == "REGISTER_ACK"
+    clock.now += 2
+    router.compaction()
+    assert router.registrar.attempts == {}
+
+
+def test_a_lobby_with_a_registration_key_registers_only_who_presents_it() -> None:
+    router = limited(registration_rate=0, registration_key="s3cret")
+    for payload in ({}, {"payload": {"registration_key": "nope"}}):
+        actions = raw(
+            router, router.open(), sender_id="a", message_type="REGISTER", payload=payload
+        )
+        assert refusal(actions) == (
+            "auth_failed",
+            "this lobby requires a valid 'registration_key' in the REGISTER payload",
+        )
+    good = {"registration_key": "s3cret"}
+    (ack,) = frames(
+        raw(router, router.open(), sender_id="a", message_type="REGISTER", payload=good)
+    )
+    assert ack["message_type"] == "REGISTER_ACK"
+
+
+def test_an_agent_declares_at_most_max_capabilities() -> None:
+    router = limited(registration_rate=0, max_capabilities=2)
+    too_many = {"capabilities": [cap("x"), cap("y"), cap("z")]}
+    actions = raw(router, router.open(), sender_id="a", message_type="REGISTER", payload=too_many)
+    assert refusal(actions) == ("limit_exceeded", "3 capabilities declared; at most 2 are allowed")
+    assert not router.registry.agents
+    enough = {"capabilities": [cap("x"), cap("y")]}
+    (ack,) = frames(
+        raw(router, router.open(), sender_id="a", message_type="REGISTER", payload=enough)
+    )
+    assert ack["message_type"] == "REGISTER_ACK"
+
+
+def test_an_agents_message_rate_holds_across_a_resume() -> None:
+    router = limited(registration_rate=0, message_rate=1, message_burst=2)
+    alice, bob = join(router, "alice"), join(router, "bob")
+    for content in ("1", "2", "3"):
+        alice.to("bob", "TEXT", {"content": content})
+    assert [m["payload"]["content"] for m in bob.take()] == ["1", "2"]
+    error = alice.last()["payload"]
+    assert (error["code"], error["error"]) == (
+        "rate_limited",
+        "agent 'alice' sends more than 1 messages a second; this one was not routed",
+    )
+    session = router.open()
+    raw(router, session, sender_id="alice", message_type="REGISTER", auth_token=alice.token)
+    alice = Peer(router, "alice", session, alice.token)
+    world.peers[alice.session.id] = alice
+    alice.to("bob", "TEXT", {"content": "4"})
+    assert alice.last()["payload"]["code"] == "rate_limited"  # a new connection, no new burst
+    router.state.clock.now += 1  # type: ignore[attr-defined]
+    alice.to("bob", "TEXT", {"content": "5"})
+    assert [m["payload"]["content"] for m in bob.take()] == ["5"]
+
+
+def test_a_resume_is_journaled_only_when_it_changes_the_agent_and_is_logged() -> None:
+    router = make_router()
+    first = join(router, "a", capabilities=[cap("c")])
+    router.take_journal()
+
+    def resume(**payload: Any) -> list[Any]:
+        session = router.open()
+        return raw(
+            router,
+            session,
+            sender_id="a",
+            message_type="REGISTER",
+            auth_token=first.token,
+            payload=payload,
+        )
+
+    with capture_logs() as logs:
+        actions = resume()
+    (close,) = [a for a in actions if isinstance(a, Close)]
+    assert (close.code, close.reason) == (4001, "replaced by a newer connection")
+    (ack,) = frames(actions)
+    assert (ack["receiver_id"], ack["payload"]["status"]) == ("a", "success_resumed")
+    # The replaced connection is no agent's any more: what still comes on it is refused.
+    (stale,) = frames(raw(router, first.session, sender_id="a", message_type="LIST_TRANSACTIONS"))
+    assert stale["payload"]["code"] == "not_registered"
+    assert [
+        (e["event"], e["agent_id"], e["replaced_connection"], e["held_messages"]) for e in logs
+    ] == [("AGENT_RESUMED", "a", True, 0)]
+    assert router.take_journal().records == []
+    router.close(router.registry.agents["a"].session)  # type: ignore[arg-type]
+    with capture_logs() as logs:
+        assert not [a for a in resume() if isinstance(a, Close)]
+    assert logs[0]["replaced_connection"] is False
+    resume(acks=True)
+    (saved,) = router.take_journal().records
+    assert isinstance(saved, AgentSaved)
+    assert saved.acks is True
+    resume(acks=True, capabilities=[cap("d")])
+    (saved,) = router.take_journal().records
+    assert isinstance(saved, AgentSaved)
+    assert [c["name"] for c in orjson.loads(saved.capabilities)] == ["d"]
+
+
+def test_a_new_agent_is_logged_with_its_capabilities_by_name_and_journaled() -> None:
+    router = make_router()
+    with capture_logs() as logs:
+        join(router, "a", capabilities=[cap("zeta"), cap("alpha")])
+    assert [(e["event"], e["agent_id"], e.get("capabilities")) for e in logs] == [
+        ("AGENT_REGISTERED", "a", "alpha, zeta"),
+        ("AGENT_REGISTRATION_FINALIZED", "a", None),
+    ]
+    assert logs[0]["remote"] == "a"
+    (saved,) = router.take_journal().records
+    assert isinstance(saved, AgentSaved)
+    assert saved.agent_id == "a"

@@ -3,6 +3,7 @@ sans-I/O router: synchronously, as a function of its state."""
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
 
 import orjson
@@ -102,3 +103,21 @@ def test_counters_count_routed_messages_by_type_and_refusals_by_code() -> None:
     refused = router.counters.refused
     assert (refused["capability_not_found"], refused["unknown_receiver"]) == (1, 1)
     assert sum(refused.values()) == 2
+
+
+def test_taking_a_revoked_id_over_is_logged_and_journaled_as_a_registration() -> None:
+    router = make_router()
+    seller = join(router, "seller")
+    router.revoke("seller")
+    router.delivery.take_journal()
+    with capture_logs() as logs:
+        (fresh,) = register(router, "seller")
+    assert (fresh["receiver_id"], fresh["payload"]["status"]) == (
+        "seller",
+        "success_registered_finalized",
+    )
+    assert [(e["event"], e["agent_id"]) for e in logs] == [("AGENT_REGISTERED", "seller")]
+    (saved,) = router.delivery.take_journal().records
+    assert isinstance(saved, AgentSaved)
+    assert saved.token_hash == hashlib.sha256(fresh["payload"]["auth_token"].encode()).digest()
+    assert seller.token != fresh["payload"]["auth_token"]

@@ -18,8 +18,15 @@ from websockets.asyncio.client import ClientConnection, connect
 from agent_sdk import Agent, InvalidInputError, RequestContext, capability
 from lobby.core import Send
 from lobby.core.records import AgentSaved, Snapshot
+from lobby.core.refusal import Refusal
 from lobby.core.router import Router
-from lobby.core.schemas import REASON_MAX, input_check, pointer
+from lobby.core.schemas import (
+    REASON_MAX,
+    InvalidInput,
+    check_input_schemas,
+    input_check,
+    pointer,
+)
 from lobby.server import LobbyServer
 from protocol.models import Capability
 from tests.routerkit import Peer, join, make_router
@@ -412,3 +419,89 @@ async def test_an_sdk_caller_gets_invalid_input_error_from_the_lobby(lobby: Lobb
         assert "/quantity" in caught.value.message
         assert await buyer.request("shop", "order", ORDER) == {"accepted": True}
         assert [o.item for o in shop.orders] == ["lamp"]
+
+
+@pytest.mark.parametrize(
+    ("schema", "problem"),
+    [
+        (
+            {"type": 5},
+            "5 is not valid under any of the schemas listed in the 'anyOf' keyword (at /type)",
+        ),
+        ({"$ref": "#/nope"}, "Pointer '/nope' does not exist"),  # the schema itself: no "at"
+        (
+            {"$ref": "http://example.com/x"},
+            "Resource 'http://example.com/x' is not present in a registry and retrieving it "
+            "failed: Retrieval is disabled, cannot fetch http://example.com/x",
+        ),
+    ],
+)
+def test_a_schema_that_does_not_compile_is_refused_with_its_first_problem(
+    schema: dict[str, Any], problem: str
+) -> None:
+    declared = Capability(name="c", description="", input_schema=schema, output_schema={})
+    with pytest.raises(Refusal) as refused:
+        check_input_schemas([declared])
+    assert refused.value.code == "malformed"
+    assert refused.value.reason == (
+        f"capability 'c': input_schema is not a valid JSON Schema: {problem}"
+    )
+
+
+def test_a_schema_error_is_kept_whole_up_to_its_bound_and_clipped_past_it() -> None:
+    declared = Capability(
+        name="c",
+        description="",
+        input_schema={"properties": {"a": {"type": "integer"}}},
+        output_schema={},
+    )
+    check = input_check(declared)
+    assert check is not None
+    at_bound = check.invalid({"a": "x" * 173})  # '"xx..x" is not of type "integer"': 200
+    assert at_bound is not None
+    assert at_bound.reason == '"' + "x" * 173 + '" is not of type "integer"'
+    past = check.invalid({"a": "x" * 174})
+    assert past is not None
+    assert past.reason == '"' + "x" * 174 + '" is not of type "inte...'
+    assert len(past.reason) == REASON_MAX
+
+
+def test_a_pattern_that_backtracks_too_long_counts_as_not_matching() -> None:
+    """A pattern with lookaround runs with a bound on backtracking (`BACKTRACK_LIMIT`): this
+    one tries about 2^n ways to fail its first branch before its second matches."""
+    router = make_router()
+    pattern = "^(?:(?=a)(a|aa)*c|a+b)$"
+    schema = {"properties": {"word": {"type": "string", "pattern": pattern}}}
+    alice = join(router, "alice")
+    bob = join(router, "bob", capabilities=[cap("c", schema)])
+    for n in (10, 20):
+        word = "a" * n + "b"
+        alice.to("bob", "REQUEST", {"capability_name": "c", "word": word}, conversation_id="k")
+    assert [m["payload"]["word"] for m in bob.take()] == ["a" * 10 + "b"]
+    assert alice.last()["payload"]["code"] == "invalid_input"
+
+
+def test_a_refusal_names_at_most_three_errors_each_where_it_is() -> None:
+    declared = Capability(
+        name="c",
+        description="",
+        input_schema={
+            "properties": {p: {"type": "integer"} for p in "abc"},
+            "additionalProperties": False,
+        },
+        output_schema={},
+    )
+    check = input_check(declared)
+    assert check is not None
+    one_inside_one_at_the_top = check.invalid({"capability_name": "c", "a": "1", "zz": 1})
+    assert one_inside_one_at_the_top == InvalidInput(
+        "/a",
+        '"1" is not of type "integer"; at the top level: Additional properties are not '
+        "allowed ('zz' was unexpected)",
+    )
+    four = check.invalid({"capability_name": "c", "a": "1", "b": "2", "c": "3", "zz": 1})
+    assert four is not None
+    assert four.reason == (
+        '"1" is not of type "integer"; at /b: "2" is not of type "integer"; '
+        'at /c: "3" is not of type "integer"'
+    )

@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import orjson
 import pytest
+from structlog.testing import capture_logs
 
 from lobby.core import LobbyState, Send, Session
 from lobby.core.records import AgentSaved, StateSaved
 from lobby.core.refusal import Refusal
 from lobby.core.registry import AgentRecord
 from protocol.models import ErrorCode, Message, MessageType
-from tests.routerkit import Clock, join, make_router
+from tests.routerkit import Clock, frames, join, make_router, raw
 
 
 def state_with(*agent_ids: str, mailbox_limit: int = 10) -> LobbyState:
@@ -109,3 +110,20 @@ def test_a_session_shows_its_agent_and_address() -> None:
     assert repr(session) == f"Session(id={session.id}, agent=None, remote='10.0.0.1:5000')"
     peer = join(router, "seller")
     assert repr(peer.session) == f"Session(id={peer.session.id}, agent='seller', remote='seller')"
+
+
+def test_an_error_on_a_connection_not_registered_goes_to_the_sender_it_named() -> None:
+    """Before REGISTER there is no agent: the ERROR is addressed to the frame's sender_id, or
+    to no one ("") when not even that could be read; at DEBUG each refusal is one line."""
+    router = make_router(trace=True)
+    session = router.open()
+    with capture_logs() as logs:
+        (named,) = frames(raw(router, session, sender_id="a", message_type="DISCOVER_SERVICES"))
+        (unread,) = frames(router.handle(session, "{nonsense"))
+    assert (named["receiver_id"], named["payload"]["code"]) == ("a", "not_registered")
+    assert (unread["receiver_id"], unread["payload"]["code"]) == ("", "malformed")
+    assert [(e["event"], e["code"], e["reason"], e["session"]) for e in logs] == [
+        ("MESSAGE_REFUSED", "not_registered", named["payload"]["error"], session.id),
+        ("MESSAGE_REFUSED", "malformed", unread["payload"]["error"], session.id),
+    ]
+    assert router.counters.refused["not_registered"] == 1

@@ -9,9 +9,13 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from structlog.testing import capture_logs
 
 from lobby.core.tracing import Tracing
+from lobby.otel import OtelTracing
 from protocol import tracecontext
 from tests.routerkit import Peer, join, make_router
 
@@ -81,6 +85,9 @@ def test_the_accepted_and_a_refusal_carry_the_trace_of_their_message() -> None:
     )
     accepted = [orjson.loads(action.frame) for action in router.committed(router.take_journal())]
     assert [(m["message_type"], trace_of(m)) for m in accepted] == [("ACCEPTED", TRACE)]
+    alice.to("bob", "TEXT", {"content": "again"}, message_id="m2", traceparent=TRACEPARENT)
+    accepted = [orjson.loads(action.frame) for action in router.committed(router.take_journal())]
+    assert [(m["payload"], trace_of(m)) for m in accepted] == [({"message_id": "m2"}, TRACE)]
     alice.to(
         "bob", "REQUEST", {"capability_name": "nope"}, conversation_id="c2", traceparent=TRACEPARENT
     )
@@ -173,8 +180,85 @@ def test_at_debug_each_routed_message_move_and_payment_is_one_line_without_a_tok
         "d1",
         TRACE,
     )
+    assert (first["type"], first["message_id"], first["seq"]) == ("CFP", "1", 1)
     assert (lines[1]["state_before"], lines[1]["state_after"]) == (None, "cfp_sent")
+    assert (lines[1]["dialogue_id"], lines[1]["sender"], lines[1]["receiver"]) == ("d1", "b", "s")
     assert (lines[3]["state_before"], lines[3]["trace_id"]) == ("cfp_sent", TRACE)
     assert (lines[6]["amount"], lines[6]["payer"]) == ("2.00", "b")
     tokens = {buyer.token, seller.token}
     assert not any(token in repr(line) for line in lines for token in tokens)
+
+
+def test_with_otel_each_hop_is_a_span_addressed_to_the_receiver_of_its_frame() -> None:
+    """`Tracing.hop` is told whom each frame is for: the OpenTelemetry spans name it."""
+    exporter = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    alice, bob, router = pair(tracing=OtelTracing(provider))
+    alice.to(
+        "bob",
+        "REQUEST",
+        {"capability_name": "echo"},
+        conversation_id="c1",
+        message_id="m1",
+        traceparent=TRACEPARENT,
+    )
+    bob.to("alice", "RESPONSE", {"status": "success"}, conversation_id="c1")  # joins the trace
+    alice.to(
+        "bob", "REQUEST", {"capability_name": "nope"}, conversation_id="c2", traceparent=TRACEPARENT
+    )
+    bob.to("nobody", "TEXT", {"content": "hi"}, traceparent=TRACEPARENT)
+    frames = [
+        *(orjson.loads(action.frame) for action in router.committed(router.take_journal())),
+        *alice.take(),
+        *bob.take(),
+    ]
+    spans = {f"{span.context.span_id:016x}": span for span in exporter.get_finished_spans()}
+    hops = sorted(
+        (
+            frame["message_type"],
+            frame["receiver_id"],
+            spans[tracecontext.parent_id(frame["traceparent"])].attributes[  # type: ignore[index]
+                "messaging.destination.name"
+            ],
+        )
+        for frame in frames
+    )
+    assert hops == [
+        ("ACCEPTED", "alice", "alice"),
+        ("ERROR", "bob", "bob"),
+        ("REQUEST", "bob", "bob"),
+        ("RESPONSE", "alice", "alice"),
+        ("RESPONSE", "alice", "alice"),
+    ]
+
+
+def test_the_lobbys_answers_to_a_traced_question_are_in_its_trace() -> None:
+    alice, _, _ = pair()
+    alice.send("LIST_TRANSACTIONS", {}, traceparent=TRACEPARENT)
+    answer = alice.last()
+    assert (answer["message_type"], trace_of(answer)) == ("TRANSACTIONS", TRACE)
+    assert tracecontext.parent_id(answer["traceparent"]) != "00f067aa0ba902b7"  # its own hop
+
+
+def test_a_dialogue_keeps_the_trace_of_its_first_traced_move() -> None:
+    router = make_router()
+    buyer, seller = join(router, "b"), join(router, "s")
+    other = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    buyer.to("s", "CFP", {"query": {}}, conversation_id="d1", message_id="1")
+    seller.to(
+        "b",
+        "PROPOSE",
+        {"proposal": {"price": 3}},
+        conversation_id="d1",
+        message_id="2",
+        in_reply_to="1",
+        traceparent=TRACEPARENT,
+    )
+    buyer.to(
+        "s", "ACCEPT", {}, conversation_id="d1", message_id="3", in_reply_to="2", traceparent=other
+    )
+    seller.to("b", "MATCH_ACCEPT", {}, conversation_id="d1", message_id="4", in_reply_to="3")
+    match_accept, confirmed = buyer.take()[-2:]
+    assert (match_accept["message_type"], trace_of(match_accept)) == ("MATCH_ACCEPT", TRACE)
+    assert (confirmed["message_type"], trace_of(confirmed)) == ("TRANSACTION_CONFIRMED", TRACE)
