@@ -3,11 +3,13 @@ peers themselves are never installed by the test suite)."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import orjson
 import pytest
 
+from benchmarks.peers import __main__ as peers
 from benchmarks.peers import results
 
 
@@ -80,3 +82,19 @@ def test_render_without_the_relay_gives_figures_without_ratios() -> None:
     text = results.render(out)
     assert "| durable lobby (sqlite) | 10,000 | 1.00 | 1.00 | 10.0 | 20.0 |" in text
     assert "relay: not run: the driver failed: boom" in text
+
+
+@pytest.mark.parametrize(
+    ("script", "reason"),
+    [
+        (
+            "import sys; sys.exit('Error: the peer broke')",
+            "the driver failed: Error: the peer broke",
+        ),
+        ("print('starting'); print('done')", "the driver's last line is not JSON: 'done'"),
+    ],
+)
+def test_a_driver_that_fails_becomes_one_sentence(script: str, reason: str) -> None:
+    with pytest.raises(peers.NotRun) as raised:
+        peers.drive([sys.executable, "-c", script])
+    assert str(raised.value) == reason
