@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench mutation schema asyncapi node-deps chromium clean
+.PHONY: run test lint bench bench-peers mutation schema asyncapi node-deps chromium clean
 
 $(BIN)/python:
 	@echo "make: creating $(VENV) with $(PYTHON)"
@@ -64,6 +64,12 @@ test: lint node-deps chromium
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
+# The same patterns through SPADE and AutoGen's gRPC runtime beside the relay and the lobby; each
+# peer gets its own venv under .venv-peers/ (pinned in benchmarks/peers/<peer>.txt, installed on
+# the first run, reused after). Not part of `make test`.
+bench-peers: $(STAMP)
+	$(BIN)/python -m benchmarks.peers
+
 # Mutation testing of the pure code against the synchronous tests: not part of `make test`.
 # What is mutated and by which tests: [tool.mutmut] in pyproject.toml; the score and every
 # survivor's triage: docs/testing.md. A fresh run each time (mutants/ is a scratch copy of the
@@ -82,4 +88,4 @@ asyncapi: $(STAMP)
 	$(BIN)/lobby asyncapi --write protocol/asyncapi.json
 
 clean:
-	rm -rf $(VENV) .mypy_cache .ruff_cache .pytest_cache mutants $(addsuffix /node_modules,$(NODE_DIRS))
+	rm -rf $(VENV) .venv-peers .mypy_cache .ruff_cache .pytest_cache mutants $(addsuffix /node_modules,$(NODE_DIRS))
