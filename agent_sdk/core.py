@@ -283,6 +283,7 @@ class AgentCore:
         """Leave the lobby for good (its registration and token are dropped), then stop."""
         runner = self._runner
         await self.send(LOBBY_ID, MessageType.UNREGISTER, {})
+        self._sender.unregistered = True
         if runner is not None and runner is not asyncio.current_task():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):

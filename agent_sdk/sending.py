@@ -61,6 +61,9 @@ class Sender:
         self.open = False
         """True from `run()`'s start until a stop's last ACK: handlers may send until then,
         never after (an ACK must not cover a REQUEST whose RESPONSE could not go out)."""
+        self.unregistered = False
+        """True once UNREGISTER went out: the lobby dropped this agent's mailbox, so no ACK is
+        due (one would be refused `not_registered`)."""
         self.link: Link | None = None
         self.token: str | None = None
         self.connected = asyncio.Event()
@@ -73,6 +76,7 @@ class Sender:
     def attach(self, link: Link) -> None:
         """Call once `link` is registered and what was unconfirmed is resent on it."""
         self.link = link
+        self.unregistered = False  # registered (again): ACKs are due as before
         self.connected.set()
 
     def detach(self, link: Link) -> None:
@@ -171,7 +175,7 @@ class Sender:
     def _flush_ack(self) -> None:
         self._ack_timer = None
         link = self.link
-        if link is None or not self.open:
+        if link is None or not self.open or self.unregistered:
             return  # on resume the lobby redelivers what was not acknowledged
         up_to = self.dispatcher.take_ack()
         if up_to is not None:
@@ -180,6 +184,8 @@ class Sender:
     async def ack_now(self) -> None:
         """Acknowledge what is done, if anything new (a clean stop's last message)."""
         link = self.link
+        if self.unregistered:
+            return
         if link is not None and (up_to := self.dispatcher.take_ack()) is not None:
             await self._ack(link, up_to)
 

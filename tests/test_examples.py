@@ -55,6 +55,8 @@ def test_every_example_script_runs_twice_against_one_lobby_process(
             assert done.returncode == 0, done.stderr[-2000:]
             for line in lines:
                 assert line in done.stdout
+            # The SDK warns of a lobby ERROR nobody awaited: a run as written earns none.
+            assert "LOBBY_ERROR" not in done.stdout + done.stderr, example
     resumed = {e["agent_id"] for e in lobby_process.events() if e["event"] == "AGENT_RESUMED"}
     assert resumed == {
         *("echo", "my_client"),
