@@ -14,12 +14,10 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import logging
 import uuid
 from typing import Any
 
 import orjson
-import structlog
 from pydantic import BaseModel
 from websockets.asyncio.client import ClientConnection, connect
 
@@ -61,7 +59,6 @@ def per_call(window: dict[str, Any], calls: int) -> dict[str, Any]:
 async def sdk_throughput(
     url: str, server_pid: int, seconds: float, window: int, warmup: float = 0.3
 ) -> dict[str, Any]:
-    structlog.configure(wrapper_class=structlog.make_filtering_bound_logger(logging.WARNING))
     tag = uuid.uuid4().hex[:6]
     calls = 0
     options: dict[str, Any] = {"reconnect": False, "token_store": None}  # fresh ids: keep no files

@@ -17,6 +17,7 @@ from lobby.server import LobbyServer
 from lobby.store.sqlite import FILE_NAME
 from protocol.fipa import reveal_order
 from tests.conftest import start_lobby_process
+from tests.waiting import until
 from tests.wsclient import frame, reply, token_of
 
 
@@ -183,7 +184,8 @@ async def test_a_sealed_round_survives_kill_9_with_its_bids_and_deadline(tmp_pat
                 saved["seed"], ["b0", "b1", "b2"]
             )
             assert (payload["seed"], payload["reply_by"]) == (saved["seed"], saved["reply_by"])
-        assert _saved_round(data)["revealed_at"] is not None
+            # The reveal reaches the store with the group commit after it was sent.
+            await until(lambda: _saved_round(data)["revealed_at"] is not None, "reveal stored")
     finally:
         if proc.process.poll() is None:
             proc.signal(signal.SIGTERM)
