@@ -43,7 +43,7 @@ from lobby.committer import Committer
 from lobby.config import Settings
 from lobby.core.counters import SECONDS, Buckets
 from lobby.core.router import Router
-from lobby.core.session import Action, Send, Session
+from lobby.core.session import Action, Close, Send, Session
 from lobby.discovery_worker import DiscoveryWorker
 from lobby.metrics import CONTENT_TYPE, Metrics
 from lobby.observer import Observers
@@ -379,8 +379,11 @@ class LobbyServer:
         for action in actions:
             if isinstance(action, Send):
                 self._send(action.session, action.frame)
-            else:
+            elif isinstance(action, Close):
                 self._close(action.session, action.code, action.reason)
+            else:
+                link: Link = action.session.link  # type: ignore[assignment]
+                link.pause(action.seconds)
 
     def _send(self, session: Session, frame: bytes) -> None:
         link: Link = session.link  # type: ignore[assignment]

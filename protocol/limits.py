@@ -60,5 +60,9 @@ class TokenBucket:
         self.tokens = tokens
         return False
 
+    def wait(self) -> float:
+        """Seconds until the next token, as of the last `take()`."""
+        return max(0.0, (1.0 - self.tokens) / self.rate)
+
     def is_full(self, now: float) -> bool:
         return self.tokens + (now - self.last) * self.rate >= self.burst

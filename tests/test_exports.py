@@ -11,7 +11,7 @@ import pytest
 EXPORTS = {
     "protocol": None,  # the wire vocabulary: checked for presence, too long to pin here
     "lobby": set(),
-    "lobby.core": {"Action", "Batch", "Close", "LobbyState", "Router", "Send", "Session"},
+    "lobby.core": {"Action", "Batch", "Close", "LobbyState", "Pause", "Router", "Send", "Session"},
     "lobby.store": {
         "Compaction",
         "MemoryStore",

@@ -13,8 +13,12 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import ConnectionClosed, InvalidHandshake, InvalidStatus
 
 from agent_sdk import Agent
+from lobby.transport.memory import MemoryLink
+from lobby.transport.picows import PicowsLink
+from lobby.transport.websockets import LobbyConnection
 from tests.conftest import TRANSPORTS
-from tests.wsclient import frame, register, reply, running
+from tests.waiting import until
+from tests.wsclient import frame, register, reply, running, serving, token_of
 
 
 def capability(name: str) -> dict[str, Any]:
@@ -256,3 +260,41 @@ async def test_discovery_has_its_own_lower_rate_per_agent(tmp_path: Path) -> Non
         assert (await reply(ws))["message_type"] == "TRANSACTIONS"
         await other.send(frame("calm", "DISCOVER_SERVICES", {}, auth_token=other_token))
         assert (await reply(other))["message_type"] == "SERVICES_AVAILABLE"
+
+
+def _read(link: object) -> bool:
+    """Whether the lobby reads `link`'s connection now: the socket's own transport says."""
+    if isinstance(link, MemoryLink):
+        return link.readable.is_set()
+    if isinstance(link, LobbyConnection):
+        return link.transport.is_reading()
+    assert isinstance(link, PicowsLink)
+    assert link._transport is not None
+    return bool(link._transport.underlying_transport.is_reading())
+
+
+@pytest.mark.parametrize("transport", ["memory", *TRANSPORTS])
+async def test_past_its_rate_an_agent_is_not_read_until_it_has_a_token_again(
+    tmp_path: Path, transport: str
+) -> None:
+    """A flooder would cost a refusal per frame: after `rate_limited` the lobby stops reading
+    its connection (TCP's backpressure holds the rest), then reads on, losing nothing."""
+    async with (
+        serving(tmp_path, transport, discover_rate=0.5, discover_burst=1) as served,
+        served.connect() as ws,
+        served.connect() as other,
+    ):
+        token = await token_of(ws, "flooder")
+        other_token = await token_of(other, "calm")
+        for _ in range(2):
+            await ws.send(frame("flooder", "DISCOVER_SERVICES", {}, auth_token=token))
+            answer = await reply(ws)
+        assert answer["payload"]["code"] == "rate_limited"
+        link = served.lobby.router.registry.agents["flooder"].session.link  # type: ignore[union-attr]
+        assert not _read(link)
+        # Nobody else waits for it.
+        await other.send(frame("calm", "LIST_TRANSACTIONS", {}, auth_token=other_token))
+        assert (await reply(other))["message_type"] == "TRANSACTIONS"
+        await until(lambda: _read(link), "the flooder's connection read again")
+        await ws.send(frame("flooder", "LIST_TRANSACTIONS", {}, auth_token=token))
+        assert (await reply(ws))["message_type"] == "TRANSACTIONS"

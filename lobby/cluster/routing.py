@@ -59,6 +59,9 @@ class NodeLink:
     def shut(self, code: int, reason: str) -> None:
         return None
 
+    def pause(self, seconds: float) -> None:
+        return None  # rate limits are the sender's node's: it paused the sender's connection
+
 
 class Relay:
     """Forwards this node's queued messages and routes the ones forwarded to it. `start`

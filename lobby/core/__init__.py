@@ -2,7 +2,7 @@
 
 from lobby.core.records import Batch
 from lobby.core.router import Router
-from lobby.core.session import Action, Close, Send, Session
+from lobby.core.session import Action, Close, Pause, Send, Session
 from lobby.core.state import LobbyState
 
-__all__ = ["Action", "Batch", "Close", "LobbyState", "Router", "Send", "Session"]
+__all__ = ["Action", "Batch", "Close", "LobbyState", "Pause", "Router", "Send", "Session"]

@@ -36,10 +36,12 @@ def error_payload(
 class Refusal(Exception):
     """Raised inside a handler to answer the sender with an ERROR and change nothing."""
 
-    def __init__(self, code: ErrorCode, reason: str) -> None:
+    def __init__(self, code: ErrorCode, reason: str, *, pause: float = 0.0) -> None:
         super().__init__(reason)
         self.code = code
         self.reason = reason
+        self.pause = pause
+        """Seconds the sender's connection is not read after the ERROR (a rate limit's)."""
 
 
 def require_lobby_receiver(msg: Message) -> None:

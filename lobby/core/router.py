@@ -34,7 +34,7 @@ from lobby.core.records import AgentRemoved, AgentSaved, Batch, Compaction, Snap
 from lobby.core.refusal import Refusal, error_payload, hash_token
 from lobby.core.registration import Registrar
 from lobby.core.registry import REVOKED, AgentRecord, Registry
-from lobby.core.session import Action, Close, Send, Session
+from lobby.core.session import Action, Close, Pause, Send, Session
 from lobby.core.shared import SharedRegistry
 from lobby.core.state import Ledger, LobbyState
 from lobby.core.to_lobby import ToLobby, WaitingQuery
@@ -394,17 +394,22 @@ class Router:
             return self._auth_failed(session, agent, msg)
         bucket = agent.bucket
         if bucket is not None and not bucket.take(state.clock()):
-            return state.error(
+            refused = state.error(
                 session,
                 msg,
                 ErrorCode.RATE_LIMITED,
                 f"agent {agent.agent_id!r} sends more than {state.limits.message_rate:g} "
                 "messages a second; this one was not routed",
             )
+            refused.append(Pause(session, bucket.wait()))
+            return refused
         try:
             return self._handlers[msg.message_type](session, agent, msg)
         except Refusal as refusal:
-            return self.state.error(session, msg, refusal.code, refusal.reason)
+            refused = self.state.error(session, msg, refusal.code, refusal.reason)
+            if refusal.pause:
+                refused.append(Pause(session, refusal.pause))
+            return refused
 
     # -- REGISTER -------------------------------------------------------------------------
 

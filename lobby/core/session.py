@@ -56,4 +56,13 @@ class Close:
     reason: str
 
 
-Action = Send | Close
+@dataclass(slots=True)
+class Pause:
+    """Read nothing more from `session`'s connection for `seconds`: an agent past its rate
+    limit waits in TCP's backpressure instead of costing the lobby a refusal per frame."""
+
+    session: Session
+    seconds: float
+
+
+Action = Send | Close | Pause

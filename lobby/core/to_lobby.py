@@ -105,6 +105,7 @@ class ToLobby:
                 ErrorCode.RATE_LIMITED,
                 f"agent {agent.agent_id!r} sends more than {limits.discover_rate:g} "
                 "DISCOVER_SERVICES a second; this one was not answered",
+                pause=bucket.wait(),
             )
 
     def discover_services(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:

@@ -65,6 +65,10 @@ class Link(Protocol):
     def shut(self, code: int, reason: str) -> Awaitable[None] | None:
         """Start the closing handshake; what to await for it to finish, if anything."""
 
+    def pause(self, seconds: float) -> None:
+        """Read nothing more from this connection for `seconds` (its sender is past a rate
+        limit): its frames wait in TCP's buffers, and the sender's writes stall there."""
+
 
 class Lobby(Protocol):
     """What the lobby offers a transport. A transport calls these from the event loop, never

@@ -123,6 +123,10 @@ class MemoryLink:
         self._links = links
         self._framed: list[bytes] = []
         self._gone = False
+        self.readable = asyncio.Event()
+        """Clear while the lobby reads nothing from this connection (`pause`): the client's
+        `send` waits, as a socket's writer would once TCP's buffers are full."""
+        self.readable.set()
 
     def put(self, frame: bytes) -> bool:
         if not self.open:
@@ -145,6 +149,11 @@ class MemoryLink:
         self._write()
         self.client.closed(code, reason)
         asyncio.get_running_loop().call_soon(self.gone)
+
+    def pause(self, seconds: float) -> None:
+        if self.open and self.readable.is_set():
+            self.readable.clear()
+            asyncio.get_running_loop().call_later(seconds, self.readable.set)
 
     def gone(self) -> None:
         """The connection no longer exists: tell the lobby, once."""
@@ -205,6 +214,9 @@ class MemoryClient:
     async def send(self, message: str | bytes) -> None:
         """Send one message (`bytes` as a binary one); it is routed before this returns.
         Raises `ConnectionClosed` once the connection is closed."""
+        if not self._link.open:
+            raise self._closed_error()
+        await self._link.readable.wait()
         if not self._link.open:
             raise self._closed_error()
         if isinstance(message, str):

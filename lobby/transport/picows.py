@@ -73,6 +73,7 @@ class PicowsLink(WSListener):
         self._fragmented_binary = False
         self._pending: list[bytes] = []
         """Frames (header, payload, header, ...) `put` since the last `flush`."""
+        self._paused = False
 
     def on_ws_connected(self, transport: WSTransport) -> None:
         self._transport = transport
@@ -147,6 +148,22 @@ class PicowsLink(WSListener):
             pending, self._pending = self._pending, []
             underlying.write(b"".join(pending))
         return int(underlying.get_write_buffer_size())
+
+    def pause(self, seconds: float) -> None:
+        transport = self._transport
+        if transport is None or self._paused or transport.is_close_frame_sent:
+            return
+        underlying = transport.underlying_transport
+        if underlying.is_closing():
+            return
+        self._paused = True
+        underlying.pause_reading()
+        asyncio.get_running_loop().call_later(seconds, self._resume, underlying)
+
+    def _resume(self, underlying: asyncio.Transport) -> None:
+        self._paused = False
+        if not underlying.is_closing():
+            underlying.resume_reading()
 
     def shut(self, code: int, reason: str) -> None:
         """Send the close frame and close TCP once what is buffered is written; a peer that

@@ -40,6 +40,7 @@ class LobbyConnection(ServerConnection):
         self._closing = False
         """Set once the lobby knows this connection is no longer open."""
         self._abort: asyncio.TimerHandle | None = None
+        self._paused = False
 
     def attach(self, lobby: Lobby) -> Session:
         address = self.remote_address
@@ -78,6 +79,20 @@ class LobbyConnection(ServerConnection):
         if self.protocol.state is not _OPEN:
             return None
         return asyncio.get_running_loop().create_task(self.close(code, reason))
+
+    def pause(self, seconds: float) -> None:
+        # Data frames never enter websockets' receive queue (`process_event`), so its own
+        # flow control never pauses or resumes reading: the pause is ours alone.
+        if self._paused or self._closing or self.transport.is_closing():
+            return
+        self._paused = True
+        self.transport.pause_reading()
+        asyncio.get_running_loop().call_later(seconds, self._resume)
+
+    def _resume(self) -> None:
+        self._paused = False
+        if not self.transport.is_closing():
+            self.transport.resume_reading()
 
     def _abort_later(self) -> None:
         if self._abort is None and self.close_timeout is not None:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import orjson
 from structlog.testing import capture_logs
 
-from lobby.core import Close, Router
+from lobby.core import Close, Pause, Router
 from lobby.core.limits import Limits
 from lobby.core.records import AgentRemoved
 from tests.routerkit import Clock, cap, frames, join, make_router, pair, raw, request
@@ -94,6 +94,34 @@ def test_the_discovery_rate_refills_with_the_router_clock() -> None:
     assert seeker.last()["message_type"] == "SERVICES_AVAILABLE"
     seeker.send("DISCOVER_SERVICES", {})
     assert seeker.last()["payload"]["code"] == "rate_limited"
+
+
+def test_past_a_rate_limit_the_connection_is_paused_until_the_next_token() -> None:
+    """A refusal per frame would cost the lobby as much as routing it: past a rate, the
+    sender's connection is not read until its bucket holds a token again."""
+    clock = Clock()
+    router = Router(
+        limits=Limits(
+            message_rate=2, message_burst=2, registration_rate=0, discover_rate=2, discover_burst=1
+        ),
+        clock=clock,
+    )
+    seeker = join(router, "seeker")
+    query = {"sender_id": "seeker", "message_type": "DISCOVER_SERVICES", "auth_token": seeker.token}
+    answered = raw(router, seeker.session, **query)
+    while router.queries:
+        answered += router.answer_query()
+    assert not [a for a in answered if isinstance(a, Pause)]
+    refused = raw(router, seeker.session, **query)  # the discovery bucket is empty
+    assert [frame["payload"]["code"] for frame in frames(refused)] == ["rate_limited"]
+    assert refused[-1] == Pause(seeker.session, 0.5)  # one token at 2 a second
+    clock.now += 0.5
+    # The message rate (2 a second, 2 at once): both spent above, one back since.
+    text = {"sender_id": "seeker", "message_type": "LIST_TRANSACTIONS", "auth_token": seeker.token}
+    assert not [a for a in raw(router, seeker.session, **text) if isinstance(a, Pause)]
+    flooded = raw(router, seeker.session, **text)
+    assert [frame["payload"]["code"] for frame in frames(flooded)] == ["rate_limited"]
+    assert flooded[-1] == Pause(seeker.session, 0.5)
 
 
 def test_fetch_messages_reads_the_same_mailbox_as_push() -> None:
