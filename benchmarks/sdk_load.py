@@ -15,6 +15,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import uuid
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -56,6 +57,25 @@ def per_call(window: dict[str, Any], calls: int) -> dict[str, Any]:
     }
 
 
+async def _measured(
+    tasks: list[asyncio.Task[None]],
+    calls: Callable[[], int],
+    server_pid: int,
+    seconds: float,
+    warmup: float,
+) -> dict[str, Any]:
+    """Let `tasks` run `warmup` seconds, measure the next `seconds` (calls done, this process's
+    and the server's CPU), then cancel them."""
+    await asyncio.sleep(warmup)
+    start, before = Snapshot(server_pid, 2 * calls()), calls()
+    await asyncio.sleep(seconds)
+    end, after = Snapshot(server_pid, 2 * calls()), calls()
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+    return per_call(end.since(start), after - before)
+
+
 async def sdk_throughput(
     url: str, server_pid: int, seconds: float, window: int, warmup: float = 0.3
 ) -> dict[str, Any]:
@@ -77,14 +97,7 @@ async def sdk_throughput(
                 calls += 1
 
         tasks = [asyncio.create_task(worker()) for _ in range(window)]
-        await asyncio.sleep(warmup)
-        start, before = Snapshot(server_pid, 2 * calls), calls
-        await asyncio.sleep(seconds)
-        end, after = Snapshot(server_pid, 2 * calls), calls
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-    return per_call(end.since(start), after - before)
+        return await _measured(tasks, lambda: calls, server_pid, seconds, warmup)
 
 
 class BareClient:
@@ -177,13 +190,7 @@ async def bare_throughput(
                 await request()
 
     tasks = [asyncio.create_task(serve()), asyncio.create_task(call())]
-    await asyncio.sleep(warmup)
-    start, before = Snapshot(server_pid, 2 * calls), calls
-    await asyncio.sleep(seconds)
-    end, after = Snapshot(server_pid, 2 * calls), calls
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
+    result = await _measured(tasks, lambda: calls, server_pid, seconds, warmup)
     for client in (caller, echo):
         client.ws.transport.abort()
-    return per_call(end.since(start), after - before)
+    return result
