@@ -3,8 +3,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 from protocol.limits import TokenBucket
+
+MAX_PAUSE: Final = 1.0
+"""Longest the lobby stops reading a connection past its rate (PROTOCOL.md §10): well within
+the keepalive's ping timeout, whatever rate is configured."""
+
+
+def pause_after(bucket: TokenBucket) -> float:
+    """Seconds not to read a sender `bucket` just refused: until its next token, at most
+    `MAX_PAUSE`."""
+    return min(bucket.wait(), MAX_PAUSE)
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

@@ -27,7 +27,7 @@ import structlog
 from lobby.core.conversations import ConversationKey, Conversations
 from lobby.core.counters import Counters
 from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON, DEFAULT_DEDUPE_MAX, Delivery
-from lobby.core.limits import Limits
+from lobby.core.limits import Limits, pause_after
 from lobby.core.marketplace import Marketplace
 from lobby.core.negotiation import DEFAULT_DIALOGUE_TIMEOUT, Negotiations
 from lobby.core.records import AgentRemoved, AgentSaved, Batch, Compaction, Snapshot
@@ -401,7 +401,7 @@ class Router:
                 f"agent {agent.agent_id!r} sends more than {state.limits.message_rate:g} "
                 "messages a second; this one was not routed",
             )
-            refused.append(Pause(session, bucket.wait()))
+            refused.append(Pause(session, pause_after(bucket)))
             return refused
         try:
             return self._handlers[msg.message_type](session, agent, msg)

@@ -15,7 +15,7 @@ import orjson
 import structlog
 
 from lobby.core.discovery import MAX_WAITING_QUERIES, BadDiscovery, services_available
-from lobby.core.limits import TokenBucket
+from lobby.core.limits import TokenBucket, pause_after
 from lobby.core.refusal import Refusal, require_lobby_receiver, validate
 from lobby.core.registration import Registrar
 from lobby.core.registry import AgentRecord
@@ -105,7 +105,7 @@ class ToLobby:
                 ErrorCode.RATE_LIMITED,
                 f"agent {agent.agent_id!r} sends more than {limits.discover_rate:g} "
                 "DISCOVER_SERVICES a second; this one was not answered",
-                pause=bucket.wait(),
+                pause=pause_after(bucket),
             )
 
     def discover_services(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:

@@ -7,7 +7,7 @@ import orjson
 from structlog.testing import capture_logs
 
 from lobby.core import Close, Pause, Router
-from lobby.core.limits import Limits
+from lobby.core.limits import MAX_PAUSE, Limits
 from lobby.core.records import AgentRemoved
 from tests.routerkit import Clock, cap, frames, join, make_router, pair, raw, request
 
@@ -122,6 +122,20 @@ def test_past_a_rate_limit_the_connection_is_paused_until_the_next_token() -> No
     flooded = raw(router, seeker.session, **text)
     assert [frame["payload"]["code"] for frame in frames(flooded)] == ["rate_limited"]
     assert flooded[-1] == Pause(seeker.session, 0.5)
+
+
+def test_a_pause_is_never_longer_than_a_second_whatever_the_rate() -> None:
+    """At a rate of one query a minute, a minute without reading would outlast the keepalive."""
+    router = Router(
+        limits=Limits(message_rate=0, registration_rate=0, discover_rate=1 / 60, discover_burst=1),
+        clock=Clock(),
+    )
+    seeker = join(router, "seeker")
+    query = {"sender_id": "seeker", "message_type": "DISCOVER_SERVICES", "auth_token": seeker.token}
+    raw(router, seeker.session, **query)
+    while router.queries:
+        router.answer_query()
+    assert raw(router, seeker.session, **query)[-1] == Pause(seeker.session, MAX_PAUSE)
 
 
 def test_fetch_messages_reads_the_same_mailbox_as_push() -> None:
