@@ -79,7 +79,7 @@ MUTANTS ?=
 mutation: $(STAMP)
 	rm -rf mutants
 	$(BIN)/mutmut run $(foreach name,$(MUTANTS),'$(name)')
-	$(BIN)/python -m tests.mutation_score
+	$(BIN)/python -m tests.mutation_score --by-module
 
 schema: $(STAMP)
 	$(BIN)/lobby schema --write protocol/schema

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import orjson
@@ -29,12 +30,17 @@ def package_of(meta: Path) -> str:
     return ".".join(parts)
 
 
-def by_package() -> dict[str, Counter[str]]:
-    """Each package's mutants, counted by mutmut's status, from the run's `.meta` files."""
+def module_of(meta: Path) -> str:
+    """`lobby.core.sealed`: the mutated module a `.meta` file holds the results of."""
+    return ".".join(meta.relative_to(MUTANTS).with_suffix("").with_suffix("").parts)
+
+
+def counted(name_of: Callable[[Path], str]) -> dict[str, Counter[str]]:
+    """The mutants, counted by mutmut's status, grouped by `name_of` their `.meta` file."""
     counts: dict[str, Counter[str]] = {}
     for meta in sorted(MUTANTS.rglob("*.py.meta")):
         exit_codes = orjson.loads(meta.read_bytes()).get("exit_code_by_key", {})
-        statuses = counts.setdefault(package_of(meta), Counter())
+        statuses = counts.setdefault(name_of(meta), Counter())
         statuses.update(status_by_exit_code[code] for code in exit_codes.values())
     return counts
 
@@ -55,8 +61,9 @@ def line(name: str, statuses: Counter[str]) -> tuple[str, bool]:
     return text, score >= FLOOR and survived == 0
 
 
-def main() -> int:
-    packages = {name: statuses for name, statuses in by_package().items() if statuses}
+def main(argv: list[str]) -> int:
+    """`--by-module` adds a line per module the run checked (to see where survivors are)."""
+    packages = {name: statuses for name, statuses in counted(package_of).items() if statuses}
     everything: Counter[str] = sum(packages.values(), Counter())
     text, ok = line("mutation score", everything)
     print(f"{text} (list them: .venv/bin/mutmut results)")
@@ -66,8 +73,12 @@ def main() -> int:
         text, package_ok = line(f"  {package}", statuses)
         print(text)
         ok = ok and package_ok
+    if "--by-module" in argv:
+        for module, statuses in counted(module_of).items():
+            if sum(statuses.values()) > statuses["not checked"]:
+                print(line(f"    {module}", statuses)[0])
     return 0 if ok else 1
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
