@@ -12,6 +12,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from lobby.options import port_number
+
 
 def add_commands(commands: argparse._SubParsersAction[Any], parser_class: type[Any]) -> None:
     """Add `a2a serve` and `a2a join` to the `lobby` command's subcommands."""
@@ -24,7 +26,7 @@ def add_commands(commands: argparse._SubParsersAction[Any], parser_class: type[A
     serve.add_argument("--agent-id", required=True, help="the gateway's own lobby agent id")
     serve.add_argument("--lobby", default=lobby_url, metavar="URL", help="(%(default)s)")
     serve.add_argument("--host", default="127.0.0.1", help="(%(default)s)")
-    serve.add_argument("--port", type=int, required=True, help="HTTP port (0: a free one)")
+    serve.add_argument("--port", type=port_number, required=True, help="HTTP port (0: a free one)")
     serve.add_argument(
         "--tokens", type=Path, metavar="FILE", help='JSON {"<bearer token>": "<lobby agent id>"}'
     )

@@ -12,6 +12,8 @@ import asyncio
 import sys
 from typing import Any
 
+from lobby.options import port_number, positive_seconds
+
 BRIDGES_EXTRA = "pip install 'agent-lobby[bridges]'"
 
 
@@ -30,14 +32,14 @@ def add_commands(commands: argparse._SubParsersAction[Any], parser_class: type[A
     )
     serve.add_argument(
         "--http",
-        type=_port,
+        type=port_number,
         metavar="PORT",
         help="serve streamable HTTP at http://HOST:PORT/mcp (0: any free port)",
     )
     serve.add_argument("--host", default="127.0.0.1", help="the --http address (%(default)s)")
     serve.add_argument(
         "--refresh",
-        type=_seconds,
+        type=positive_seconds,
         default=2.0,
         metavar="SECONDS",
         help="how often to reread the registry for new tools (%(default)s)",
@@ -121,23 +123,3 @@ def _first(error: BaseException) -> BaseException:
     while isinstance(error, BaseExceptionGroup):
         error = error.exceptions[0]
     return error
-
-
-def _port(text: str) -> int:
-    try:
-        port = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
-    if not 0 <= port <= 65535:
-        raise argparse.ArgumentTypeError(f"{port} is not a port number (0 to 65535)")
-    return port
-
-
-def _seconds(text: str) -> float:
-    try:
-        seconds = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
-    if not seconds > 0:
-        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
-    return seconds

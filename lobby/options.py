@@ -190,3 +190,25 @@ def _show(value: Any) -> str:
     if isinstance(value, float) and value.is_integer():
         return f"{value:g}"
     return str(value)
+
+
+def port_number(text: str) -> int:
+    """An argparse type: a TCP port, 0 (a free one) to 65535."""
+    try:
+        port = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port number") from None
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{port} is not a port number (0 to 65535)")
+    return port
+
+
+def positive_seconds(text: str) -> float:
+    """An argparse type: a number of seconds above zero."""
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not seconds > 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a positive number of seconds")
+    return seconds

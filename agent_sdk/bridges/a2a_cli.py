@@ -23,8 +23,6 @@ def run(args: argparse.Namespace) -> int:
     try:
         if args.a2a_command == "serve":
             tokens = load_tokens(args.tokens) if args.tokens is not None else {}
-            if not 0 <= args.port <= 65535:
-                raise TokensFileError(f"--port {args.port} is not a TCP port (0 to 65535)")
             asyncio.run(_serve(args, tokens))
         else:
             asyncio.run(_join(args))

@@ -253,9 +253,9 @@ def lobby_a2a(*argv: str) -> subprocess.CompletedProcess[str]:
 @pytest.mark.parametrize(
     ("argv", "says"),
     [
-        (["serve", "--agent-id", "g", "--port", "x"], "invalid int value"),
+        (["serve", "--agent-id", "g", "--port", "x"], "argument --port: 'x' is not a port number"),
         (["serve", "--agent-id", "g"], "--port"),
-        (["serve", "--agent-id", "g", "--port", "70000"], "not a TCP port"),
+        (["serve", "--agent-id", "g", "--port", "70000"], "70000 is not a port number (0 to"),
         (["join", "--agent-id", "j"], "--card"),
         (["serve", "--agent-id", "g", "--port", "0", "--tokens", "/nonexistent"], "--tokens"),
     ],
