@@ -53,7 +53,8 @@ from agent_sdk.identity import EnvTokenStore, FileTokenStore, MemoryTokenStore, 
 from agent_sdk.market import Order
 from agent_sdk.negotiation import DialogueHandle, Move, Round, RoundBid, Transaction
 from agent_sdk.policy import Policy, RateLimit
-from protocol.models import Capability, Message, MessageType, ServiceRecord
+from protocol.models import Message, MessageType
+from protocol.payloads import Capability, ServiceRecord
 
 __all__ = [
     "Agent",

@@ -11,14 +11,8 @@ from pydantic import BaseModel, ValidationError
 from agent_sdk.calls import Call
 from agent_sdk.core import AgentCore
 from agent_sdk.errors import LobbyError, PayloadError, RequestError, RequestTimeoutError
-from protocol.models import (
-    LOBBY_ID,
-    MAX_DISCOVER_LIMIT,
-    Message,
-    MessageType,
-    ServiceRecord,
-    ServicesAvailablePayload,
-)
+from protocol.models import LOBBY_ID, Message, MessageType
+from protocol.payloads import MAX_DISCOVER_LIMIT, ServiceRecord, ServicesAvailablePayload
 
 M = TypeVar("M", bound=BaseModel)
 Progress = Callable[[dict[str, Any]], Awaitable[None]]

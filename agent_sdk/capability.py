@@ -21,7 +21,8 @@ from typing import Any, TypeVar, get_type_hints
 from pydantic import BaseModel
 
 from agent_sdk.policy import RateLimit
-from protocol.models import Capability, Message, MessageType, ResponseStatus
+from protocol.models import Message, MessageType, ResponseStatus
+from protocol.payloads import Capability
 
 Handler = Callable[..., Awaitable[Any]]
 H = TypeVar("H", bound=Handler)

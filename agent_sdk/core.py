@@ -45,14 +45,8 @@ from agent_sdk.sending import Sender
 from agent_sdk.stats import AgentStats, Status
 from agent_sdk.tasks import Handlers
 from agent_sdk.tracing import Tracing
-from protocol.models import (
-    LOBBY_ID,
-    Capability,
-    CloseCode,
-    Message,
-    MessageType,
-    close_code_name,
-)
+from protocol.models import LOBBY_ID, CloseCode, Message, MessageType, close_code_name
+from protocol.payloads import Capability
 
 if TYPE_CHECKING:
     from opentelemetry.trace import TracerProvider

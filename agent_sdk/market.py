@@ -14,7 +14,8 @@ from pydantic import BaseModel
 from agent_sdk.caller import Caller
 from protocol.codec import decode
 from protocol.market import money, money_text
-from protocol.models import Message, MessageType, OrderItemModel
+from protocol.models import Message, MessageType
+from protocol.payloads import OrderItemModel
 
 
 class Order(BaseModel):

@@ -20,7 +20,7 @@ from typing import Any
 import orjson
 
 from benchmarks.load import close_all, latency, percentiles, register
-from protocol.models import MAX_DISCOVER_LIMIT
+from protocol.payloads import MAX_DISCOVER_LIMIT
 
 MIXES: dict[str, tuple[dict[str, Any], ...]] = {
     "lookups": (

@@ -22,7 +22,7 @@ import structlog
 from benchmarks.micro import _join
 from lobby.core import Router, Send
 from lobby.core.limits import Limits
-from protocol.models import MAX_DISCOVER_LIMIT
+from protocol.payloads import MAX_DISCOVER_LIMIT
 
 LIMIT = MAX_DISCOVER_LIMIT
 QUERIES: tuple[tuple[str, dict[str, Any], int], ...] = (

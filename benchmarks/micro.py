@@ -30,7 +30,7 @@ from lobby.core.schemas import input_check
 from lobby.core.tracing import Tracing
 from protocol import tracecontext
 from protocol.codec import decode, encode
-from protocol.models import Capability
+from protocol.payloads import Capability
 
 ROUNDS = 5
 N = 20_000

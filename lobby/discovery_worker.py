@@ -42,7 +42,7 @@ import structlog
 from lobby.core.discovery import BadDiscovery, services_available, with_presence
 from lobby.core.registry import CapabilityEntry, Registry
 from lobby.core.to_lobby import WaitingQuery
-from protocol.models import Capability, DiscoverServicesPayload
+from protocol.payloads import Capability, DiscoverServicesPayload
 
 if TYPE_CHECKING:
     from lobby.server import LobbyServer

@@ -16,7 +16,8 @@ from typing import Any, Final
 from pydantic import TypeAdapter
 from pydantic.json_schema import JsonSchemaMode
 
-from protocol.models import LOBBY_ID, PAYLOAD_MODELS, Message, MessageType
+from protocol.models import LOBBY_ID, Message, MessageType
+from protocol.payloads import PAYLOAD_MODELS
 
 ASYNCAPI_VERSION: Final = "3.0.0"
 PROTOCOL_VERSION: Final = "0.2.0"
@@ -186,7 +187,7 @@ _DESCRIPTION: Final = (
     "first message of a connection is REGISTER; REGISTER_ACK carries the agent's `auth_token`, "
     "which every later message must carry (the lobby strips it from everything it forwards). "
     f"Messages to the lobby have `receiver_id: {LOBBY_ID!r}`. The prose is PROTOCOL.md; this "
-    "document is generated from protocol/models.py by `lobby asyncapi`."
+    "document is generated from protocol/models.py and payloads.py by `lobby asyncapi`."
 )
 
 

@@ -11,7 +11,8 @@ from typing import Any, Final
 
 from pydantic import TypeAdapter
 
-from protocol.models import PAYLOAD_MODELS, Capability, Message, MessageType
+from protocol.models import Message, MessageType
+from protocol.payloads import PAYLOAD_MODELS, Capability
 
 SCHEMA_DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
 

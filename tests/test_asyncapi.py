@@ -18,7 +18,8 @@ import pytest
 from lobby.cli import schema_file_bytes
 from lobby.core.router import _LOBBY_ONLY
 from protocol.asyncapi import BETWEEN_AGENTS, FROM_LOBBY, REPLIES, TO_LOBBY, asyncapi_document
-from protocol.models import PAYLOAD_MODELS, MessageType
+from protocol.models import MessageType
+from protocol.payloads import PAYLOAD_MODELS
 from tests.nodejs import ROOT, node, npm_installed
 
 COMMITTED = ROOT / "protocol" / "asyncapi.json"

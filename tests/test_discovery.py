@@ -21,7 +21,7 @@ from lobby.core.listing import Position
 from lobby.core.registry import AgentRecord, Registry
 from lobby.core.search import SIMPLE_WINDOW
 from lobby.server import LobbyServer
-from protocol.models import MAX_RANK, Capability
+from protocol.payloads import MAX_RANK, Capability
 from tests.conftest import TRANSPORTS
 from tests.routerkit import Clock, Peer, join
 from tests.transport.test_closing import Stubborn

@@ -23,7 +23,7 @@ from lobby.core.router import Router
 from lobby.discovery_worker import Replica
 from lobby.options import add_serve_options, settings_from
 from lobby.server import LobbyServer
-from protocol.models import DiscoverServicesPayload
+from protocol.payloads import DiscoverServicesPayload
 from tests.conftest import TRANSPORTS
 from tests.routerkit import Peer, join, make_router
 from tests.wsclient import Client, frame, register, reply, serving

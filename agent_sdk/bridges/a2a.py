@@ -63,7 +63,8 @@ from agent_sdk.errors import (
     RequestRefusedError,
     UnknownReceiverError,
 )
-from protocol.models import Capability, ErrorCode, ResponseStatus
+from protocol.models import ErrorCode, ResponseStatus
+from protocol.payloads import Capability
 
 CARD_PATH = ".well-known/agent-card.json"
 _CALLER = "lobby_caller"

@@ -52,7 +52,8 @@ from agent_sdk.errors import (
     RequestTimeoutError,
     UnknownReceiverError,
 )
-from protocol.models import Capability, ErrorCode, ResponseStatus
+from protocol.models import ErrorCode, ResponseStatus
+from protocol.payloads import Capability
 
 MAX_TOOL_NAME = 128
 """MCP's longest tool name."""

@@ -33,7 +33,7 @@ from mcp import ClientSession, McpError, StdioServerParameters
 from agent_sdk.agent import Agent
 from agent_sdk.capability import CapabilitySpec, Handler, RequestContext
 from agent_sdk.errors import CapabilityError
-from protocol.models import Capability
+from protocol.payloads import Capability
 
 TOOL_ERROR = "tool_error"
 """The RESPONSE error code of a tool that failed."""

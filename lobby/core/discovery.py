@@ -21,12 +21,7 @@ import orjson
 from lobby.core.listing import Position
 from lobby.core.registry import Registry
 from lobby.core.search import BadFilter, BadQuery, SearchPage, parse_filters
-from protocol.models import (
-    DISCOVER_LIMIT,
-    MAX_RANK,
-    SEARCH_LIMIT,
-    DiscoverServicesPayload,
-)
+from protocol.payloads import DISCOVER_LIMIT, MAX_RANK, SEARCH_LIMIT, DiscoverServicesPayload
 
 MAX_WAITING_QUERIES: Final = 4
 """DISCOVER_SERVICES one agent may have waiting for their answers; more gets `rate_limited`.

@@ -24,14 +24,13 @@ from protocol.limits import MAX_AGENT_ID_LENGTH, MAX_SENTENCE_LENGTH, clip
 from protocol.models import (
     AGENT_ID_RE,
     LOBBY_ID,
-    Capability,
     CloseCode,
     ErrorCode,
     Message,
     MessageType,
-    RegisterPayload,
     RegisterStatus,
 )
+from protocol.payloads import Capability, RegisterPayload
 
 log = structlog.get_logger("lobby")
 

@@ -16,7 +16,7 @@ import orjson
 from lobby.core.limits import TokenBucket
 from lobby.core.schemas import InputCheck, input_check
 from lobby.core.search import SearchIndex
-from protocol.models import Capability
+from protocol.payloads import Capability
 
 if TYPE_CHECKING:
     from lobby.core.session import Session

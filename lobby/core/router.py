@@ -42,15 +42,8 @@ from lobby.core.tracing import Tracing
 from protocol.codec import decode, encode
 from protocol.errors import DecodeError
 from protocol.limits import clip
-from protocol.models import (
-    LOBBY_ID,
-    Capability,
-    CloseCode,
-    ErrorCode,
-    Message,
-    MessageType,
-    close_code_name,
-)
+from protocol.models import LOBBY_ID, CloseCode, ErrorCode, Message, MessageType, close_code_name
+from protocol.payloads import Capability
 
 log = structlog.get_logger("lobby")
 Handler = Callable[[Session, AgentRecord, Message], list[Action]]

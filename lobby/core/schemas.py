@@ -26,7 +26,8 @@ import orjson
 import structlog
 
 from lobby.core.refusal import Refusal
-from protocol.models import Capability, ErrorCode
+from protocol.models import ErrorCode
+from protocol.payloads import Capability
 
 log = structlog.get_logger("lobby")
 

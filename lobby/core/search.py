@@ -72,7 +72,7 @@ from lobby.core.listing import (
     walk,
 )
 from lobby.core.ranking import Postings, Ranking, Scored
-from protocol.models import MAX_RANK
+from protocol.payloads import MAX_RANK
 
 Algorithm = Literal["simple", "filtered", "lexical"]
 ALGORITHMS: Final[tuple[str, ...]] = get_args(Algorithm)

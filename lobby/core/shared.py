@@ -25,7 +25,8 @@ from lobby.core.records import AgentRemoved, AgentSaved
 from lobby.core.refusal import Refusal
 from lobby.core.registry import AgentRecord, Registry
 from lobby.core.session import Action, Close, Session
-from protocol.models import Capability, CloseCode, ErrorCode, Message
+from protocol.models import CloseCode, ErrorCode, Message
+from protocol.payloads import Capability
 
 log = structlog.get_logger("lobby")
 

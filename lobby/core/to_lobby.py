@@ -23,14 +23,10 @@ from lobby.core.session import Action, Close, Send, Session
 from lobby.core.state import LobbyState
 from protocol.codec import to_dict
 from protocol.limits import MAX_SENTENCE_LENGTH, clip
-from protocol.models import (
-    LOBBY_ID,
-    CloseCode,
+from protocol.models import LOBBY_ID, CloseCode, ErrorCode, Message, MessageType
+from protocol.payloads import (
     DiscoverServicesPayload,
-    ErrorCode,
     FetchMessagesPayload,
-    Message,
-    MessageType,
     UpdateCapabilitiesPayload,
 )
 

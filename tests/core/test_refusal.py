@@ -13,7 +13,8 @@ from lobby.core.refusal import (
     validate,
 )
 from protocol.limits import MAX_SENTENCE_LENGTH
-from protocol.models import ErrorCode, FetchMessagesPayload, Message, MessageType
+from protocol.models import ErrorCode, Message, MessageType
+from protocol.payloads import FetchMessagesPayload
 
 
 def test_the_error_payload_has_four_keys_and_a_bounded_sentence() -> None:

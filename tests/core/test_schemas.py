@@ -28,7 +28,7 @@ from lobby.core.schemas import (
     pointer,
 )
 from lobby.server import LobbyServer
-from protocol.models import Capability
+from protocol.payloads import Capability
 from tests.routerkit import Peer, join, make_router
 from tests.wsclient import frame, register, reply, running
 
