@@ -16,6 +16,10 @@ gives one, else `{"content": [...]}` (its content blocks as MCP writes them). A 
 (`isError`, or the server refusing the call) is an `error` RESPONSE with code `tool_error` and
 the tool's text as `error`; refusals before the tool runs are the lobby's own
 (`unauthorized`, `invalid_input`, ...).
+
+The capabilities follow the server's tools: on its `notifications/tools/list_changed` the bridge
+lists them again and sends UPDATE_CAPABILITIES, so a tool added, changed or removed by the server
+is offered, changed or withdrawn in the lobby a moment later.
 """
 
 from __future__ import annotations
@@ -29,10 +33,12 @@ from typing import Any
 
 import mcp.types as types
 from mcp import ClientSession, McpError, StdioServerParameters
+from mcp.client.session import MessageHandlerFnT
+from mcp.shared.session import RequestResponder
 
 from agent_sdk.agent import Agent
 from agent_sdk.capability import CapabilitySpec, Handler, RequestContext
-from agent_sdk.errors import CapabilityError
+from agent_sdk.errors import AgentSDKError, CapabilityError
 from protocol.payloads import Capability
 
 TOOL_ERROR = "tool_error"
@@ -76,10 +82,17 @@ class McpToolAgent(Agent):
     ) -> None:
         super().__init__(agent_id, **options)
         self._session = session
-        self._tools = {tool.name: tool for tool in tools}
+        self._tools: dict[str, types.Tool] = {}
         self._authorized = tuple(authorized) if authorized else None
         self.ready = asyncio.Event()
         """Set once the lobby has registered the tools."""
+        self.offer(tools)
+
+    def offer(self, tools: Sequence[types.Tool]) -> None:
+        """Make `tools` this agent's capabilities, in place of those it had; the lobby learns of
+        them at the next registration, or now with `update_capabilities()`."""
+        self._tools = {tool.name: tool for tool in tools}
+        self.capabilities.clear()
         for tool in tools:
             self.capabilities[tool.name] = CapabilitySpec(
                 name=tool.name,
@@ -126,10 +139,29 @@ async def list_tools(session: ClientSession) -> list[types.Tool]:
             return tools
 
 
+def tools_changed_handler(changed: asyncio.Event) -> MessageHandlerFnT:
+    """A client session's message handler that sets `changed` on each tools/list_changed."""
+
+    async def handle(
+        message: RequestResponder[types.ServerRequest, types.ClientResult]
+        | types.ServerNotification
+        | Exception,
+    ) -> None:
+        if isinstance(message, types.ServerNotification) and isinstance(
+            message.root, types.ToolListChangedNotification
+        ):
+            changed.set()
+
+    return handle
+
+
 @contextlib.asynccontextmanager
-async def mcp_session(command: Sequence[str], url: str | None) -> AsyncIterator[ClientSession]:
+async def mcp_session(
+    command: Sequence[str], url: str | None, *, tools_changed: asyncio.Event | None = None
+) -> AsyncIterator[ClientSession]:
     """An initialized client session with the MCP server `command` starts (stdio), or the one
-    at `url` (streamable HTTP)."""
+    at `url` (streamable HTTP); `tools_changed` is set whenever the server's tools change."""
+    handler = tools_changed_handler(tools_changed) if tools_changed is not None else None
     async with contextlib.AsyncExitStack() as stack:
         if url is not None:
             from mcp.client.streamable_http import streamable_http_client
@@ -140,7 +172,9 @@ async def mcp_session(command: Sequence[str], url: str | None) -> AsyncIterator[
 
             server = StdioServerParameters(command=command[0], args=list(command[1:]))
             read, write = await stack.enter_async_context(stdio_client(server))
-        session = await stack.enter_async_context(ClientSession(read, write))
+        session = await stack.enter_async_context(
+            ClientSession(read, write, message_handler=handler)
+        )
         await session.initialize()
         yield session
 
@@ -155,7 +189,8 @@ async def bridge(
 ) -> None:
     """Run `lobby bridge mcp` until SIGINT or SIGTERM (or the lobby unregisters the agent);
     once registered, say so in one line on stderr: "lobby bridge mcp: agent 'ID' offers ..."."""
-    async with mcp_session(command, url) as session:
+    tools_changed = asyncio.Event()
+    async with mcp_session(command, url, tools_changed=tools_changed) as session:
         tools = await list_tools(session)
         agent = McpToolAgent(agent_id, session, tools, authorized=authorized, lobby_url=lobby_url)
         stopping = asyncio.Event()
@@ -165,15 +200,37 @@ async def bridge(
         runner = asyncio.create_task(agent.run())
         stopper = asyncio.create_task(stopping.wait())
         ready = asyncio.create_task(agent.ready.wait())
+        follower = asyncio.create_task(_follow_tools(agent, session, tools_changed))
         try:
             await asyncio.wait({runner, stopper, ready}, return_when=asyncio.FIRST_COMPLETED)
             if ready.done():
-                names = ", ".join(tool.name for tool in tools) or "no tools"
-                sys.stderr.write(f"lobby bridge mcp: agent {agent_id!r} offers {names}\n")
-                sys.stderr.flush()
+                _say_offers(agent_id, tools)
                 await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             stopper.cancel()
             ready.cancel()
+            follower.cancel()
             await agent.stop()
         runner.result()  # re-raise what ended it (e.g. RegistrationError)
+
+
+def _say_offers(agent_id: str, tools: Sequence[types.Tool], now: str = "") -> None:
+    names = ", ".join(tool.name for tool in tools) or "no tools"
+    sys.stderr.write(f"lobby bridge mcp: agent {agent_id!r} {now}offers {names}\n")
+    sys.stderr.flush()
+
+
+async def _follow_tools(
+    agent: McpToolAgent, session: ClientSession, changed: asyncio.Event
+) -> None:
+    """Offer the server's tools again each time it says they changed (several notices while one
+    listing runs make one more listing)."""
+    await agent.ready.wait()
+    while True:
+        await changed.wait()
+        changed.clear()
+        tools = await list_tools(session)
+        agent.offer(tools)
+        with contextlib.suppress(AgentSDKError):  # offline: the next registration carries them
+            await agent.update_capabilities()
+        _say_offers(agent.agent_id, tools, now="now ")

@@ -333,3 +333,28 @@ def test_the_readme_configuration_runs_lobby_mcp() -> None:
     assert entry["command"].endswith("/.venv/bin/lobby")
     args = cli.build_parser().parse_args(entry["args"])
     assert (args.command, args.agent_id, args.http) == ("mcp", "my_client", None)
+
+
+async def test_the_bridge_follows_the_servers_tool_list(lobby: LobbyServer) -> None:
+    process = await asyncio.create_subprocess_exec(
+        *LOBBY,
+        *("bridge", "mcp", "--agent-id", "vault", "--lobby", lobby.url, "--"),
+        *(sys.executable, "-m", "tests.bridges.changing_server"),
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stderr is not None
+    try:
+        line = await asyncio.wait_for(process.stderr.readline(), 30)
+        assert line == b"lobby bridge mcp: agent 'vault' offers unlock\n"
+        async with Agent("visitor", lobby_url=lobby.url) as me:
+            assert await me.request("vault", "unlock", {}) == {"result": "unlocked"}
+            line = await asyncio.wait_for(process.stderr.readline(), 30)
+            assert line == b"lobby bridge mcp: agent 'vault' now offers secret\n"
+            async with asyncio.timeout(30):  # the UPDATE_CAPABILITIES is on its way
+                while not await me.discover("secret"):
+                    await asyncio.sleep(0.05)
+            assert await me.discover("unlock") == []
+            assert await me.request("vault", "secret", {}) == {"result": "forty-two"}
+    finally:
+        process.terminate()
+        assert await process.wait() == 0
