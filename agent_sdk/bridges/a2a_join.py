@@ -16,7 +16,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 import httpx
-from a2a.client import A2ACardResolver, Client, ClientConfig, ClientFactory
+from a2a.client import A2ACardResolver, A2AClientError, Client, ClientConfig, ClientFactory
 from a2a.types import AgentCard, Message, Part, Role, SendMessageRequest, TaskState
 from google.protobuf.struct_pb2 import Struct
 
@@ -27,6 +27,8 @@ from agent_sdk.errors import CapabilityError
 
 FAILED = "a2a_failed"
 """The code of an error RESPONSE for a task that failed without saying its own code."""
+UNREACHABLE = "a2a_unreachable"
+"""The code of an error RESPONSE when the A2A agent could not be reached (or stopped answering)."""
 
 _FAILED_STATES = (
     TaskState.TASK_STATE_FAILED,
@@ -60,6 +62,7 @@ class A2AAgent(Agent):
         super().__init__(agent_id, **options)
         config = ClientConfig(httpx_client=http, streaming=card.capabilities.streaming)
         self._client: Client = ClientFactory(config).create(card)
+        self._url = card.supported_interfaces[0].url if card.supported_interfaces else card.name
         for skill in card.skills:
             self.capabilities[skill.id] = CapabilitySpec(
                 name=skill.id,
@@ -82,6 +85,14 @@ class A2AAgent(Agent):
             parts=data_parts(payload),
             metadata=metadata,
         )
+        try:
+            return await self._send(message, ctx)
+        except (A2AClientError, httpx.HTTPError) as exc:
+            raise CapabilityError(
+                f"the A2A agent at {self._url} cannot be reached: {exc}", code=UNREACHABLE
+            ) from None
+
+    async def _send(self, message: Message, ctx: RequestContext) -> dict[str, Any]:
         result: list[Part] = []
         async for event in self._client.send_message(SendMessageRequest(message=message)):
             if event.HasField("message"):

@@ -29,7 +29,7 @@ from a2a.types import (
 )
 from google.protobuf.struct_pb2 import Struct
 
-from agent_sdk import Agent, UnauthorizedError
+from agent_sdk import Agent, RemoteError, UnauthorizedError
 from agent_sdk.bridges.a2a import Gateway, base_url, bind, hashed_tokens, serve_http, serving
 from agent_sdk.bridges.a2a_parts import data_parts
 from examples.a2a import run as a2a_example
@@ -234,6 +234,24 @@ async def test_a_failed_a2a_task_is_an_error_response_with_its_code(lobby: Lobby
         ):
             with pytest.raises(InvalidInputError, match="shout needs a text"):
                 await me.request("shouter", "shout", {"words": 1})
+
+
+async def test_an_a2a_agent_gone_away_is_an_error_response_saying_so(lobby: LobbyServer) -> None:
+    from agent_sdk.bridges.a2a_join import UNREACHABLE, A2AAgent, fetch_card
+
+    sock = bind("127.0.0.1", 0)
+    url = base_url(sock)
+    async with httpx.AsyncClient() as http:
+        async with serve_http(shouter.app(url + "/"), sock):
+            card = await fetch_card(url, http)
+        async with (
+            A2AAgent("shouter", card, http, lobby_url=lobby.url),
+            Agent("caller", lobby_url=lobby.url) as me,
+        ):
+            with pytest.raises(RemoteError) as failed:
+                await me.request("shouter", "shout", {"text": "hello"})
+    assert failed.value.code == UNREACHABLE
+    assert failed.value.message.startswith(f"the A2A agent at {url}/ cannot be reached: ")
 
 
 async def test_the_a2a_example_runs_both_directions(lobby: LobbyServer) -> None:
