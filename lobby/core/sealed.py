@@ -130,6 +130,7 @@ class SealedRounds:
         except IllegalMove as illegal:
             state.refuse(ErrorCode.INVALID_DIALOGUE, str(illegal))
         actions: list[Action] = []
+        traces = negotiations.traces
         for target, dialogue in zip(targets, dialogues, strict=True):
             dialogue.state, dialogue.reply_by = DialogueState.SEALED, None
             dialogue.round_id, dialogue.sealed_by = round_id, sealed.reply_by
@@ -143,6 +144,8 @@ class SealedRounds:
                 traceparent=msg.traceparent,
             )
             actions += state.deliver(target, copy, None, Effect.NONE, now, True)
+            if copy.traceparent is not None:  # the dialogue's first traced move, as in `move`
+                traces[dialogue.dialogue_id] = copy.traceparent
             negotiations.opened(dialogue)
         state.delivery.seen[(agent.agent_id, move_id)] = now
         state.delivery.confirm(session, move_id, msg.traceparent)
