@@ -270,22 +270,41 @@ def test_a_round_sends_each_receiver_its_cfp_and_opens_its_sealed_dialogue() -> 
     int(saved["seed"], 16)  # hex
 
 
-def test_an_acknowledging_buyer_is_confirmed_its_round_and_a_resend_is_not_routed() -> None:
+def test_acknowledging_parties_are_confirmed_in_their_trace_and_a_resend_is_not_routed() -> None:
     clock = Clock()
     router = make_router(clock)
     buyer = join(router, "buyer", acks=True)
     seller = join(router, "s0", acks=True)
-    open_round(buyer, ["s0"])
+    traced = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    body = {"query": {}, "sealed": {"reply_by": 10}, "receivers": ["s0"]}
+    buyer.send("CFP", body, conversation_id="r1", message_id="cfp-1", traceparent=traced)
     world.deliver(router.committed(router.take_journal()))
     (accepted,) = buyer.take()
     assert (accepted["message_type"], accepted["payload"]) == (
         "ACCEPTED",
         {"message_id": "cfp-1"},
     )
-    assert ("buyer", "cfp-1") in router.state.delivery.seen
-    open_round(buyer, ["s0"])
+    assert accepted["traceparent"].split("-")[1] == traced.split("-")[1]
+    assert router.state.delivery.seen[("buyer", "cfp-1")] == clock.now
+    buyer.send("CFP", body, conversation_id="r1", message_id="cfp-1")
     (cfp,) = seller.take()
     assert cfp["message_type"] == "CFP"
+    other = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"
+    clock.now += 1
+    seller.to(
+        "buyer",
+        "PROPOSE",
+        {"proposal": {}},
+        conversation_id="r1:s0",
+        in_reply_to="cfp-1",
+        message_id="bid",
+        traceparent=other,
+    )
+    world.deliver(router.committed(router.take_journal()))
+    confirmed = seller.take()[0]
+    assert (confirmed["message_type"], confirmed["payload"]) == ("ACCEPTED", {"message_id": "bid"})
+    assert confirmed["traceparent"].split("-")[1] == other.split("-")[1]
+    assert router.state.delivery.seen[("s0", "bid")] == clock.now
 
 
 def test_a_capability_name_asks_every_other_provider_in_id_order() -> None:
@@ -440,9 +459,13 @@ def test_a_round_may_fill_the_open_dialogue_bound_exactly_but_not_pass_it() -> N
     buyer = join(router, "buyer")
     for name in ("s0", "s1", "s2"):
         join(router, name)
+    fresh = join(router, "fresh")
+    body = {"query": {}, "sealed": {"reply_by": 5}, "receivers": ["s0", "s1", "s2"]}
+    fresh.send("CFP", body, conversation_id="r0")  # 0 + 3 = 3: allowed
     buyer.to("s0", "CFP", {"query": {}}, conversation_id="plain")
     open_round(buyer, ["s1", "s2"])  # 1 + 2 = 3: allowed
-    assert router.negotiations.started == {"buyer": 3}
+    assert router.negotiations.started == {"fresh": 3, "buyer": 3}
+    assert fresh.take() == []
     buyer.take()
     buyer.send(
         "CFP", {"query": {}, "sealed": {"reply_by": 5}, "receivers": ["s0"]}, conversation_id="r2"
@@ -739,3 +762,17 @@ def test_an_untraced_round_stays_untraced() -> None:
     bid(sellers[0], 30)
     (revealed,) = buyer.take()
     assert "traceparent" not in revealed
+
+
+def test_the_deadline_of_a_round_forgotten_before_it_passes_does_nothing() -> None:
+    clock = Clock()
+    router, buyer, sellers = market(clock, sellers=1, dedupe_horizon=5.0)
+    open_round(buyer, ["s0"])  # reply_by 10 s
+    bid(sellers[0], 5)
+    assert buyer.take()[-1]["message_type"] == "BIDS_REVEALED"
+    clock.now += 6
+    router.tick()
+    assert router.negotiations.sealed.rounds == {}
+    clock.now += 5
+    assert router.tick() == []
+    assert buyer.take() == []

@@ -202,6 +202,7 @@ def test_a_won_claim_registers_what_the_register_asked() -> None:
     record = router.registry.get("x")
     assert record is not None
     assert (record.acks, record.bucket, record.home) == (True, claim.bucket, None)
+    assert record.token_hash == claim.saved.token_hash
     assert sorted(record.capabilities) == ["quote", "sell"]
     assert shared.claims == {}
 
