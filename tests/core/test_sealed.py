@@ -9,7 +9,7 @@ import orjson
 
 from lobby.core import Router
 from lobby.core.limits import Limits
-from lobby.core.records import Snapshot, StateRemoved, StateSaved
+from lobby.core.records import Effect, MessageStored, Snapshot, StateRemoved, StateSaved
 from lobby.core.refusal import unknown_receiver
 from protocol.fipa import reveal_order
 from tests.routerkit import Clock, Peer, cap, join, make_router, world
@@ -207,15 +207,6 @@ def test_a_revealed_round_is_forgotten_after_the_dedupe_horizon() -> None:
 # notices and records, the deadline and the horizon at their boundaries, a restore.
 
 
-def saved_rounds(router: Router) -> list[dict[str, Any]]:
-    """The sealed rounds journaled since the last take, in order."""
-    return [
-        orjson.loads(r.data)
-        for r in router.take_journal().records
-        if isinstance(r, StateSaved) and r.kind == "sealed_round"
-    ]
-
-
 def refused(buyer: Peer, payload: dict[str, Any], **envelope: Any) -> dict[str, Any]:
     """Send a sealed CFP as `r9` and return the ERROR's payload."""
     buyer.send("CFP", payload, conversation_id="r9", **envelope)
@@ -251,11 +242,21 @@ def test_a_round_sends_each_receiver_its_cfp_and_opens_its_sealed_dialogue() -> 
         assert (dialogue.initiator, dialogue.responder) == ("buyer", seller.agent_id)
         assert (dialogue.state, dialogue.reply_by) == ("cfp_sealed", None)
         assert (dialogue.round_id, dialogue.sealed_by) == ("r1", clock.now + 10)
+    records = router.take_journal().records
+    stored = [r for r in records if isinstance(r, MessageStored)]
+    assert [(r.receiver, r.message_id, r.effect, r.at) for r in stored] == [
+        ("s1", "cfp-1", Effect.NONE, clock.now),
+        ("s0", "cfp-1", Effect.NONE, clock.now),
+    ]
     assert list(router.negotiations.open) == ["r1:s1", "r1:s0"]
     assert router.negotiations.started == {"buyer": 2}
     sealed = router.negotiations.sealed
     assert sealed.waiting == {"r1": 2}
-    (saved,) = saved_rounds(router)
+    (saved,) = [
+        orjson.loads(r.data)
+        for r in records
+        if isinstance(r, StateSaved) and r.kind == "sealed_round"
+    ]
     assert saved == {
         "round_id": "r1",
         "buyer": "buyer",
@@ -624,6 +625,10 @@ def test_the_reveal_tells_the_buyer_everything_and_the_silent_their_dialogue_exp
     assert negotiations.sealed.waiting == {}
     assert negotiations.sealed.revealed == {"r1": clock.now}
     records = router.take_journal().records
+    stored = [
+        (r.receiver, r.conversation_id, r.at) for r in records if isinstance(r, MessageStored)
+    ]
+    assert stored == [("buyer", "r1", clock.now), ("s3", "r1:s3", clock.now)]
     saved = [(r.kind, r.key) for r in records if isinstance(r, StateSaved)]
     assert saved == [
         ("dialogue", "r1:s0"),
@@ -776,3 +781,24 @@ def test_the_deadline_of_a_round_forgotten_before_it_passes_does_nothing() -> No
     clock.now += 5
     assert router.tick() == []
     assert buyer.take() == []
+
+
+def test_rounds_due_in_the_same_tick_are_all_revealed() -> None:
+    clock = Clock()
+    router, buyer, sellers = market(clock, sellers=2)
+    open_round(buyer, ["s0"])
+    body = {"query": {}, "sealed": {"reply_by": 5}, "receivers": ["s1"]}
+    buyer.send("CFP", body, conversation_id="r2", message_id="cfp-2")
+    clock.now += 10
+    world.deliver(router.tick())
+    revealed = buyer.take()
+    assert [(m["message_type"], m["conversation_id"]) for m in revealed] == [
+        ("BIDS_REVEALED", "r2"),
+        ("BIDS_REVEALED", "r1"),
+    ]
+    assert [m["message_type"] for s in sellers for m in s.take()] == [
+        "CFP",
+        "DIALOGUE_EXPIRED",
+        "CFP",
+        "DIALOGUE_EXPIRED",
+    ]

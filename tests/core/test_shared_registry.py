@@ -54,6 +54,7 @@ def test_a_claim_lost_to_another_node_is_agent_id_taken_and_changes_nothing() ->
     shared.take()
     (error,) = frames(router.claimed("x", False))
     assert error["payload"]["code"] == "agent_id_taken"
+    assert error["payload"]["original_message_type"] == "REGISTER"
     assert "another node" in error["payload"]["error"]
     assert router.registry.get("x") is None
     assert session.agent is None
