@@ -130,6 +130,7 @@ class SealedRounds:
         except IllegalMove as illegal:
             state.refuse(ErrorCode.INVALID_DIALOGUE, str(illegal))
         actions: list[Action] = []
+        traces = negotiations.traces
         for target, dialogue in zip(targets, dialogues, strict=True):
             dialogue.state, dialogue.reply_by = DialogueState.SEALED, None
             dialogue.round_id, dialogue.sealed_by = round_id, sealed.reply_by
@@ -142,7 +143,10 @@ class SealedRounds:
                 message_id=move_id,
                 traceparent=msg.traceparent,
             )
-            actions += state.deliver(target, copy, None, Effect.NONE, now, True)
+            # Not forced: every mailbox had room for its one CFP (checked above, before any).
+            actions += state.deliver(target, copy, None, Effect.NONE, now)
+            if copy.traceparent is not None:  # the dialogue's first traced move, as in `move`
+                traces[dialogue.dialogue_id] = copy.traceparent
             negotiations.opened(dialogue)
         state.delivery.seen[(agent.agent_id, move_id)] = now
         state.delivery.confirm(session, move_id, msg.traceparent)
@@ -177,7 +181,8 @@ class SealedRounds:
             state.refuse(ErrorCode.INVALID_DIALOGUE, str(illegal))
         state.delivery.seen[(agent.agent_id, move_id)] = now
         state.delivery.confirm(session, move_id, msg.traceparent)
-        sealed = self.rounds[dialogue.round_id or ""]
+        assert dialogue.round_id is not None  # set with `sealed_by`, which brought it here
+        sealed = self.rounds[dialogue.round_id]
         if dialogue.state is DialogueState.DECLINED:
             sealed.declined[agent.agent_id] = msg.payload.get("reason")
             self.negotiations.finish(dialogue)
@@ -230,7 +235,7 @@ class SealedRounds:
                     }
                 )
         sealed.revealed_at = self.revealed[sealed.round_id] = now
-        self.waiting.pop(sealed.round_id, None)
+        del self.waiting[sealed.round_id]  # only an open round is revealed
         self._save(sealed)
         payload = {
             "round_id": sealed.round_id,
@@ -287,9 +292,9 @@ class SealedRounds:
         while revealed:
             round_id, at = next(iter(revealed.items()))
             if at >= cutoff:
-                break
+                break  # pragma: no mutate (`return`: nothing follows the loop)
             del revealed[round_id]
-            self.rounds.pop(round_id, None)
+            del self.rounds[round_id]  # a revealed round is kept until here
             self.negotiations.state.journaled(StateRemoved(KIND, round_id))
 
     def _save(self, sealed: SealedRound) -> None:

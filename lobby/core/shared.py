@@ -112,8 +112,8 @@ class SharedRegistry:
         closed with 4001, as a newer connection on this node would."""
         record = self.registry.get(saved.agent_id)
         actions: list[Action] = []
-        if record is None:
-            record = AgentRecord(saved.agent_id, saved.token_hash, acks=saved.acks)
+        if record is None:  # its acks, capabilities and home are set below
+            record = AgentRecord(saved.agent_id, saved.token_hash)
             self.registry.add(record)
         elif record.token_hash != saved.token_hash:
             record.token_hash = saved.token_hash

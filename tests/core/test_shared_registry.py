@@ -7,13 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+from structlog.testing import capture_logs
 
 from lobby.cluster.keys import agent_id_of, agent_key, decode_agent, encode_agent
-from lobby.core import Router
+from lobby.core import Router, Send
+from lobby.core.limits import Limits
 from lobby.core.records import AgentRemoved, AgentSaved
 from lobby.core.refusal import hash_token
 from lobby.core.session import Action, Close, Session
-from tests.routerkit import Peer, cap, frames, make_router, raw, world
+from tests.routerkit import Clock, Peer, cap, frames, make_router, raw, world
 
 
 def register(router: Router, agent_id: str, **payload: Any) -> tuple[Session, list[Action]]:
@@ -52,6 +54,7 @@ def test_a_claim_lost_to_another_node_is_agent_id_taken_and_changes_nothing() ->
     shared.take()
     (error,) = frames(router.claimed("x", False))
     assert error["payload"]["code"] == "agent_id_taken"
+    assert error["payload"]["original_message_type"] == "REGISTER"
     assert "another node" in error["payload"]["error"]
     assert router.registry.get("x") is None
     assert session.agent is None
@@ -153,3 +156,156 @@ def test_a_resume_on_another_node_closes_the_connection_here_with_4001() -> None
     assert record.session is again
     _, changes = shared.take()
     assert [c.agent_id for c in changes] == ["me"]
+
+
+# The rules of `SharedRegistry` one by one: claims, verdicts, what other nodes changed.
+
+
+def test_a_second_claim_of_a_waiting_id_is_refused_with_its_sentence() -> None:
+    router = make_router()
+    shared = router.share("here")
+    first, _ = register(router, "x")
+    _, again = register(router, "x")
+    (error,) = frames(again)
+    assert error["payload"]["code"] == "agent_id_taken"
+    assert error["payload"]["error"] == "agent id 'x' is being registered by another connection"
+    claims, _ = shared.take()  # the second claim queued nothing
+    assert [c.session for c in claims] == [first]
+    assert list(shared.claims) == ["x"]
+    assert shared.take() == ([], [])
+
+
+def test_a_closed_connection_leaves_the_other_connections_claims_answered() -> None:
+    router = make_router()
+    router.share("here")
+    gone, _ = register(router, "x")
+    waiting, _ = register(router, "y")
+    router.close(gone)
+    (ack,) = router.claimed("y", True)
+    assert isinstance(ack, Send)
+    assert ack.session is waiting
+    assert orjson.loads(ack.frame)["message_type"] == "REGISTER_ACK"
+    assert router.claimed("x", True) == []
+    x, y = router.registry.get("x"), router.registry.get("y")
+    assert x is not None
+    assert y is not None
+    assert (x.session, y.session) == (None, waiting)
+
+
+def test_a_won_claim_registers_what_the_register_asked() -> None:
+    limits = Limits(message_rate=5, registration_rate=0, discover_rate=0)
+    router = Router(limits=limits, clock=Clock())
+    shared = router.share("here")
+    register(router, "x", capabilities=[cap("quote"), cap("sell")], acks=True)
+    (claim,), _ = shared.take()
+    assert claim.bucket is not None
+    router.claimed("x", True)
+    record = router.registry.get("x")
+    assert record is not None
+    assert (record.acks, record.bucket, record.home) == (True, claim.bucket, None)
+    assert record.token_hash == claim.saved.token_hash
+    assert sorted(record.capabilities) == ["quote", "sell"]
+    assert shared.claims == {}
+
+
+def test_a_lost_claim_leaves_the_registry_as_it_was() -> None:
+    router = make_router()
+    shared = router.share("here")
+    register(router, "x", capabilities=[cap("quote")])
+    claim, record = shared.claimed("x", False)
+    assert (claim.saved.agent_id, record) == ("x", None)
+    assert router.registry.get("x") is None
+    assert shared.claims == {}
+
+
+def test_an_id_known_already_when_the_claim_is_won_is_logged_and_replaced() -> None:
+    router = make_router()
+    router.share("here")
+    register(router, "x", acks=True)
+    router.learned(AgentSaved("x", hash_token("old"), orjson.dumps([cap("old")]), False), "far")
+    with capture_logs() as logs:
+        router.claimed("x", True)
+    assert [e["event"] for e in logs] == ["CLUSTER_REGISTRY_STALE", "AGENT_REGISTERED"]
+    assert (logs[0]["agent_id"], logs[0]["log_level"]) == ("x", "warning")
+    record = router.registry.get("x")
+    assert record is not None
+    assert (record.acks, list(record.capabilities), record.home) == (True, [], None)
+    assert record.token_hash != hash_token("old")
+
+
+def test_an_agent_learned_from_another_node_keeps_its_acks_capabilities_and_home() -> None:
+    router = make_router()
+    router.share("here")
+    capabilities = orjson.dumps([cap("quote"), cap("sell")])
+    assert router.learned(AgentSaved("far", hash_token("t"), capabilities, True), "there") == []
+    record = router.registry.get("far")
+    assert record is not None
+    assert (record.token_hash, record.acks, record.home) == (hash_token("t"), True, "there")
+    assert sorted(record.capabilities) == ["quote", "sell"]
+    # A later change of the same agent: replaced, not added to; written here means home here.
+    changed = AgentSaved("far", hash_token("t"), orjson.dumps([cap("lend")]), False)
+    assert router.learned(changed, "here") == []
+    assert router.registry.get("far") is record
+    assert (record.acks, record.home, list(record.capabilities)) == (False, None, ["lend"])
+
+
+def test_a_change_written_by_this_node_closes_nothing_and_keeps_the_connection() -> None:
+    router = make_router()
+    router.share("here")
+    me = join_shared(router, "me")
+    assert me.session.agent is not None
+    saved = AgentSaved("me", me.session.agent.token_hash, orjson.dumps([cap("a")]), True)
+    with capture_logs() as logs:
+        assert router.learned(saved, "here") == []
+    assert logs == []
+    record = router.registry.get("me")
+    assert record is not None
+    assert (record.session, me.session.agent, record.acks) == (me.session, record, True)
+    assert list(record.capabilities) == ["a"]
+
+
+def test_a_token_replaced_elsewhere_revokes_the_connection_here_and_forgets_it() -> None:
+    router = make_router()
+    router.share("here")
+    me = join_shared(router, "me")
+    record = router.registry.get("me")
+    assert record is not None
+    (close,) = router.learned(AgentSaved("me", hash_token("other"), b"[]", False), "there")
+    assert close == Close(me.session, 4003, "token revoked")
+    assert (record.session, me.session.agent) == (None, None)
+    assert (record.token_hash, record.home) == (hash_token("other"), "there")
+    # Offline, a new token closes nothing.
+    assert router.learned(AgentSaved("me", hash_token("third"), b"[]", False), "there") == []
+    assert record.token_hash == hash_token("third")
+
+
+def test_a_resume_on_another_node_is_logged_and_says_which_node() -> None:
+    router = make_router()
+    router.share("here")
+    me = join_shared(router, "me")
+    assert me.session.agent is not None
+    saved = AgentSaved("me", me.session.agent.token_hash, b"[]", False)
+    with capture_logs() as logs:
+        (close,) = router.learned(saved, "n2")
+    assert close == Close(me.session, 4001, "replaced by a newer connection on node n2")
+    assert me.session.agent is None
+    assert [(e["event"], e["agent_id"], e["node_id"]) for e in logs] == [
+        ("AGENT_MOVED", "me", "n2")
+    ]
+    record = router.registry.get("me")
+    assert record is not None
+    assert record.home == "n2"
+    assert router.learned(saved, "n3") == []  # offline here: nothing more to close
+
+
+def test_an_agent_removed_elsewhere_is_closed_here_as_unregistered() -> None:
+    router = make_router()
+    router.share("here")
+    me = join_shared(router, "me")
+    assert router.forgot("me") == [Close(me.session, 4003, "unregistered")]
+    assert me.session.agent is None
+    assert router.registry.get("me") is None
+    assert router.take_journal().records == [AgentRemoved("me")]
+    # An id this node never knew: nothing to close, nothing journaled.
+    assert router.forgot("nobody") == []
+    assert router.take_journal().records == []
