@@ -302,3 +302,35 @@ def test_a_move_without_a_conversation_or_a_cfp_in_reply_is_refused_and_a_resend
         ("d2", Effect.NONE),
         ("d3", Effect.NONE),
     ]
+
+
+def test_an_ended_dialogue_is_remembered_until_exactly_the_horizon_then_forgotten() -> None:
+    clock = Clock()
+    b, s, router = haggle_parties(clock, dedupe_horizon=100)
+    b.to("s", "CFP", {"query": {}}, conversation_id="d1", message_id="c1")
+    s.to("b", "DECLINE", {}, conversation_id="d1", message_id="x1", in_reply_to="c1")
+    router.take_journal()
+    clock.now += 100
+    router.tick()
+    assert "d1" in router.negotiations.dialogues  # ended exactly `remember` ago: kept
+    assert router.take_journal().records == []
+    clock.now += 0.5
+    router.tick()
+    assert "d1" not in router.negotiations.dialogues
+    assert router.take_journal().records == [StateRemoved("dialogue", "d1")]
+
+
+def test_a_sealed_rounds_dialogues_count_as_open_dialogues_their_buyer_started() -> None:
+    router = Router(limits=Limits(message_rate=0, registration_rate=0, max_open_dialogues=3))
+    buyer = join(router, "buyer")
+    for seller in ("s0", "s1"):
+        join(router, seller)
+    buyer.to("s0", "CFP", {"query": {}}, conversation_id="d1", message_id="c1")
+    round_ = {"query": {}, "receivers": ["s0", "s1"], "sealed": {"reply_by": 10}}
+    buyer.send("CFP", round_, conversation_id="r1", message_id="c2")
+    assert router.negotiations.started == {"buyer": 3}
+    buyer.take()
+    buyer.to("s1", "CFP", {"query": {}}, conversation_id="d2", message_id="c3")
+    assert buyer.last()["payload"]["error"] == (
+        "agent 'buyer' already has 3 open dialogues it started; this CFP was not routed"
+    )
