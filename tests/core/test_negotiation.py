@@ -12,6 +12,7 @@ from lobby.core import Router
 from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON
 from lobby.core.limits import Limits
 from lobby.core.records import Effect, MessageStored, StateRemoved, StateSaved
+from tests.core.test_sealed import bid, market, open_round
 from tests.routerkit import Clock, Peer, join, make_router, world
 
 TRACED = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -334,3 +335,16 @@ def test_a_sealed_rounds_dialogues_count_as_open_dialogues_their_buyer_started()
     assert buyer.last()["payload"]["error"] == (
         "agent 'buyer' already has 3 open dialogues it started; this CFP was not routed"
     )
+
+
+def test_a_sealed_rounds_dialogue_does_not_idle_out_before_its_round_is_revealed() -> None:
+    clock = Clock()
+    router, buyer, sellers = market(clock, sellers=2, dialogue_timeout=10)
+    open_round(buyer, ["s0", "s1"], sealed={"reply_by": 30})
+    bid(sellers[0], 20)  # held until the reveal
+    clock.now += 25  # both idle past the timeout, the round still sealed
+    router.tick()
+    assert set(router.negotiations.open) == {"r1:s0", "r1:s1"}
+    clock.now += 5
+    world.deliver(router.tick())  # the reveal: the bid stands, the silent receiver's ends
+    assert set(router.negotiations.open) == {"r1:s0"}

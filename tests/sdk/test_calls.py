@@ -158,3 +158,6 @@ async def test_a_stopped_agent_fails_its_calls_and_drops_their_deadlines() -> No
         await call.result
     assert outstanding._deadlines == {}
     assert outstanding._timer is None
+    # The caller's `finally` forgets it as usual: the call holds no deadline to take back.
+    outstanding.forget("a")
+    assert outstanding.calls == {}
