@@ -436,3 +436,17 @@ def test_at_debug_a_request_is_stored_as_opening_and_a_notice_forced_into_a_full
     for _ in range(2):
         router.state.notify(("bob",), MessageType.DIALOGUE_EXPIRED, {}, "d", 1.0)
     assert len(router.registry.agents["bob"].mailbox) == 2
+
+
+def test_a_senders_seq_and_redelivered_never_reach_the_receiver() -> None:
+    router = make_router()
+    alice, bob = join(router, "alice"), join(router, "bob")
+    alice.to("bob", "TEXT", {"content": "hi"}, message_id="t1", seq=99, redelivered=True)
+    assert bob.last() == {
+        "sender_id": "alice",
+        "receiver_id": "bob",
+        "message_type": "TEXT",
+        "payload": {"content": "hi"},
+        "message_id": "t1",
+        "seq": 1,
+    }
