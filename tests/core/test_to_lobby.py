@@ -251,10 +251,12 @@ def test_a_query_handed_to_a_replica_is_answered_in_its_room_or_dropped_with_its
     waiting = router.to_lobby.take_query()
     assert waiting is not None
     (error,) = frames(router.to_lobby.answered(waiting, None, "the cursor is not one of mine"))
-    assert (error["payload"]["code"], error["payload"]["error"]) == (
-        "malformed",
-        "the cursor is not one of mine",
-    )
+    assert error["payload"] == {
+        "code": "malformed",
+        "error": "the cursor is not one of mine",
+        "original_message_type": "DISCOVER_SERVICES",
+        "original_conversation_id": None,
+    }
     raw(router, asker.session, auth_token=asker.token, **discover)
     waiting = router.to_lobby.take_query()
     assert waiting is not None
