@@ -42,3 +42,23 @@ def test_an_all_zero_id_drawn_is_drawn_again(monkeypatch: pytest.MonkeyPatch) ->
     assert tracecontext.new_trace_id() == "4bf92f3577b34da6a3ce929d0e0e4736"
     draws = iter([bytes(8), bytes.fromhex("00f067aa0ba902b7")])
     assert tracecontext.new_span_id() == "00f067aa0ba902b7"
+
+
+@pytest.mark.parametrize(
+    ("traceparent", "problem"),
+    [
+        (
+            "abc",
+            "is not a W3C traceparent (00-<32 hex trace-id>-<16 hex parent-id>-<2 hex flags>)",
+        ),
+        ("ff" + TRACEPARENT[2:], "has version ff, which W3C forbids"),
+        (TRACEPARENT + "-x", "has version 00 and must be exactly 55 characters"),
+        (f"00-{'0' * 32}-00f067aa0ba902b7-01", "has an all-zero trace-id"),
+        (f"00-4bf92f3577b34da6a3ce929d0e0e4736-{'0' * 16}-01", "has an all-zero parent-id"),
+        (TRACEPARENT, None),
+    ],
+)
+def test_each_traceparent_problem_is_named_in_its_own_words(
+    traceparent: str, problem: str | None
+) -> None:
+    assert tracecontext.problem(traceparent) == problem

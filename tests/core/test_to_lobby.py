@@ -93,7 +93,11 @@ def test_the_discovery_rate_refills_with_the_router_clock() -> None:
     seeker.send("DISCOVER_SERVICES", {})
     assert seeker.last()["message_type"] == "SERVICES_AVAILABLE"
     seeker.send("DISCOVER_SERVICES", {})
-    assert seeker.last()["payload"]["code"] == "rate_limited"
+    refused = seeker.last()["payload"]
+    assert (refused["code"], refused["error"]) == (
+        "rate_limited",
+        "agent 'seeker' sends more than 2 DISCOVER_SERVICES a second; this one was not answered",
+    )
 
 
 def test_past_a_rate_limit_the_connection_is_paused_until_the_next_token() -> None:
