@@ -326,9 +326,10 @@ def test_a_sealed_rounds_dialogues_count_as_open_dialogues_their_buyer_started()
     buyer = join(router, "buyer")
     for seller in ("s0", "s1"):
         join(router, seller)
-    buyer.to("s0", "CFP", {"query": {}}, conversation_id="d1", message_id="c1")
     round_ = {"query": {}, "receivers": ["s0", "s1"], "sealed": {"reply_by": 10}}
-    buyer.send("CFP", round_, conversation_id="r1", message_id="c2")
+    buyer.send("CFP", round_, conversation_id="r1", message_id="c1")
+    assert router.negotiations.started == {"buyer": 2}
+    buyer.to("s0", "CFP", {"query": {}}, conversation_id="d1", message_id="c2")
     assert router.negotiations.started == {"buyer": 3}
     buyer.take()
     buyer.to("s1", "CFP", {"query": {}}, conversation_id="d2", message_id="c3")
