@@ -423,28 +423,50 @@ def test_a_round_is_parsed_from_its_cfp() -> None:
     assert SealedRound.from_dict(sealed.to_dict()) == sealed
 
 
+NEEDS_SECONDS = "a CFP to several receivers needs 'sealed': {'reply_by': positive seconds}"
+NEEDS_RECEIVERS = "a sealed CFP needs 'receivers': a non-empty list of agent ids"
+DISTINCT = "a sealed CFP's receivers must be distinct and not include its sender"
+
+
 @pytest.mark.parametrize(
-    ("change", "words"),
+    ("change", "reason"),
     [
-        ({"sealed": None}, "'sealed': {'reply_by': positive seconds}"),
-        ({"sealed": {"reply_by": 0}}, "'sealed': {'reply_by': positive seconds}"),
-        ({"sealed": {"reply_by": True}}, "'sealed': {'reply_by': positive seconds}"),
-        ({"receivers": "s1"}, "a non-empty list of agent ids"),
-        ({"receivers": [1]}, "a non-empty list of agent ids"),
-        ({"receivers": ["s1", "b"]}, "not include its sender"),
-        ({"receivers": [f"s{i}" for i in range(MAX_ROUND_RECEIVERS + 1)]}, "at most 1000"),
+        ({"sealed": None}, NEEDS_SECONDS),
+        ({"sealed": {"reply_by": 0}}, NEEDS_SECONDS),
+        ({"sealed": {"reply_by": True}}, NEEDS_SECONDS),
+        ({"receivers": "s1"}, NEEDS_RECEIVERS),
+        ({"receivers": []}, NEEDS_RECEIVERS),
+        ({"receivers": [1]}, NEEDS_RECEIVERS),
+        ({"receivers": ["s1", "b"]}, DISTINCT),
+        ({"receivers": ["s1", "s1"]}, DISTINCT),
+        (
+            {"receivers": [f"s{i}" for i in range(MAX_ROUND_RECEIVERS + 1)]},
+            "a sealed CFP asks at most 1000 receivers",
+        ),
     ],
 )
-def test_a_bad_round_names_its_problem(change: dict[str, Any], words: str) -> None:
+def test_a_bad_round_names_its_problem(change: dict[str, Any], reason: str) -> None:
     with pytest.raises(IllegalMove) as refused:
         SealedRound.parse("r1", "b", {**ROUND, **change}, "seed", 100.0)
-    assert refused.value.rule == "bad_payload"
-    assert words in refused.value.reason
+    assert (refused.value.rule, refused.value.reason) == ("bad_payload", reason)
 
 
 def test_a_round_id_must_leave_room_for_the_receivers() -> None:
-    with pytest.raises(IllegalMove, match="at most 100 characters"):
+    with pytest.raises(IllegalMove) as refused:
         SealedRound.parse("r" * 101, "b", ROUND, "seed", 100.0)
+    assert (refused.value.rule, refused.value.reason) == (
+        "bad_payload",
+        "a sealed round's conversation_id has at most 100 characters",
+    )
+    assert SealedRound.parse("r" * 100, "b", ROUND, "seed", 100.0).round_id == "r" * 100
+
+
+def test_a_round_takes_any_positive_reply_by_and_up_to_its_most_receivers() -> None:
+    receivers = [f"s{i}" for i in range(MAX_ROUND_RECEIVERS)]
+    round_ = {**ROUND, "receivers": receivers, "sealed": {"reply_by": 0.5}}
+    sealed = SealedRound.parse("r1", "b", round_, "seed", 100.0)
+    assert (sealed.receivers, sealed.reply_by) == (receivers, 100.5)
+    assert (sealed.seed, sealed.created_at, sealed.revealed_at) == ("seed", 100.0, None)
 
 
 def test_the_reveal_order_is_a_reproducible_shuffle() -> None:

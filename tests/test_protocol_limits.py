@@ -23,3 +23,11 @@ def test_a_bucket_is_full_again_exactly_when_its_burst_has_refilled() -> None:
     assert not bucket.is_full(100.9)  # 3.8
     assert bucket.is_full(101.0)  # 4.0: full, and what forgets an idle address's counter
     assert bucket.is_full(150.0)
+
+
+def test_a_refused_bucket_waits_only_for_what_its_next_token_still_lacks() -> None:
+    bucket = TokenBucket(rate=2.0, burst=1.0, now=100.0)
+    assert bucket.take(100.0)
+    assert bucket.wait() == 0.5  # empty: a whole token at 2 a second
+    assert not bucket.take(100.25)  # half a token refilled
+    assert bucket.wait() == 0.25

@@ -3,6 +3,8 @@ received ones are tests/test_codec.py's)."""
 
 from __future__ import annotations
 
+import pytest
+
 from protocol import tracecontext
 
 TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -31,3 +33,32 @@ def test_a_later_version_is_passed_on_as_version_00() -> None:
     assert tracecontext.hop(later, "1234567890abcdef") == (
         "00-4bf92f3577b34da6a3ce929d0e0e4736-1234567890abcdef-01"
     )
+
+
+def test_an_all_zero_id_drawn_is_drawn_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    """W3C forbids all-zero trace and parent ids; the random source may still draw one."""
+    draws = iter([bytes(16), bytes.fromhex("4bf92f3577b34da6a3ce929d0e0e4736")])
+    monkeypatch.setattr(tracecontext, "_random_bytes", lambda n: next(draws))
+    assert tracecontext.new_trace_id() == "4bf92f3577b34da6a3ce929d0e0e4736"
+    draws = iter([bytes(8), bytes.fromhex("00f067aa0ba902b7")])
+    assert tracecontext.new_span_id() == "00f067aa0ba902b7"
+
+
+@pytest.mark.parametrize(
+    ("traceparent", "problem"),
+    [
+        (
+            "abc",
+            "is not a W3C traceparent (00-<32 hex trace-id>-<16 hex parent-id>-<2 hex flags>)",
+        ),
+        ("ff" + TRACEPARENT[2:], "has version ff, which W3C forbids"),
+        (TRACEPARENT + "-x", "has version 00 and must be exactly 55 characters"),
+        (f"00-{'0' * 32}-00f067aa0ba902b7-01", "has an all-zero trace-id"),
+        (f"00-4bf92f3577b34da6a3ce929d0e0e4736-{'0' * 16}-01", "has an all-zero parent-id"),
+        (TRACEPARENT, None),
+    ],
+)
+def test_each_traceparent_problem_is_named_in_its_own_words(
+    traceparent: str, problem: str | None
+) -> None:
+    assert tracecontext.problem(traceparent) == problem

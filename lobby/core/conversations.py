@@ -150,14 +150,13 @@ class Conversations:
         status = msg.payload.get("status")
         if type(status) is not str:
             raise Refusal(ErrorCode.MALFORMED, "a RESPONSE payload needs a string 'status'")
-        key = (msg.receiver_id, agent.agent_id, msg.conversation_id or "")
+        # A RESPONSE without a conversation_id answers none (`""` is an id like any other).
+        if msg.conversation_id is None:
+            raise _no_open_request(msg, agent)
+        key = (msg.receiver_id, agent.agent_id, msg.conversation_id)
         open_requests = self.open.get(key)
         if open_requests is None:
-            raise Refusal(
-                ErrorCode.UNKNOWN_CONVERSATION,
-                f"no open REQUEST from {msg.receiver_id!r} to {agent.agent_id!r} in conversation "
-                f"{None if msg.conversation_id is None else clip(msg.conversation_id)!r}",
-            )
+            raise _no_open_request(msg, agent)
         target = state.registry.agents.get(msg.receiver_id)
         if target is None:
             self._closes(key, 1)
@@ -197,3 +196,13 @@ class Conversations:
             traceparent=msg.traceparent,
         )
         return [Send(session, frame)]
+
+
+def _no_open_request(msg: Message, agent: AgentRecord) -> Refusal:
+    """The refusal of a RESPONSE that answers no open REQUEST of its receiver's."""
+    conversation = None if msg.conversation_id is None else clip(msg.conversation_id)
+    return Refusal(
+        ErrorCode.UNKNOWN_CONVERSATION,
+        f"no open REQUEST from {msg.receiver_id!r} to {agent.agent_id!r} in conversation "
+        f"{conversation!r}",
+    )

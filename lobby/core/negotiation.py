@@ -246,7 +246,7 @@ class Negotiations:
         while ended:
             dialogue_id, at = next(iter(ended.items()))
             if at >= cutoff:
-                break
+                break  # pragma: no mutate
             del ended[dialogue_id]
             self.dialogues.pop(dialogue_id, None)
             self.traces.pop(dialogue_id, None)

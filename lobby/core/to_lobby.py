@@ -166,12 +166,13 @@ class ToLobby:
         return self.answered(waiting, orjson.dumps(payload))
 
     def _services_available(self, waiting: WaitingQuery, payload: bytes) -> bytes:
+        # The empty payload only holds its place: the answer's bytes replace it below.
         envelope = to_dict(
             Message(
                 LOBBY_ID,
                 waiting.agent.agent_id,
                 MessageType.SERVICES_AVAILABLE,
-                {},
+                {},  # pragma: no mutate
                 waiting.msg.conversation_id,
                 message_id=waiting.message_id,
             )

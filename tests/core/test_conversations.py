@@ -200,6 +200,22 @@ def test_each_request_and_response_refusal_says_what_is_wrong_and_is_counted() -
     assert refused == {"malformed": 3, "capability_not_found": 1, "unknown_conversation": 2}
 
 
+def test_an_empty_conversation_id_is_answered_by_it_and_not_by_a_response_without_one() -> None:
+    router, alice, bob = pair()
+    alice.to("bob", "REQUEST", {"capability_name": "c"}, conversation_id="")
+    assert bob.last()["conversation_id"] == ""
+    bob.to("alice", "RESPONSE", {"status": "success"})
+    assert refusal(bob) == (
+        "unknown_conversation",
+        "no open REQUEST from 'alice' to 'bob' in conversation None",
+    )
+    assert router.conversations == {("alice", "bob", ""): 1}
+    bob.to("alice", "RESPONSE", {"status": "success"}, conversation_id="")
+    answer = alice.last()
+    assert (answer["message_type"], answer["conversation_id"]) == ("RESPONSE", "")
+    assert router.conversations == {}
+
+
 def test_a_requester_over_its_bound_is_told_how_many_it_has_waiting() -> None:
     router = Router(limits=Limits(message_rate=0, registration_rate=0, max_open_requests=1))
     alice = join(router, "alice")

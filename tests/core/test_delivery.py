@@ -12,6 +12,7 @@ from structlog.testing import capture_logs
 
 from lobby.core import Router
 from lobby.core.records import (
+    DELIVERED,
     Acked,
     AgentSaved,
     Effect,
@@ -436,3 +437,36 @@ def test_at_debug_a_request_is_stored_as_opening_and_a_notice_forced_into_a_full
     for _ in range(2):
         router.state.notify(("bob",), MessageType.DIALOGUE_EXPIRED, {}, "d", 1.0)
     assert len(router.registry.agents["bob"].mailbox) == 2
+
+
+def test_a_senders_seq_and_redelivered_never_reach_the_receiver() -> None:
+    router = make_router()
+    alice, bob = join(router, "alice"), join(router, "bob")
+    alice.to("bob", "TEXT", {"content": "hi"}, message_id="t1", seq=99, redelivered=True)
+    assert bob.last() == {
+        "sender_id": "alice",
+        "receiver_id": "bob",
+        "message_type": "TEXT",
+        "payload": {"content": "hi"},
+        "message_id": "t1",
+        "seq": 1,
+    }
+
+
+def test_a_message_written_to_a_non_acknowledging_agent_is_stored_without_its_frame() -> None:
+    router = make_router()
+    alice = join(router, "alice")
+    join(router, "online")
+    join(router, "acking", acks=True)
+    offline = join(router, "offline")
+    router.close(offline.session)
+    router.take_journal()
+    for receiver in ("online", "acking", "offline"):
+        alice.to(receiver, "TEXT", {"content": "hi"}, message_id=f"t-{receiver}")
+    stored = [r for r in router.take_journal().records if isinstance(r, MessageStored)]
+    assert [(r.receiver, r.frame == DELIVERED) for r in stored] == [
+        ("online", True),  # written to its connection: nothing to send again
+        ("acking", False),
+        ("offline", False),
+    ]
+    assert orjson.loads(stored[1].frame)["message_id"] == "t-acking"

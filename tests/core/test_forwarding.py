@@ -87,3 +87,51 @@ def test_dialogue_moves_do_not_cross_nodes_yet() -> None:
     assert error["code"] == "unknown_receiver"
     assert "another lobby node" in error["error"]
     assert a.delivery.forwards == []
+
+
+def test_a_move_to_another_nodes_agent_is_refused_with_its_sentence() -> None:
+    a = node("a")
+    alice = join(a, "alice")
+    learn(a, "bob", "b")
+    alice.to("bob", "CFP", {"query": {}}, conversation_id="d1")
+    assert alice.last()["payload"]["error"] == (
+        "agent 'bob' is connected to another lobby node; CFP between nodes is not supported yet "
+        "(REQUEST, RESPONSE and TEXT are)"
+    )
+
+
+def test_a_relayed_frame_the_home_refuses_is_answered_on_the_relay_session() -> None:
+    b = node("b")
+    join(b, "bob", capabilities=[cap("echo", ["alice"])])
+    learn(b, "alice", "a")
+    relay = b.open("node a", link=None)
+    relay.agent = b.registry.get("alice")
+    (broken,) = b.relayed(relay, b'{"sender_id": "alice"')
+    assert isinstance(broken, Send)
+    assert broken.session is relay
+    error = orjson.loads(broken.frame)
+    assert (error["message_type"], error["receiver_id"]) == ("ERROR", "alice")
+    assert error["payload"]["code"] == "malformed"
+    assert (
+        error["payload"]["error"]
+        == "invalid JSON: unexpected end of data: line 1 column 22 (char 21)"
+    )
+    response = {
+        "sender_id": "alice",
+        "receiver_id": "bob",
+        "message_type": "RESPONSE",
+        "payload": {"status": "success"},
+        "conversation_id": "k",
+        "message_id": "m2",
+    }
+    (refused,) = b.relayed(relay, orjson.dumps(response))
+    assert isinstance(refused, Send)
+    assert refused.session is relay
+    error = orjson.loads(refused.frame)
+    assert error["in_reply_to"] == "m2"
+    assert error["payload"] == {
+        "code": "unknown_conversation",
+        "error": "no open REQUEST from 'bob' to 'alice' in conversation 'k'",
+        "original_message_type": "RESPONSE",
+        "original_conversation_id": "k",
+    }

@@ -10,6 +10,7 @@ import pytest
 from structlog.testing import capture_logs
 
 from lobby.core.records import Effect, MessageStored, StateSaved
+from lobby.core.session import Send
 from tests.core.test_delivery import restarted, resume
 from tests.routerkit import Clock, Peer, join, make_router
 
@@ -252,3 +253,20 @@ def test_a_traced_payment_is_logged_in_its_trace_and_confirmed_when_made() -> No
         ("global_lobby", clock.now),
         ("global_lobby", clock.now),
     ]
+
+
+def test_an_acknowledging_payers_payment_is_stored_opening_nothing_and_accepted_later() -> None:
+    router = make_router()
+    shop, alice = join(router, "shop"), join(router, "alice", acks=True)
+    propose(shop)
+    router.take_journal()
+    alice.to("shop", "PAYMENT", {"amount": 0.3, "proposal_message_id": "p1"}, **PAID)
+    alice.take()
+    batch = router.take_journal()
+    (payment,) = [r for r in batch.records if isinstance(r, MessageStored) and r.sender == "alice"]
+    assert (payment.message_id, payment.effect) == ("pay1", Effect.NONE)
+    (accepted,) = router.committed(batch)
+    assert isinstance(accepted, Send)
+    assert accepted.session is alice.session
+    frame = orjson.loads(accepted.frame)
+    assert (frame["message_type"], frame["payload"]) == ("ACCEPTED", {"message_id": "pay1"})

@@ -12,6 +12,7 @@ from lobby.core import Router
 from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON
 from lobby.core.limits import Limits
 from lobby.core.records import Effect, MessageStored, StateRemoved, StateSaved
+from tests.core.test_sealed import bid, market, open_round
 from tests.routerkit import Clock, Peer, join, make_router, world
 
 TRACED = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
@@ -302,3 +303,49 @@ def test_a_move_without_a_conversation_or_a_cfp_in_reply_is_refused_and_a_resend
         ("d2", Effect.NONE),
         ("d3", Effect.NONE),
     ]
+
+
+def test_an_ended_dialogue_is_remembered_until_exactly_the_horizon_then_forgotten() -> None:
+    clock = Clock()
+    b, s, router = haggle_parties(clock, dedupe_horizon=100)
+    b.to("s", "CFP", {"query": {}}, conversation_id="d1", message_id="c1")
+    s.to("b", "DECLINE", {}, conversation_id="d1", message_id="x1", in_reply_to="c1")
+    router.take_journal()
+    clock.now += 100
+    router.tick()
+    assert "d1" in router.negotiations.dialogues  # ended exactly `remember` ago: kept
+    assert router.take_journal().records == []
+    clock.now += 0.5
+    router.tick()
+    assert "d1" not in router.negotiations.dialogues
+    assert router.take_journal().records == [StateRemoved("dialogue", "d1")]
+
+
+def test_a_sealed_rounds_dialogues_count_as_open_dialogues_their_buyer_started() -> None:
+    router = Router(limits=Limits(message_rate=0, registration_rate=0, max_open_dialogues=3))
+    buyer = join(router, "buyer")
+    for seller in ("s0", "s1"):
+        join(router, seller)
+    round_ = {"query": {}, "receivers": ["s0", "s1"], "sealed": {"reply_by": 10}}
+    buyer.send("CFP", round_, conversation_id="r1", message_id="c1")
+    assert router.negotiations.started == {"buyer": 2}
+    buyer.to("s0", "CFP", {"query": {}}, conversation_id="d1", message_id="c2")
+    assert router.negotiations.started == {"buyer": 3}
+    buyer.take()
+    buyer.to("s1", "CFP", {"query": {}}, conversation_id="d2", message_id="c3")
+    assert buyer.last()["payload"]["error"] == (
+        "agent 'buyer' already has 3 open dialogues it started; this CFP was not routed"
+    )
+
+
+def test_a_sealed_rounds_dialogue_does_not_idle_out_before_its_round_is_revealed() -> None:
+    clock = Clock()
+    router, buyer, sellers = market(clock, sellers=2, dialogue_timeout=10)
+    open_round(buyer, ["s0", "s1"], sealed={"reply_by": 30})
+    bid(sellers[0], 20)  # held until the reveal
+    clock.now += 25  # both idle past the timeout, the round still sealed
+    router.tick()
+    assert set(router.negotiations.open) == {"r1:s0", "r1:s1"}
+    clock.now += 5
+    world.deliver(router.tick())  # the reveal: the bid stands, the silent receiver's ends
+    assert set(router.negotiations.open) == {"r1:s0"}

@@ -11,7 +11,7 @@ import orjson
 import pytest
 from structlog.testing import capture_logs
 
-from lobby.core import Close, Router
+from lobby.core import Close, Router, Send
 from lobby.core.limits import Limits
 from lobby.core.records import AgentSaved
 from tests.routerkit import Clock, Peer, cap, frames, join, make_router, raw, world
@@ -270,3 +270,68 @@ def test_a_new_agent_is_logged_with_its_capabilities_by_name_and_journaled() -> 
     (saved,) = router.take_journal().records
     assert isinstance(saved, AgentSaved)
     assert saved.agent_id == "a"
+
+
+# A node of a cluster (`Router.share`): a new id is answered once the shared registry decided.
+
+
+def claim(router: Router, agent_id: str, **payload: Any) -> Any:
+    """A REGISTER on a node of a cluster, its claim taken by the shared registry: the session
+    that waits for the verdict."""
+    session = router.open(agent_id)
+    frame = {"sender_id": agent_id, "message_type": "REGISTER", "payload": payload}
+    assert raw(router, session, conversation_id="c", message_id="r1", **frame) == []
+    assert router.state.shared is not None
+    router.state.shared.take()
+    return session
+
+
+def test_a_lost_or_unreachable_claim_is_refused_with_its_sentence_in_reply_to_the_register() -> (
+    None
+):
+    router = make_router()
+    router.share("here")
+    claim(router, "x")
+    (taken,) = frames(router.claimed("x", False))
+    assert (taken["message_type"], taken["receiver_id"]) == ("ERROR", "x")
+    assert (taken["conversation_id"], taken["in_reply_to"]) == ("c", "r1")
+    assert taken["payload"] == {
+        "code": "agent_id_taken",
+        "error": "agent id 'x' is already registered (on another node): resume with its "
+        "auth_token or register under another id",
+        "original_message_type": "REGISTER",
+        "original_conversation_id": "c",
+    }
+    claim(router, "y")
+    (unreachable,) = frames(router.claimed("y", None))
+    assert (unreachable["payload"]["code"], unreachable["payload"]["error"]) == (
+        "internal",
+        "the cluster's shared registry could not be reached: try again",
+    )
+    assert unreachable["in_reply_to"] == "r1"
+
+
+def test_a_won_claim_registers_the_agent_on_its_connection_and_logs_it() -> None:
+    router = make_router()
+    router.share("here")
+    names = [n * 100 for n in "cab"]  # 302 characters in all: past a clip, within a sentence
+    session = claim(router, "x", capabilities=[cap(n) for n in names])
+    with capture_logs() as logs:
+        (ack,) = router.claimed("x", True)
+    assert isinstance(ack, Send)
+    assert ack.session is session
+    sent = orjson.loads(ack.frame)
+    assert (sent["message_type"], sent["receiver_id"]) == ("REGISTER_ACK", "x")
+    assert sent["payload"]["status"] == "success_registered_finalized"
+    assert logs == [
+        {
+            "event": "AGENT_REGISTERED",
+            "log_level": "info",
+            "agent_id": "x",
+            "capabilities": ", ".join(sorted(names)),
+            "remote": "x",
+        }
+    ]
+    record = router.registry.get("x")
+    assert record is not None
+    assert (record.session, session.agent) == (session, record)

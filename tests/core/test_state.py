@@ -10,9 +10,9 @@ from structlog.testing import capture_logs
 from lobby.core import LobbyState, Send, Session
 from lobby.core.records import AgentSaved, StateSaved
 from lobby.core.refusal import Refusal
-from lobby.core.registry import AgentRecord
-from protocol.models import ErrorCode, Message, MessageType
-from tests.routerkit import Clock, frames, join, make_router, raw
+from lobby.core.registry import REVOKED, AgentRecord, Registry
+from protocol.models import Capability, ErrorCode, Message, MessageType
+from tests.routerkit import Clock, cap, frames, join, make_router, raw
 
 
 def state_with(*agent_ids: str, mailbox_limit: int = 10) -> LobbyState:
@@ -127,3 +127,77 @@ def test_an_error_on_a_connection_not_registered_goes_to_the_sender_it_named() -
         ("MESSAGE_REFUSED", "malformed", unread["payload"]["error"], session.id),
     ]
     assert router.counters.refused["not_registered"] == 1
+
+
+def test_an_undecodable_frame_is_refused_to_its_registered_sender_with_what_could_be_read() -> None:
+    router = make_router()
+    peer = join(router, "a")
+    (error,) = frames(
+        raw(
+            router,
+            peer.session,
+            sender_id="a",
+            receiver_id="b",
+            message_type="TEXT",
+            payload=5,
+            conversation_id="c",
+        )
+    )
+    assert {k: v for k, v in error.items() if k != "message_id"} == {
+        "sender_id": "global_lobby",
+        "receiver_id": "a",
+        "message_type": "ERROR",
+        "payload": {
+            "error": "field 'payload' must be an object, not a number",
+            "code": "malformed",
+            "original_message_type": "TEXT",
+            "original_conversation_id": "c",
+        },
+        "conversation_id": "c",
+    }
+
+
+def test_a_refusal_is_logged_at_debug_in_its_messages_trace() -> None:
+    router = make_router(trace=True)
+    peer = join(router, "a")
+    traced = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    with capture_logs() as logs:
+        peer.to("nobody", "TEXT", {"content": "hi"}, traceparent=traced)
+    (refused,) = [e for e in logs if e["event"] == "MESSAGE_REFUSED"]
+    assert refused["trace_id"] == "4bf92f3577b34da6a3ce929d0e0e4736"
+
+
+def test_a_refusal_pauses_nothing_unless_told_and_says_its_reason() -> None:
+    refusal = Refusal(ErrorCode.MALFORMED, "why")
+    assert (refusal.pause, str(refusal)) == (0.0, "why")
+    router = make_router()
+    peer = join(router, "a")
+    actions = raw(
+        router,
+        peer.session,
+        sender_id="a",
+        receiver_id="x",
+        message_type="TEXT",
+        payload={"content": "hi"},
+        auth_token=peer.token,
+    )
+    assert [type(action) for action in actions] == [Send]
+
+
+def test_a_replica_of_the_search_index_holds_agents_that_no_token_opens() -> None:
+    lobby = Registry()
+    lobby.replicating = True
+    record = AgentRecord("a", b"hash")
+    lobby.add(record)
+    lobby.set_capabilities(record, [Capability.model_validate(cap("translate"))])
+    wire = record.capabilities["translate"].wire
+    assert lobby.changes == [("offer", "a", []), ("offer", "a", [wire])]
+    assert lobby.snapshot() == [("offer", "a", [wire])]
+    replica = Registry()
+    replica.offer("a", dict(record.capabilities))
+    copy = replica.get("a")
+    assert copy is not None
+    assert (copy.token_hash, list(copy.capabilities)) == (REVOKED, ["translate"])
+    replica.offer("a", {})
+    assert replica.get("a") is copy
+    assert copy.capabilities == {}

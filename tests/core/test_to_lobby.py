@@ -93,7 +93,11 @@ def test_the_discovery_rate_refills_with_the_router_clock() -> None:
     seeker.send("DISCOVER_SERVICES", {})
     assert seeker.last()["message_type"] == "SERVICES_AVAILABLE"
     seeker.send("DISCOVER_SERVICES", {})
-    assert seeker.last()["payload"]["code"] == "rate_limited"
+    refused = seeker.last()["payload"]
+    assert (refused["code"], refused["error"]) == (
+        "rate_limited",
+        "agent 'seeker' sends more than 2 DISCOVER_SERVICES a second; this one was not answered",
+    )
 
 
 def test_past_a_rate_limit_the_connection_is_paused_until_the_next_token() -> None:
@@ -221,3 +225,45 @@ def test_updated_capabilities_are_logged_by_name_up_to_a_sentence() -> None:
     assert [(e["event"], e["agent_id"], e["capabilities"]) for e in logs] == [
         ("AGENT_CAPABILITIES_UPDATED", "bob", ", ".join(names))
     ]
+
+
+def test_a_query_handed_to_a_replica_is_answered_in_its_room_or_dropped_with_its_connection() -> (
+    None
+):
+    router = make_router()
+    asker = join(router, "asker")
+    discover = {"sender_id": "asker", "message_type": "DISCOVER_SERVICES"}
+    assert (
+        raw(router, asker.session, auth_token=asker.token, conversation_id="q1", **discover) == []
+    )
+    waiting = router.to_lobby.take_query()
+    assert waiting is not None
+    assert waiting.message_id
+    envelope = {
+        "sender_id": "global_lobby",
+        "receiver_id": "asker",
+        "message_type": "SERVICES_AVAILABLE",
+        "payload": {},
+        "conversation_id": "q1",
+        "message_id": waiting.message_id,
+    }
+    # The payload may take the bound less the envelope around it (whose "{}" is its place).
+    assert waiting.room == router.state.limits.max_discover_bytes - len(orjson.dumps(envelope)) + 2
+    world_frames = frames(router.to_lobby.answered(waiting, b'{"services":[]}'))
+    assert world_frames == [{**envelope, "payload": {"services": []}}]
+    raw(router, asker.session, auth_token=asker.token, **discover)
+    waiting = router.to_lobby.take_query()
+    assert waiting is not None
+    (error,) = frames(router.to_lobby.answered(waiting, None, "the cursor is not one of mine"))
+    assert error["payload"] == {
+        "code": "malformed",
+        "error": "the cursor is not one of mine",
+        "original_message_type": "DISCOVER_SERVICES",
+        "original_conversation_id": None,
+    }
+    raw(router, asker.session, auth_token=asker.token, **discover)
+    waiting = router.to_lobby.take_query()
+    assert waiting is not None
+    router.close(asker.session)
+    assert router.to_lobby.answered(waiting, b'{"services":[]}') == []
+    assert waiting.agent.queries_waiting == 0

@@ -158,3 +158,21 @@ async def test_a_stopped_agent_fails_its_calls_and_drops_their_deadlines() -> No
         await call.result
     assert outstanding._deadlines == {}
     assert outstanding._timer is None
+    # The caller's `finally` forgets it as usual: the call holds no deadline to take back.
+    outstanding.forget("a")
+    assert outstanding.calls == {}
+
+
+async def test_one_timer_is_armed_at_the_earliest_deadline_and_a_forgotten_call_leaves_it() -> None:
+    _, outstanding = pair()
+    for cid in "ab":
+        outstanding.call(cid, "seller", "price", stream=False)
+    outstanding.time_out("a", 30)
+    outstanding.time_out("b", 60)  # later: the timer stays where it is
+    timer = outstanding._timer
+    assert timer is not None
+    assert timer.when() == outstanding._deadlines[30]["a"]
+    outstanding.forget("a")
+    assert outstanding._deadlines[30] == {}
+    assert list(outstanding._deadlines[60]) == ["b"]
+    outstanding.fail_all(NotConnectedError("stopped"))
