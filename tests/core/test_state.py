@@ -11,7 +11,8 @@ from lobby.core import LobbyState, Send, Session
 from lobby.core.records import AgentSaved, StateSaved
 from lobby.core.refusal import Refusal
 from lobby.core.registry import REVOKED, AgentRecord, Registry
-from protocol.models import Capability, ErrorCode, Message, MessageType
+from protocol.models import ErrorCode, Message, MessageType
+from protocol.payloads import Capability
 from tests.routerkit import Clock, cap, frames, join, make_router, raw
 
 
