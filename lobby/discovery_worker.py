@@ -228,9 +228,9 @@ class DiscoveryWorker:
         pending = [asked for asked in self._asked if not asked.taken_back]
         if not pending or self.process is None:
             return
-        overdue = pending[0].at + STARVED_AFTER - time.monotonic()
-        if overdue > 0:
-            self._watch = asyncio.get_running_loop().call_later(overdue, self._check)
+        left = pending[0].at + STARVED_AFTER - time.monotonic()
+        if left > 0:
+            self._watch = asyncio.get_running_loop().call_later(left, self._check)
             return
         for asked in pending:
             asked.taken_back = True
