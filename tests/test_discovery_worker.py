@@ -284,7 +284,10 @@ async def test_a_starved_worker_s_queries_are_answered_in_process(
                 for query in queries:
                     await ws.send(frame("me", "DISCOVER_SERVICES", query, auth_token=token))
                 answers = [await reply(ws) for _ in queries]
-                assert worker.taken_back == len(queries)
+                # Those the worker was asked before the first was overdue (all of them, unless
+                # the frames came far apart); the rest were answered in process directly.
+                taken_back = worker.taken_back
+                assert 1 <= taken_back <= len(queries)
                 assert worker.behind
                 # Asked while the worker is behind: answered in process at once.
                 assert await discover(ws, "me", token, queries[0]) == expected[0]
@@ -294,7 +297,7 @@ async def test_a_starved_worker_s_queries_are_answered_in_process(
             answer.pop("message_id")
         assert answers == expected
         starved = [e for e in logs if e["event"] == "DISCOVERY_WORKER_STARVED"]
-        assert [e["taken_back"] for e in starved] == [len(queries)]
+        assert [e["taken_back"] for e in starved] == [taken_back]
         for _ in range(500):
             if not worker.behind:
                 break
@@ -304,7 +307,7 @@ async def test_a_starved_worker_s_queries_are_answered_in_process(
         # (asked in the other order, a late answer would be read in place of another's).
         again = [await discover(ws, "me", token, q) for q in reversed(queries)]
         assert again == expected[::-1]
-        assert worker.taken_back == len(queries)
+        assert worker.taken_back == taken_back
         assert worker.process is process
 
 
