@@ -22,6 +22,14 @@ While the worker starts and loads the snapshot (seconds for a large index), and 
 `MAX_RESTARTS` times, the lobby answers in process (one query per pass of its loop). A worker
 that dies is logged once, its unanswered queries are answered in process, and the next query
 starts a new one.
+
+The worker runs at the lowest CPU priority Linux has (`SCHED_IDLE`; nice 19 elsewhere): on
+busy cores it gets what the lobby and everything else leave, so answering discovery never
+takes a core from routing. Its answers come when they come; the loop never waits for one. So
+that discovery is not starved forever on cores that are never idle, a query the worker has
+not answered within `STARVED_AFTER` is taken back and answered in process, with every query
+asked after it, and new queries are answered in process until the worker has caught up (its
+late answers to the taken-back ones are dropped).
 """
 
 from __future__ import annotations
@@ -31,9 +39,11 @@ import contextlib
 import os
 import struct
 import sys
+import time
 import traceback
 from collections import deque
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, BinaryIO, Final
 
 import orjson
@@ -53,8 +63,40 @@ MAX_RESTARTS: Final = 3
 """Workers started after the first one died; past that, discovery stays in process."""
 SNAPSHOT_SLICE: Final = 1 << 20
 """Bytes of the snapshot written per pass of the loop when a worker starts."""
+STARVED_AFTER: Final = 2.0
+"""Seconds a query may wait in the worker before the lobby takes it back and answers it in
+process: the worker runs only on cores nothing else wants (`lower_priority`), which a machine
+busy for long may never have."""
 _LENGTH: Final = struct.Struct(">I")
 _ANSWER: Final = struct.Struct(">II")
+
+
+def lower_priority() -> str:
+    """Put this process at the lowest CPU priority the system has (call in the worker, at its
+    start): Linux's `SCHED_IDLE`, which runs only when a core has nothing else to run and
+    gives way at once to any other task that wakes; nice 19 where that policy is missing.
+    The policy or nice value it set."""
+    if hasattr(os, "SCHED_IDLE"):
+        try:
+            os.sched_setscheduler(0, os.SCHED_IDLE, os.sched_param(0))
+        except OSError:
+            pass
+        else:
+            return "SCHED_IDLE"
+    with contextlib.suppress(OSError):
+        os.nice(19 - os.nice(0))
+    return f"nice {os.nice(0)}"
+
+
+@dataclass(slots=True)
+class Asked:
+    """A query written to the worker, not yet answered by it."""
+
+    waiting: WaitingQuery
+    at: float
+    """When it was written (`time.monotonic`)."""
+    taken_back: bool = False
+    """Answered in process: the worker's answer, when it comes, is dropped."""
 
 
 def frame(obj: Any) -> bytes:
@@ -136,13 +178,26 @@ class DiscoveryWorker:
         self.deaths = 0
         self.started = 0
         """Workers started (one at a time)."""
-        self._asked: deque[WaitingQuery] = deque()
-        """Queries written to the worker, not yet answered, oldest first."""
+        self._asked: deque[Asked] = deque()
+        """Queries written to the worker, not yet answered by it, oldest first."""
+        self._behind = 0
+        """Taken-back queries the worker has yet to answer: while any, new queries are
+        answered in process."""
+        self.taken_back = 0
+        """Queries taken back from a starved worker and answered in process."""
         self._reader: asyncio.Task[None] | None = None
+        self._watch: asyncio.TimerHandle | None = None
+
+    @property
+    def behind(self) -> bool:
+        """Queries were taken back from the worker (`STARVED_AFTER`) and it has yet to answer
+        them all: new queries are answered in process."""
+        return self._behind > 0
 
     def dispatch(self) -> bool:
         """Hand every waiting query to the worker (the registry's changes first). False when no
-        worker holds the index yet (one is started): answer one in process meanwhile."""
+        worker holds the index yet (one is started), or while it is behind (`STARVED_AFTER`):
+        answer one in process meanwhile."""
         process = self.process
         if process is None:
             if not self._starting and not self._closed and self.deaths <= MAX_RESTARTS:
@@ -150,16 +205,41 @@ class DiscoveryWorker:
                 self.server.spawn(self._start())
             return False
         self.feed()
+        if self._behind:
+            return False
         to_lobby = self.router.to_lobby
         assert process.stdin is not None
+        now = time.monotonic()
         while to_lobby.queries:
             waiting = to_lobby.take_query()
             if waiting is None:
                 continue
-            self._asked.append(waiting)
+            self._asked.append(Asked(waiting, now))
             query = ["query", waiting.agent.agent_id, waiting.msg.payload, waiting.room]
             process.stdin.write(frame(query))
+        if self._asked and self._watch is None:
+            self._watch = asyncio.get_running_loop().call_later(STARVED_AFTER, self._check)
         return True
+
+    def _check(self) -> None:
+        """Take back every query asked of the worker if the oldest has waited `STARVED_AFTER`
+        (the ones after it wait behind it in the worker); else look again when it will have."""
+        self._watch = None
+        pending = [asked for asked in self._asked if not asked.taken_back]
+        if not pending or self.process is None:
+            return
+        left = pending[0].at + STARVED_AFTER - time.monotonic()
+        if left > 0:
+            self._watch = asyncio.get_running_loop().call_later(left, self._check)
+            return
+        for asked in pending:
+            asked.taken_back = True
+        self._behind += len(pending)
+        self.taken_back += len(pending)
+        log.warning("DISCOVERY_WORKER_STARVED", taken_back=len(pending), fallback="in_process")
+        # First in line, in their order, to be answered in process.
+        self.router.to_lobby.queries.extendleft(reversed([asked.waiting for asked in pending]))
+        self.server.queries_waiting()
 
     def feed(self) -> None:
         """Write the registry's changes to the worker (call before any query, and often enough
@@ -226,7 +306,13 @@ class DiscoveryWorker:
                     self.process, self._loading, self._starting = process, None, False
                     self.server.queries_waiting()
                     continue
-                waiting = self._asked.popleft()
+                asked = self._asked.popleft()
+                if asked.taken_back:  # answered in process meanwhile
+                    self._behind -= 1
+                    if not self._behind:
+                        self.server.queries_waiting()
+                    continue
+                waiting = asked.waiting
                 try:
                     self._answered(waiting, meta, body)
                 except Exception:
@@ -260,18 +346,22 @@ class DiscoveryWorker:
         log.warning(
             "DISCOVERY_WORKER_FAILED",
             returncode=process.returncode,
-            unanswered=len(self._asked),
+            unanswered=sum(not asked.taken_back for asked in self._asked),
             fallback="restart" if self.deaths <= MAX_RESTARTS else "in_process",
         )
         # Its unanswered queries go first in line, in their order, to be answered in process.
-        self.router.to_lobby.queries.extendleft(reversed(self._asked))
+        unanswered = [asked.waiting for asked in self._asked if not asked.taken_back]
+        self.router.to_lobby.queries.extendleft(reversed(unanswered))
         self._asked.clear()
+        self._behind = 0
         self.server.queries_waiting()
         self.server.spawn(_end(process))
 
     async def close(self) -> None:
         """Stop the worker (its unanswered queries stay unanswered: the lobby is stopping)."""
         self._closed = True
+        if self._watch is not None:
+            self._watch.cancel()
         process = self.process or self._loading
         self.process = self._loading = None
         self.router.registry.replicating = False
@@ -300,8 +390,7 @@ def main() -> None:
     # Only frames go to the lobby: anything else printed goes to stderr.
     out = os.fdopen(os.dup(sys.stdout.fileno()), "wb")
     os.dup2(sys.stderr.fileno(), sys.stdout.fileno())
-    with contextlib.suppress(OSError):
-        os.nice(10)  # the lobby's loop comes first when the cores are busy
+    lower_priority()
     with contextlib.suppress(KeyboardInterrupt, BrokenPipeError):
         serve(sys.stdin.buffer, out)
 

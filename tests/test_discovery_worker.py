@@ -1,12 +1,15 @@
 """lobby/discovery_worker.py: the replica of the search index answers every DISCOVER as the
 lobby's own `answer_query` does (over a varied registry, synchronously), and over real sockets
 a lobby with the worker answers as one without it, sees a REGISTER acknowledged before the
-query, and keeps answering when the worker is killed."""
+query, keeps answering when the worker is killed, runs it at the lowest CPU priority, and
+answers in process what a starved worker leaves waiting."""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import os
+import signal
 from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
@@ -239,6 +242,73 @@ async def test_a_killed_worker_loses_no_answer(
         assert lobby.discovery.deaths == 3
         assert lobby.discovery.started == 4
         assert await discover(ws, "me", token, {"query": "task"}) == expected
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_the_worker_runs_at_the_lowest_cpu_priority(tmp_path: Path, transport: str) -> None:
+    async with serving(tmp_path, transport) as served, served.connect() as ws:
+        token = (await register(ws, "me"))["payload"]["auth_token"]
+        assert served.lobby.discovery is not None
+        await worker_running(served.lobby, ws, "me", token)
+        process = served.lobby.discovery.process
+        assert process is not None
+        if hasattr(os, "SCHED_IDLE"):  # Linux
+            assert os.sched_getscheduler(process.pid) == os.SCHED_IDLE
+        else:
+            assert os.getpriority(os.PRIO_PROCESS, process.pid) == 19
+        assert os.sched_getscheduler(0) == os.SCHED_OTHER  # the lobby itself is not lowered
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_starved_worker_s_queries_are_answered_in_process(
+    tmp_path: Path, transport: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The worker stopped (as if it never got a core) with queries in it: past
+    `STARVED_AFTER` the lobby answers them, and the queries after them, itself; once the
+    worker has caught up, its late answers are dropped (the agent gets each answer once) and
+    it answers again."""
+    monkeypatch.setattr(discovery_worker, "STARVED_AFTER", 0.3)
+    async with serving(tmp_path, transport) as served, served.connect() as ws:
+        await fill(served.connect, 6)
+        token = (await register(ws, "me"))["payload"]["auth_token"]
+        worker = served.lobby.discovery
+        assert worker is not None
+        await worker_running(served.lobby, ws, "me", token)
+        process = worker.process
+        assert process is not None
+        queries: list[dict[str, Any]] = [{"query": "task"}, {"keywords": ["third"]}, {"limit": 3}]
+        expected = [await discover(ws, "me", token, q) for q in queries]
+        with structlog.testing.capture_logs() as logs:
+            process.send_signal(signal.SIGSTOP)
+            try:
+                for query in queries:
+                    await ws.send(frame("me", "DISCOVER_SERVICES", query, auth_token=token))
+                answers = [await reply(ws) for _ in queries]
+                # Those the worker was asked before the first was overdue (all of them, unless
+                # the frames came far apart); the rest were answered in process directly.
+                taken_back = worker.taken_back
+                assert 1 <= taken_back <= len(queries)
+                assert worker.behind
+                # Asked while the worker is behind: answered in process at once.
+                assert await discover(ws, "me", token, queries[0]) == expected[0]
+            finally:
+                process.send_signal(signal.SIGCONT)
+        for answer in answers:
+            answer.pop("message_id")
+        assert answers == expected
+        starved = [e for e in logs if e["event"] == "DISCOVERY_WORKER_STARVED"]
+        assert [e["taken_back"] for e in starved] == [taken_back]
+        for _ in range(500):
+            if not worker.behind:
+                break
+            await asyncio.sleep(0.01)
+        assert not worker.behind
+        # The worker answers again; the agent got no second answer to the taken-back queries
+        # (asked in the other order, a late answer would be read in place of another's).
+        again = [await discover(ws, "me", token, q) for q in reversed(queries)]
+        assert again == expected[::-1]
+        assert worker.taken_back == taken_back
+        assert worker.process is process
 
 
 def test_the_setting_turns_the_worker_off_and_is_checked() -> None:
