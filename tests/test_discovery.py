@@ -15,13 +15,19 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from lobby.core import Router, Send, ranking
-from lobby.core.discovery import BadDiscovery, decode_cursor, encode_cursor
+from lobby.core.discovery import (
+    BadDiscovery,
+    decode_cursor,
+    encode_cursor,
+    services_available,
+    with_presence,
+)
 from lobby.core.limits import Limits
 from lobby.core.listing import Position
 from lobby.core.registry import AgentRecord, Registry
 from lobby.core.search import SIMPLE_WINDOW
 from lobby.server import LobbyServer
-from protocol.models import MAX_RANK, Capability
+from protocol.models import MAX_RANK, Capability, DiscoverServicesPayload
 from tests.conftest import TRANSPORTS
 from tests.routerkit import Clock, Peer, join
 from tests.transport.test_closing import Stubborn
@@ -428,3 +434,39 @@ async def test_a_read_routes_its_messages_before_answering_its_queries(
         assert first["message_type"] == "ERROR"
         assert first["payload"]["code"] == "malformed"
         assert second["message_type"] == "SERVICES_AVAILABLE"
+
+
+def test_each_refusal_says_what_is_wrong_word_for_word() -> None:
+    _, me = lobby(count_per_agent=5)
+    good = ask(me, {"limit": 2})["next"]
+    not_a_cursor = "invalid DISCOVER_SERVICES cursor: not the 'next' of an answer"
+    assert refusal(me, {"cursor": "not a cursor!"}) == not_a_cursor
+    assert refusal(me, {"cursor": encode_cursor(Position(None, MAX_RANK))}) == not_a_cursor
+    both = {"query": "task", "cursor": good, "offset": 3}
+    assert refusal(me, both) == "DISCOVER_SERVICES takes 'cursor' or 'offset', not both"
+    assert refusal(me, {"query": "task", "offset": 301, "limit": 200}) == (
+        "invalid DISCOVER_SERVICES offset: offset + limit must be at most 500"
+    )
+    assert refusal(me, {"filters": [{"attribute": "a", "op": "near", "value": 1}]}) == (
+        "invalid DISCOVER_SERVICES filters: filters[0] has unknown op 'near' "
+        "(one of eq, ne, lt, le, gt, ge, in, contains)"
+    )
+    words = " ".join(f"w{n}" for n in range(17))
+    assert refusal(me, {"query": words}) == (
+        "invalid DISCOVER_SERVICES query: the query has 17 distinct words; at most 16"
+    )
+    # Both sides of the deepest rank: offset + limit exactly 500 is answered.
+    assert ask(me, {"query": "task", "offset": 300, "limit": 200})["services_found"] == []
+
+
+def test_presence_marks_are_filled_in_order_and_must_match_the_services() -> None:
+    router, _ = lobby(count_per_agent=1)
+    router.close(router.registry.agents["agent1"].session)  # type: ignore[arg-type]
+    registry, query = router.registry, DiscoverServicesPayload()
+    marked = orjson.dumps(services_available(registry, "me", query, room=4096, marked=True))
+    assert marked.count(b"\x01") == 3
+    filled = orjson.loads(with_presence(registry, marked, ["agent0", "agent1", "agent2"]))
+    assert [s["online"] for s in filled["services_found"]] == [True, False, True]
+    assert filled == services_available(registry, "me", query, room=4096)
+    with pytest.raises(ValueError, match=r"^an answer's presence marks do not match its services$"):
+        with_presence(registry, marked, ["agent0", "agent1"])
