@@ -243,7 +243,19 @@ def test_bad_limits_cursors_and_queries_are_refused_naming_the_field() -> None:
 def test_cursors_round_trip_and_anything_else_is_refused() -> None:
     for position in (Position(), Position(None, 499), Position(("a", 'b\x00"é'), 0)):
         assert decode_cursor(encode_cursor(position)) == position
-    for bad in ("", "%%%", "W10", base64.urlsafe_b64encode(b'[1, "a"]').decode(), "WzEsMiwzXQ"):
+    wrong = [b'[1, "a"]', b"[1, 2, 3]", b'[1, 2, "x"]', b"[-1]", b'["1"]', b"[1.0]"]
+    for bad in ("", "%%%", "W10", *(base64.urlsafe_b64encode(raw).decode() for raw in wrong)):
+        with pytest.raises(BadDiscovery, match="cursor"):
+            decode_cursor(bad)
+
+
+def test_a_cursor_is_url_safe_base64_without_padding_and_nothing_else() -> None:
+    tilde = Position(("a", "~~~"), 0)  # its base64 has "+" where the URL-safe one has "-"
+    cursor = encode_cursor(tilde)
+    assert cursor == "WzAsImEiLCJ-fn4iXQ"
+    assert decode_cursor(cursor) == tilde
+    # Characters outside the alphabet are refused, not skipped (four keep the padding right).
+    for bad in (cursor[:6] + "...." + cursor[6:], cursor + "!"):
         with pytest.raises(BadDiscovery, match="cursor"):
             decode_cursor(bad)
 
@@ -470,3 +482,31 @@ def test_presence_marks_are_filled_in_order_and_must_match_the_services() -> Non
     assert filled == services_available(registry, "me", query, room=4096)
     with pytest.raises(ValueError, match=r"^an answer's presence marks do not match its services$"):
         with_presence(registry, marked, ["agent0", "agent1"])
+
+
+def test_a_page_holds_as_many_capabilities_as_its_bytes_allow_to_the_byte() -> None:
+    """The lobby sizes a page without encoding it: each service and capability counted with a
+    comma after it, `online` as `false`. So a page of n capabilities takes its own bytes plus
+    one comma per service, one for the list, and one per online service: with exactly that
+    room it is answered, with a byte less it holds fewer (for lookups and ranked pages, with
+    `next` or without)."""
+    router, _ = lobby(count_per_agent=2)
+    join(router, "wordy", capabilities=caps(5, 3, description="w" * 40))
+    router.close(router.registry.agents["agent1"].session)  # type: ignore[arg-type]
+    registry = router.registry
+    for raw in ({}, {"query": "task"}, {"keywords": ["third"]}, {"query": "task", "limit": 20}):
+        query = DiscoverServicesPayload.model_validate(raw)
+        full = services_available(registry, "me", query, room=1 << 20)
+        taken: list[int] = []
+        for room in range(200, len(orjson.dumps(full)) + 40):
+            answer = services_available(registry, "me", query, room=room)
+            services = answer["services_found"]
+            count = sum(len(s["relevant_capabilities"]) for s in services)
+            slack = 1 + len(services) + sum(s["online"] is True for s in services)
+            fits = len(orjson.dumps(answer)) + slack
+            assert fits <= room or count == 1, (raw, room)
+            if fits == room and count > 1:
+                fewer = services_available(registry, "me", query, room=room - 1)
+                assert sum(len(s["relevant_capabilities"]) for s in fewer["services_found"]) < count
+                taken.append(count)
+        assert taken == list(range(2, len(keys_of(full)) + 1)), raw  # each size met exactly
