@@ -15,13 +15,19 @@ import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
 from lobby.core import Router, Send, ranking
-from lobby.core.discovery import BadDiscovery, decode_cursor, encode_cursor
+from lobby.core.discovery import (
+    BadDiscovery,
+    decode_cursor,
+    encode_cursor,
+    services_available,
+    with_presence,
+)
 from lobby.core.limits import Limits
 from lobby.core.listing import Position
 from lobby.core.registry import AgentRecord, Registry
 from lobby.core.search import SIMPLE_WINDOW
 from lobby.server import LobbyServer
-from protocol.payloads import MAX_RANK, Capability
+from protocol.payloads import MAX_RANK, Capability, DiscoverServicesPayload
 from tests.conftest import TRANSPORTS
 from tests.routerkit import Clock, Peer, join
 from tests.transport.test_closing import Stubborn
@@ -237,7 +243,19 @@ def test_bad_limits_cursors_and_queries_are_refused_naming_the_field() -> None:
 def test_cursors_round_trip_and_anything_else_is_refused() -> None:
     for position in (Position(), Position(None, 499), Position(("a", 'b\x00"é'), 0)):
         assert decode_cursor(encode_cursor(position)) == position
-    for bad in ("", "%%%", "W10", base64.urlsafe_b64encode(b'[1, "a"]').decode(), "WzEsMiwzXQ"):
+    wrong = [b'[1, "a"]', b"[1, 2, 3]", b'[1, 2, "x"]', b"[-1]", b'["1"]', b"[1.0]"]
+    for bad in ("", "%%%", "W10", *(base64.urlsafe_b64encode(raw).decode() for raw in wrong)):
+        with pytest.raises(BadDiscovery, match="cursor"):
+            decode_cursor(bad)
+
+
+def test_a_cursor_is_url_safe_base64_without_padding_and_nothing_else() -> None:
+    tilde = Position(("a", "~~~"), 0)  # its base64 has "+" where the URL-safe one has "-"
+    cursor = encode_cursor(tilde)
+    assert cursor == "WzAsImEiLCJ-fn4iXQ"
+    assert decode_cursor(cursor) == tilde
+    # Characters outside the alphabet are refused, not skipped (four keep the padding right).
+    for bad in (cursor[:6] + "...." + cursor[6:], cursor + "!"):
         with pytest.raises(BadDiscovery, match="cursor"):
             decode_cursor(bad)
 
@@ -428,3 +446,67 @@ async def test_a_read_routes_its_messages_before_answering_its_queries(
         assert first["message_type"] == "ERROR"
         assert first["payload"]["code"] == "malformed"
         assert second["message_type"] == "SERVICES_AVAILABLE"
+
+
+def test_each_refusal_says_what_is_wrong_word_for_word() -> None:
+    _, me = lobby(count_per_agent=5)
+    good = ask(me, {"limit": 2})["next"]
+    not_a_cursor = "invalid DISCOVER_SERVICES cursor: not the 'next' of an answer"
+    assert refusal(me, {"cursor": "not a cursor!"}) == not_a_cursor
+    assert refusal(me, {"cursor": encode_cursor(Position(None, MAX_RANK))}) == not_a_cursor
+    both = {"query": "task", "cursor": good, "offset": 3}
+    assert refusal(me, both) == "DISCOVER_SERVICES takes 'cursor' or 'offset', not both"
+    assert refusal(me, {"query": "task", "offset": 301, "limit": 200}) == (
+        "invalid DISCOVER_SERVICES offset: offset + limit must be at most 500"
+    )
+    assert refusal(me, {"filters": [{"attribute": "a", "op": "near", "value": 1}]}) == (
+        "invalid DISCOVER_SERVICES filters: filters[0] has unknown op 'near' "
+        "(one of eq, ne, lt, le, gt, ge, in, contains)"
+    )
+    words = " ".join(f"w{n}" for n in range(17))
+    assert refusal(me, {"query": words}) == (
+        "invalid DISCOVER_SERVICES query: the query has 17 distinct words; at most 16"
+    )
+    # Both sides of the deepest rank: offset + limit exactly 500 is answered.
+    assert ask(me, {"query": "task", "offset": 300, "limit": 200})["services_found"] == []
+
+
+def test_presence_marks_are_filled_in_order_and_must_match_the_services() -> None:
+    router, _ = lobby(count_per_agent=1)
+    router.close(router.registry.agents["agent1"].session)  # type: ignore[arg-type]
+    registry, query = router.registry, DiscoverServicesPayload()
+    marked = orjson.dumps(services_available(registry, "me", query, room=4096, marked=True))
+    assert marked.count(b"\x01") == 3
+    filled = orjson.loads(with_presence(registry, marked, ["agent0", "agent1", "agent2"]))
+    assert [s["online"] for s in filled["services_found"]] == [True, False, True]
+    assert filled == services_available(registry, "me", query, room=4096)
+    with pytest.raises(ValueError, match=r"^an answer's presence marks do not match its services$"):
+        with_presence(registry, marked, ["agent0", "agent1"])
+
+
+def test_a_page_holds_as_many_capabilities_as_its_bytes_allow_to_the_byte() -> None:
+    """The lobby sizes a page without encoding it: each service and capability counted with a
+    comma after it, `online` as `false`. So a page of n capabilities takes its own bytes plus
+    one comma per service, one for the list, and one per online service: with exactly that
+    room it is answered, with a byte less it holds fewer (for lookups and ranked pages, with
+    `next` or without)."""
+    router, _ = lobby(count_per_agent=2)
+    join(router, "wordy", capabilities=caps(5, 3, description="w" * 40))
+    router.close(router.registry.agents["agent1"].session)  # type: ignore[arg-type]
+    registry = router.registry
+    for raw in ({}, {"query": "task"}, {"keywords": ["third"]}, {"query": "task", "limit": 20}):
+        query = DiscoverServicesPayload.model_validate(raw)
+        full = services_available(registry, "me", query, room=1 << 20)
+        taken: list[int] = []
+        for room in range(200, len(orjson.dumps(full)) + 40):
+            answer = services_available(registry, "me", query, room=room)
+            services = answer["services_found"]
+            count = sum(len(s["relevant_capabilities"]) for s in services)
+            slack = 1 + len(services) + sum(s["online"] is True for s in services)
+            fits = len(orjson.dumps(answer)) + slack
+            assert fits <= room or count == 1, (raw, room)
+            if fits == room and count > 1:
+                fewer = services_available(registry, "me", query, room=room - 1)
+                assert sum(len(s["relevant_capabilities"]) for s in fewer["services_found"]) < count
+                taken.append(count)
+        assert taken == list(range(2, len(keys_of(full)) + 1)), raw  # each size met exactly

@@ -148,3 +148,20 @@ def test_at_100000_capabilities_a_page_costs_its_size_not_the_registry() -> None
     assert page.found == []
     assert page.examined == 4096 + 101
     assert page.stopped_at is not None
+
+
+def test_a_name_or_keyword_finds_only_itself_not_the_longer_ones_it_begins() -> None:
+    """A column's run for "gold" ends before "gold1", "gold-leaf" and "goldX" (kept
+    lower-cased: "goldx"), whatever sorts between them."""
+    rows: list[tuple[DocKey, list[str]]] = [
+        (("a", "gold"), ["gold"]),
+        (("a", "gold1"), ["gold1"]),
+        (("b", "gold-leaf"), ["gold-leaf", "Gold"]),
+        (("c", "goldX"), ["goldx"]),
+        (("c", "gol"), ["gol"]),
+    ]
+    built, keys = build(rows)
+    for start in (None, ("a", "gold"), ("a", "zz")):
+        assert [keys[d] for d in built.tagged(["gold"], start)] == after(keys, [0, 2], start)
+        assert [keys[d] for d in built.named("gold", start)] == after(keys, [0], start)
+        assert [keys[d] for d in built.tagged(["gol"], start)] == after(keys, [4], start)

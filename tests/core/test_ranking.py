@@ -1,0 +1,294 @@
+"""BM25 top-k (`lobby/core/ranking.py`) driven directly: each way `Ranking.lexical` finds a page
+(few candidates scored all, pairwise overlaps, the threshold algorithm) against a brute force
+that scores every doc, with every kind of restriction; ties broken by key; the totals; the
+postings' groups; and the page cut short by the threshold algorithm's reads."""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from lobby.core import ranking
+from lobby.core.filters import Filter, Plan
+from lobby.core.ranking import K1, B, Postings, Ranking, Scored
+
+Key = tuple[str, str]
+
+
+class Corpus:
+    """Docs as token counts, with keys, lengths, postings and the key order `Ranking` reads."""
+
+    def __init__(self, docs: list[tuple[Key, dict[str, int]]], average: float = 0.0) -> None:
+        self.keys = [key for key, _ in docs]
+        self.tfs = [dict(tf) for _, tf in docs]
+        self.lengths = [sum(tf.values()) for tf in self.tfs]
+        self.average = average or sum(self.lengths) / len(docs)
+        self.order = sorted(range(len(docs)), key=self.keys.__getitem__)
+        self.postings: dict[str, Postings] = {}
+        for doc, tf in enumerate(self.tfs):
+            for token, count in tf.items():
+                postings = self.postings.setdefault(token, Postings({}, {}))
+                postings.add(doc, count, self.lengths[doc], self.keys.__getitem__)
+
+    def ranking(self) -> Ranking:
+        return Ranking(self.keys, self.order, len(self.keys))
+
+    def lexical(self, words: list[str], plan: Plan, want: int) -> tuple[list[Scored], Any, bool]:
+        terms = [self.postings[w] for w in words if w in self.postings]
+        return self.ranking().lexical(terms, self.lengths, self.average, plan, want)
+
+    def brute(self, words: list[str], plan: Plan, want: int) -> tuple[list[Scored], int]:
+        """Every admitted doc with a driver scored, drivers then extras, best first by key."""
+        count = len(self.keys)
+        present = [w for w in words if w in self.postings]
+        df = {w: len(self.postings[w]) for w in present}
+        rare = [w for w in present if df[w] <= ranking.COMMON * count]
+        drivers = rare or present
+        order = drivers + [w for w in present if w not in drivers]
+        scored = []
+        for doc, tf in enumerate(self.tfs):
+            if not plan.admits(doc) or not any(w in tf for w in drivers):
+                continue
+            norm, score = K1 * (1 - B + B * self.lengths[doc] / self.average), 0.0
+            for w in order:
+                if w in tf:
+                    idf = math.log(1 + (count - df[w] + 0.5) / (df[w] + 0.5))
+                    score += idf * tf[w] * (K1 + 1) / (tf[w] + norm)
+            scored.append((score, doc))
+        scored.sort(key=lambda pair: (-pair[0], self.keys[pair[1]]))
+        return scored[:want], len(scored)
+
+
+def everything() -> Plan:
+    return Plan(None, set(), [], lambda doc: {})
+
+
+def random_corpus(size: int, seed: int) -> Corpus:
+    """Zipf-like words, so some are common; a run of identical docs, so scores tie in bulk."""
+    rng = random.Random(seed)
+    words = [f"w{n}" for n in range(40)]
+    weights = [1 / (n + 1) for n in range(40)]
+    docs: list[tuple[Key, dict[str, int]]] = []
+    for n in range(size):
+        tf = Counter(rng.choices(words, weights, k=rng.randint(2, 9)))
+        docs.append(((f"agent{rng.randrange(size // 4):03d}", f"cap{n}"), dict(tf)))
+    docs += [((f"twin{n % 5}", f"t{n}"), {"w1": 1, "w2": 2, "w3": 1}) for n in range(40)]
+    return Corpus(docs)
+
+
+def plans(corpus: Corpus) -> dict[str, Plan]:
+    count = len(corpus.keys)
+    price = Filter.parse({"attribute": "price", "op": "lt", "value": 5})
+    return {
+        "everything": everything(),
+        "allowed few": Plan(set(range(0, count, 9)), set(), [], lambda doc: {}),
+        "allowed most": Plan(set(range(count)) - {3, 4}, set(), [], lambda doc: {}),
+        "excluded": Plan(None, set(range(0, count, 4)), [], lambda doc: {}),
+        "checked": Plan(None, set(), [price], lambda doc: {"price": doc % 11}),
+        "tested": Plan(None, set(), [], lambda doc: {}, [lambda doc: doc % 3 != 0]),
+    }
+
+
+PATHS: dict[str, dict[str, int]] = {
+    "default": {},
+    "overlap": {"_MULTI": 10**9, "_PAIR_WORK": 10**9, "_SCORE_ALL": 0},
+    "threshold": {"_MULTI": 0, "_SCORE_ALL": 0, "THRESHOLD_READS": 10**9},
+    "score all": {"_SCORE_ALL": 10**9},
+}
+
+
+@pytest.mark.parametrize("path", list(PATHS))
+def test_every_way_to_a_page_agrees_with_scoring_every_doc(
+    path: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name, value in PATHS[path].items():
+        monkeypatch.setattr(ranking, name, value)
+    corpus = random_corpus(400, seed=4)
+    rng = random.Random(11)
+    queries = [["w1", "w2", "w3"], ["w0"], ["w0", "w1"], ["w7", "w30", "w2"], ["w39", "absent"]]
+    queries += [[f"w{rng.randrange(40)}" for _ in range(rng.randint(1, 4))] for _ in range(8)]
+    for plan_name, plan in plans(corpus).items():
+        for words in queries:
+            for want in (1, 4, 45):
+                expected, total = corpus.brute(words, plan, want)
+                top, counted, exact = corpus.lexical(words, plan, want)
+                assert exact
+                assert top == expected, (plan_name, words, want)
+                assert counted == total, (plan_name, words, want)
+
+
+def test_groups_of_equal_weight_are_read_as_one_in_key_order(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """With an average length of 3, "x" once in a doc of length 1 weighs exactly what it
+    weighs twice in a doc of length 3 (norms 0.6 and 1.2): two posting groups, one weight.
+    The threshold algorithm reads them as one run in key order, or it would stop at ("b", ...)
+    with ("a", ...), of the same score, still unread in the other group."""
+    monkeypatch.setattr(ranking, "_MULTI", -1)  # the threshold algorithm, whatever the overlap
+    fillers: list[tuple[Key, dict[str, int]]] = [(("f", str(n)), {"f": 3}) for n in range(8)]
+    corpus = Corpus(
+        [
+            (("b", "once"), {"x": 1}),
+            (("d", "once"), {"x": 1}),
+            (("a", "twice"), {"x": 2, "f": 1}),
+            (("z", "y"), {"y": 1, "f": 9}),
+            *fillers,
+        ],
+        average=3.0,
+    )
+    scorer = ranking._Scorer([corpus.postings["x"]], [], len(corpus.keys), 3.0, corpus.lengths)
+    assert scorer.weight(0, 1, 1) == scorer.weight(0, 2, 3)
+    assert len(corpus.postings["x"].groups) == 2
+    for want in (1, 2, 3, 4):
+        top, total, exact = corpus.lexical(["x", "y"], everything(), want)
+        assert top == corpus.brute(["x", "y"], everything(), want)[0]
+        assert [corpus.keys[at] for _, at in top][:3] == [
+            ("a", "twice"),
+            ("b", "once"),
+            ("d", "once"),
+        ][:want]
+        assert (total, exact) == (4, True)
+
+
+class CountedOrder(list[int]):
+    """The key order, counting the ids read from it: the work of walking it."""
+
+    read = 0
+
+    def __iter__(self) -> Any:
+        for at in super().__iter__():
+            CountedOrder.read += 1
+            yield at
+
+
+def alphabet(count: int) -> tuple[list[Key], CountedOrder]:
+    """`count` docs whose ids are in key order: doc n is ("a", f"{n:05d}")."""
+    return [("a", f"{n:05d}") for n in range(count)], CountedOrder(range(count))
+
+
+def test_best_takes_the_highest_scores_and_breaks_ties_by_key() -> None:
+    keys = [("b", "x"), ("a", "y"), ("c", "z"), ("a", "x"), ("d", "w")]
+    best = Ranking(keys, sorted(range(5), key=keys.__getitem__), 5).best
+    scored = [(1.0, 0), (2.0, 1), (1.0, 2), (1.0, 3), (0.5, 4)]
+    assert best(scored, 0) == []
+    assert best(scored, 1) == [(2.0, 1)]
+    assert best(scored, 2) == [(2.0, 1), (1.0, 3)]  # ("a", "x") first of the three at 1.0
+    assert best(scored, 3) == [(2.0, 1), (1.0, 3), (1.0, 0)]
+    assert best(scored, 4) == [(2.0, 1), (1.0, 3), (1.0, 0), (1.0, 2)]
+    everything_sorted = [(2.0, 1), (1.0, 3), (1.0, 0), (1.0, 2), (0.5, 4)]
+    assert best(scored, 5) == everything_sorted
+    assert best(scored, 6) == everything_sorted
+    assert best([], 3) == []
+
+
+def test_the_first_ids_by_key_come_from_a_short_walk_or_else_a_sort() -> None:
+    """Walking the key order pays when the wanted ids are expected within two steps an id
+    (`want * count < ids * 2 * ids`); it stops after those steps and sorts instead."""
+    keys, order = alphabet(1000)
+    ranked = Ranking(keys, order, 1000)
+    front = set(range(40))  # dense at the front: found by walking want steps
+    CountedOrder.read = 0
+    assert ranked.first_by_key(front, 3) == [0, 1, 2]
+    assert CountedOrder.read == 3
+    spread = set(range(0, 1000, 25))  # 40 ids, one each 25: a walk of 80 steps finds 4
+    CountedOrder.read = 0
+    assert ranked.first_by_key(spread, 3) == [0, 25, 50]
+    assert CountedOrder.read == 51
+    late = {0, *range(500, 539)}  # 40 ids, only one within 80 steps
+    CountedOrder.read = 0
+    assert ranked.first_by_key(late, 3) == [0, 500, 501]  # the walk gives up, then a sort
+    assert CountedOrder.read == 80
+    # want * count against 2 * ids * ids: 3 * 1000 < 3200 walks, 4 * 1000 > 3200 sorts.
+    CountedOrder.read = 0
+    assert ranked.first_by_key(front, 4) == [0, 1, 2, 3]
+    assert CountedOrder.read == 0
+    CountedOrder.read = 0
+    assert ranked.first_by_key(list(front), 40) == list(range(40))  # all of them: sorted
+    assert CountedOrder.read == 0
+
+
+def test_the_threshold_algorithm_reads_its_budget_to_the_last_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Two drivers, one result: a budget of 2 * 1 reads past `THRESHOLD_READS`, one round of
+    one doc per driver each. "both", second in each driver's order, scores best: read in the
+    second round, it is the page only with two reads to spare."""
+    monkeypatch.setattr(ranking, "_MULTI", -1)
+    fillers: list[tuple[Key, dict[str, int]]] = [(("f", str(n)), {"f": 2}) for n in range(12)]
+    corpus = Corpus(
+        [
+            (("x", "only"), {"x": 3}),
+            (("y", "only"), {"y": 3}),
+            (("both", "x y"), {"x": 2, "y": 2}),
+            (("weak", "x y"), {"x": 1, "y": 1, "f": 6}),
+            *fillers,
+        ]
+    )
+    keys = [corpus.keys[at] for _, at in corpus.brute(["x", "y"], everything(), 4)[0]]
+    assert keys == [("both", "x y"), ("x", "only"), ("y", "only"), ("weak", "x y")]
+    for reads, page, exact in (
+        (0, [("x", "only")], False),  # one round: x's best and y's best, "x" first by key
+        (1, [("x", "only")], False),
+        (2, [("both", "x y")], True),  # two rounds: then nothing unread can beat it
+    ):
+        monkeypatch.setattr(ranking, "THRESHOLD_READS", reads)
+        top, total, done = corpus.lexical(["x", "y"], everything(), 1)
+        assert ([corpus.keys[at] for _, at in top], done) == (page, exact), reads
+        assert total == 4
+
+
+def test_with_a_common_token_the_threshold_stops_once_nothing_unread_can_win(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ "x" drives, "c" (in every doc) only adds: after its first read the page's last ("x"
+    five times) beats the next group's weight plus the best "c" gives anywhere, so the
+    threshold algorithm stops there, exact, within a budget of two reads."""
+    monkeypatch.setattr(ranking, "_MULTI", -1)
+    monkeypatch.setattr(ranking, "THRESHOLD_READS", 0)
+    fillers: list[tuple[Key, dict[str, int]]] = [
+        (("f", str(n)), {"c": 1, "f": 2}) for n in range(10)
+    ]
+    weak: list[tuple[Key, dict[str, int]]] = [
+        (("w", str(n)), {"x": 1, "c": 1, "f": 20}) for n in range(3)
+    ]
+    corpus = Corpus([(("strong", "x"), {"x": 5, "c": 1}), *weak, *fillers])
+    top, total, exact = corpus.lexical(["x", "c"], everything(), 1)
+    assert (top, total, exact) == (corpus.brute(["x", "c"], everything(), 1)[0], 4, True)
+    assert corpus.keys[top[0][1]] == ("strong", "x")
+
+
+def postings(docs: range | set[int]) -> Postings:
+    return Postings(dict.fromkeys(docs, 1), {})
+
+
+def test_the_total_is_counted_by_set_sizes_within_the_read_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """How many docs have a driver: from the sets' sizes where that is exact, by a union when
+    it reads at most `READ_BUDGET` ids (here 10), else not counted (None)."""
+    monkeypatch.setattr(ranking, "READ_BUDGET", 10)
+    count = ranking._union_count
+    every, small, wide = postings(range(100)), postings(range(5)), postings(range(3, 50))
+    assert count([small, every], everything(), 100) == 100  # one driver everywhere
+    assert count([wide], everything(), 100) == 47
+    # Two: the smaller one's ids are read to intersect (3 and 4 in both).
+    for pair in ([small, wide], [wide, small]):
+        assert count(pair, everything(), 100) == 5 + 47 - 2
+    assert count([postings(range(11)), wide], everything(), 100) is None
+    assert count([postings(range(10)), wide], everything(), 100) == 50
+    # Three or more: a union of them all, within the budget.
+    three = [postings({1, 2}), postings({2, 3, 4}), postings(range(4, 9))]
+    assert count(three, everything(), 100) == 8  # 10 ids read: the budget
+    assert count([*three, postings({1})], everything(), 100) is None  # 11
+    # Restricted: intersected with `allowed` first, then counted by the plan.
+    allowed = Plan({0, 2, 3, 5, 60}, {2}, [], lambda doc: {})
+    assert count([small, wide], allowed, 100) == 3  # 0, 3, 5: min(len, 5) each, 10 read
+    assert count([wide], allowed, 100) == 2  # 3 and 5
+    assert count([small, wide, every], allowed, 100) is None  # 15 to read
+    checked = Plan(None, set(), [], lambda doc: {}, [lambda doc: doc % 2 == 0])
+    assert count([small], checked, 100) == 3  # 0, 2, 4
+    assert count([small, postings({7, 8})], checked, 100) == 4
