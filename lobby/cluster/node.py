@@ -75,6 +75,7 @@ class ClusterNode:
         router: Router,
         execute: Callable[[Iterable[Action]], None],
         *,
+        durable: Callable[[Callable[[], None]], None],
         connect_timeout: float = 2.0,
     ) -> None:
         self.servers = servers
@@ -99,9 +100,8 @@ class ClusterNode:
         self._watching: asyncio.Task[None] | None = None
         self.liveness = Liveness(node_id)
         """Which nodes are alive (KV bucket `nodes`)."""
-        self.relay = Relay(node_id, router, execute)
+        self.relay = Relay(node_id, router, execute, durable)
         """Messages to and from agents on other nodes."""
-        """Which nodes are alive (KV bucket `nodes`)."""
 
     async def start(self) -> None:
         """Connect, open (or create) the bucket and read it to its end into the core."""
@@ -284,7 +284,12 @@ class ClusterNode:
             except (ValueError, KeyError, TypeError):
                 log.warning("CLUSTER_ENTRY_UNREADABLE", key=key)
                 return
+            known = self.router.registry.get(agent_id)
+            old = known.home if known is not None else None
             actions = self.router.learned(saved, home)
+            if old is not None and old != home:
+                # It moved on: what was forwarded to its old home and not confirmed follows it.
+                self.relay.rehome(agent_id, old, None if home == self.node_id else home)
         self._execute(actions)
 
 
