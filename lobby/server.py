@@ -100,6 +100,7 @@ class LobbyServer:
                 self.router,
                 self.execute,
                 durable=self.committer.after_durable,
+                flush=self.committer.flush,
             )
         self._running = False
         self._port: int | None = None
@@ -477,6 +478,7 @@ class LobbyServer:
         return {
             "node_id": cluster.node_id,
             "nodes": cluster.liveness.alive(),
+            "recovered": cluster.recovery.recovered,
             "unconfirmed_forwards": sum(len(q) for q in cluster.relay.unconfirmed.values()),
         }
 
