@@ -9,13 +9,16 @@ import asyncio
 import signal
 from pathlib import Path
 
+import websockets.asyncio.client
+
 from agent_sdk import Agent
 from tests.conftest import LobbyProcess
 from tests.natskit import nats_server
 from tests.test_cluster_node import journal_and_snapshots, node
-from tests.test_cluster_registry import healthz
+from tests.test_cluster_registry import agent, healthz, until_nodes
 from tests.test_durability import Collector, send_numbers, stop
 from tests.waiting import BOUND, until
+from tests.wsclient import frame, reply
 
 PER_SENDER = 500
 """Messages each of the two senders streams: 1,000 in flight when the node dies."""
@@ -71,6 +74,29 @@ async def test_a_node_killed_with_1000_messages_in_flight_fails_over_losing_noth
             assert on_b.stats.resumes >= 1  # resumed on node a, with its token
             # The dead node's journal is a's now: nothing of it is left under its name.
             assert await journal_and_snapshots(nats, "b") == (0, 0)
+        finally:
+            stop(a)
+            stop(b)
+
+
+async def test_an_agent_of_a_node_stopped_cleanly_resumes_on_another_at_once(
+    tmp_path: Path,
+) -> None:
+    async with nats_server(tmp_path) as nats:
+        a, b = node(tmp_path / "a", nats, "a"), node(tmp_path / "b", nats, "b")
+        try:
+            async with agent(b, "mover") as on_b:
+                token = on_b.token
+                async with asyncio.timeout(BOUND):
+                    while await agents_known(a) != [1]:
+                        await asyncio.sleep(0.05)
+            stop(b)  # SIGTERM: its key is deleted, it is not failed over
+            await until_nodes(a, ["a"])
+            async with websockets.asyncio.client.connect(a.url) as ws:
+                await ws.send(frame("mover", "REGISTER", {}, auth_token=token))
+                ack = await reply(ws)  # its home does not answer the probe: it was stopped
+                assert ack["message_type"] == "REGISTER_ACK", ack
+                assert ack["payload"]["status"] == "success_resumed"
         finally:
             stop(a)
             stop(b)

@@ -177,7 +177,10 @@ class ClusterNode:
     async def _probe(self, home: str) -> None:
         """Is `home` up? The resumes of its agents waiting here go ahead or are closed."""
         alive = await self.relay.probe(home)
-        self._execute(self.router.probed(home, alive))
+        # A node stopped cleanly (its key deleted, not expired) is not failed over: its agents
+        # may move on without what it holds for them, as before it had a failover.
+        stopped = home not in self.liveness.heard
+        self._execute(self.router.probed(home, alive or stopped))
 
     def _release(self, key: str) -> None:
         """No write of `key` in flight any more: apply what the watch brought meanwhile."""

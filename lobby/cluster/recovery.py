@@ -144,7 +144,7 @@ class Recovery:
             return
         log.info("CLUSTER_RECOVERY_STARTED", node_id=dead)
         try:
-            snapshot = await asyncio.to_thread(_load, self.servers, dead)
+            snapshot, upto = await asyncio.to_thread(_load, self.servers, dead)
         except BaseException:
             with contextlib.suppress(*_FAILED):
                 await self._kv.delete(dead)  # the next check tries again
@@ -154,30 +154,33 @@ class Recovery:
             self._rehome(agent_id, dead, None)
         self._execute([])  # the server's pass: the adoption's records and writes go out
         await self._flush()
-        await self._purge(dead)
+        await self._purge(dead, upto)
         self.recovered[dead] = len(adopted)
         self._settled.add(dead)
         agents = self.router.registry.agents
         held = sum(len(agents[a].mailbox) for a in adopted if a in agents)
         log.info("CLUSTER_NODE_RECOVERED", node_id=dead, agents=len(adopted), held_messages=held)
 
-    async def _purge(self, dead: str) -> None:
-        """The dead node's journal and snapshots are this node's now: drop them."""
+    async def _purge(self, dead: str, upto: int) -> None:
+        """The dead node's journal and snapshots up to stream sequence `upto` are this node's
+        now: drop them (not what a process restarted with its node id wrote since)."""
         assert self._js is not None
         js = self._js
-        await js.purge_stream(STREAM, subject=f"journal.{dead}")
+        await js.purge_stream(STREAM, subject=f"journal.{dead}", seq=upto + 1)
         store = await js.object_store(SNAPSHOTS)
+        prefix = f"{dead}."
         with contextlib.suppress(nats.js.errors.NotFoundError):
             for info in await store.list(ignore_deletes=True):
-                if info.name.startswith(f"{dead}."):
+                seq = info.name[len(prefix) :]
+                if info.name.startswith(prefix) and seq.isdigit() and int(seq) <= upto:
                     await store.delete(info.name)
 
 
-def _load(servers: list[str], dead: str) -> Snapshot:
-    """Fence node `dead` (claim its epoch) and read its state; in a thread of its own (the
-    store runs its own event loop)."""
+def _load(servers: list[str], dead: str) -> tuple[Snapshot, int]:
+    """Fence node `dead` (claim its epoch) and read its state, with the last stream sequence
+    read; in a thread of its own (the store runs its own event loop)."""
     store = JetStreamStore(servers, dead)
     try:
-        return store.load()
+        return store.load(), max(store.last_seq, store.epoch)
     finally:
         store.close()
