@@ -29,6 +29,7 @@ from lobby.store.base import Store
 log = structlog.get_logger("lobby.store")
 
 Execute = Callable[[Iterable[Action]], None]
+Mark = Callable[[], None]
 
 
 class Committer:
@@ -58,33 +59,58 @@ class Committer:
         """Per commit, from its start to the store's answer (for /metrics)."""
         self.commit_records = Buckets(SIZES)
         """Per commit, the records it wrote (for /metrics)."""
+        self.marks: list[Mark] = []
+        """Cluster only: called once everything journaled before each was appended is durable
+        (how a node learns which forwarded messages it may report committed); a failed commit
+        drops them. Costs a single-node lobby one test per pass."""
 
     def kick(self) -> None:
         """Commit what the journal holds soon, unless a batch is already being written or
         due (then it goes into that one). Call after each handled frame; cheap when idle."""
-        if self._in_flight is None and self._timer is None and self.router.journal_pending:
-            if not self.store.durable:
-                self._submit()
-            else:
-                self._timer = asyncio.get_running_loop().call_later(self.interval, self._due)
+        if self._in_flight is None and self._timer is None:
+            if self.router.journal_pending:
+                if not self.store.durable:
+                    self._submit()
+                else:
+                    self._timer = asyncio.get_running_loop().call_later(self.interval, self._due)
+            elif self.marks:
+                self._run(self._take_marks())  # nothing waits to be written: all is durable
 
     def _due(self) -> None:
         self._timer = None
         if self._in_flight is None:
             self._submit()
 
+    def after_durable(self, mark: Mark) -> None:
+        """Run `mark` once everything journaled so far is committed (dropped if that fails)."""
+        self.marks.append(mark)
+
+    def _take_marks(self) -> list[Mark]:
+        marks, self.marks = self.marks, []
+        return marks
+
+    @staticmethod
+    def _run(marks: list[Mark]) -> None:
+        for mark in marks:
+            try:
+                mark()
+            except Exception:
+                log.exception("COMMIT_MARK_FAILED")
+
     def _submit(self) -> None:
         batch = self.router.take_journal()
+        marks = self._take_marks() if self.marks else []
         if not self.store.durable:
             self._execute(self.router.committed(batch))
+            self._run(marks)
             return
         loop = asyncio.get_running_loop()
         self._started = loop.time()
         future = loop.run_in_executor(self._executor, self.store.write, batch.records)
         self._in_flight = future
-        future.add_done_callback(lambda done: self._written(done, batch))
+        future.add_done_callback(lambda done: self._written(done, batch, marks))
 
-    def _written(self, done: asyncio.Future[None], batch: Batch) -> None:
+    def _written(self, done: asyncio.Future[None], batch: Batch, marks: list[Mark]) -> None:
         if self._in_flight is done:
             self._in_flight = None
         if done.cancelled() or done.exception() is not None:
@@ -101,6 +127,9 @@ class Committer:
             self.commit_seconds.observe(took)
             self.commit_records.observe(len(batch.records))
             self._execute(self.router.committed(batch))
+            self._run(marks)
+        if self._timer is None and self.marks and not self.router.journal_pending:
+            self._run(self._take_marks())  # made while this batch was written, after it
         if self._timer is None and self.router.journal_pending:
             # Rows gathered while this batch was written: commit them one interval after this
             # batch started, or now if writing it took longer than that.

@@ -95,7 +95,12 @@ class LobbyServer:
             from lobby.cluster.node import ClusterNode  # nats-py: the cluster extra
 
             self.cluster = ClusterNode(
-                settings.cluster_urls(), settings.node_id, self.router, self.execute
+                settings.cluster_urls(),
+                settings.node_id,
+                self.router,
+                self.execute,
+                durable=self.committer.after_durable,
+                flush=self.committer.flush,
             )
         self._running = False
         self._port: int | None = None
@@ -469,7 +474,13 @@ class LobbyServer:
     def _cluster_health(self) -> dict[str, object]:
         if self.cluster is None:
             return {}
-        return {"node_id": self.cluster.node_id, "nodes": self.cluster.liveness.alive()}
+        cluster = self.cluster
+        return {
+            "node_id": cluster.node_id,
+            "nodes": cluster.liveness.alive(),
+            "recovered": cluster.recovery.recovered,
+            "unconfirmed_forwards": sum(len(q) for q in cluster.relay.unconfirmed.values()),
+        }
 
 
 def _transport(name: str) -> Transport:

@@ -98,6 +98,8 @@ class CloseCode:
     POLICY_VIOLATION: Final = 1008
     """No REGISTER within the handshake timeout."""
     MESSAGE_TOO_BIG: Final = 1009
+    TRY_AGAIN: Final = 1013
+    """A cluster node cannot take the agent now (its home node is down, being failed over)."""
     REPLACED: Final = 4001
     TOO_SLOW: Final = 4002
     UNREGISTERED: Final = 4003

@@ -3,17 +3,20 @@ one real `nats-server -js`, agents talking raw WebSocket."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 from typing import Any
 
 import orjson
 
 from lobby.store.jetstream import STREAM
+from tests.conftest import LobbyProcess
 from tests.natskit import NatsServer, connect, nats_server
 from tests.routerkit import cap
 from tests.test_cluster_node import node
-from tests.test_cluster_registry import Agent, agent
+from tests.test_cluster_registry import Agent, agent, healthz
 from tests.test_durability import stop
+from tests.waiting import BOUND
 from tests.wsclient import frame, reply
 
 
@@ -52,6 +55,15 @@ async def journaled_ids(nats: NatsServer, node_id: str) -> set[str]:
         return ids
     finally:
         await client.close()
+
+
+async def until_unconfirmed(proc: LobbyProcess, expected: int) -> None:
+    """Until `proc` keeps `expected` forwarded messages not yet confirmed by their home."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + BOUND
+    while (health := await healthz(proc))["unconfirmed_forwards"] != expected:
+        assert loop.time() < deadline, f"still {health}"
+        await asyncio.sleep(0.05)
 
 
 async def test_request_and_response_between_nodes_with_authorization(tmp_path: Path) -> None:
@@ -125,6 +137,9 @@ async def test_request_and_response_between_nodes_with_authorization(tmp_path: P
                 # Nothing of the CFP reached bob: the next thing he gets is the next TEXT.
                 await send(alice, "bob", "TEXT", {"content": "again"}, message_id="alice-3")
                 assert (await reply(bob.ws))["payload"] == {"content": "again"}
+                # Each home said what it committed (`lobby.done`): nothing waits for a resend.
+                for proc in (a, b):
+                    await until_unconfirmed(proc, 0)
         finally:
             stop(a)
             stop(b)

@@ -85,3 +85,26 @@ async def test_a_store_that_keeps_nothing_confirms_at_once() -> None:
     assert accepted(done) == [(alice.session.id, "a-1")]
     assert not router.journal_pending
     await committer.close()
+
+
+async def test_a_mark_runs_once_everything_journaled_before_it_is_durable(tmp_path: Path) -> None:
+    router = make_router()
+    alice = parties(router)
+    store = SqliteStore(tmp_path)
+    committer = Committer(store, router, lambda actions: None, interval=0.001)
+    ran: list[tuple[str, set[str]]] = []
+
+    def mark(name: str) -> None:
+        ran.append((name, {m.message_id for m in store.load().messages}))
+
+    alice.to("bob", "REQUEST", {"capability_name": "c"}, conversation_id="k1", message_id="a-1")
+    committer.after_durable(lambda: mark("first"))
+    committer.kick()
+    await committer.flush()
+    assert ran == [("first", {"a-1"})]  # after the commit that holds a-1, not before
+    # Nothing waits to be written: a new mark runs at the next kick.
+    committer.after_durable(lambda: mark("idle"))
+    committer.kick()
+    assert ran[-1] == ("idle", {"a-1"})
+    assert committer.marks == []
+    await committer.close()

@@ -24,7 +24,7 @@ class Collector(Agent):
 
     agent_id = "collector"
 
-    def __init__(self, url: str, **kwargs: Any) -> None:
+    def __init__(self, url: str | list[str], **kwargs: Any) -> None:
         super().__init__(lobby_url=url, reconnect_max_delay=0.3, max_concurrency=1, **kwargs)
         self.seen: list[int] = []
 
@@ -33,10 +33,12 @@ class Collector(Agent):
         self.seen.append(int(request["n"]))
 
 
-async def send_numbers(sender: Agent, numbers: range, *, pause: float = 0.0) -> None:
+async def send_numbers(
+    sender: Agent, numbers: range, *, pause: float = 0.0, to: str = "collector"
+) -> None:
     for n in numbers:
         await sender.send(
-            "collector",
+            to,
             MessageType.REQUEST,
             {"capability_name": "collect", "n": n},
             conversation_id=str(uuid.uuid4()),

@@ -4,7 +4,8 @@ The bucket's entries expire `NODE_TTL` seconds after their last write (the bucke
 so a node that stops writing (killed, cut off from NATS) drops out of every node's view within
 `NODE_TTL` seconds; a node that stops cleanly deletes its key at once. Each node watches the
 bucket and counts a node alive while it has heard from it within `NODE_TTL` (an expiry is not
-announced to watchers). `/healthz` shows the result; failover will act on it.
+announced to watchers). `/healthz` shows the result; `recovery` fails over a node that
+expired.
 """
 
 from __future__ import annotations

@@ -27,7 +27,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any
 
 import nats
@@ -39,6 +39,7 @@ from nats.js.kv import KeyValue
 
 from lobby.cluster.keys import AGENTS, agent_id_of, agent_key, decode_agent, encode_agent
 from lobby.cluster.liveness import Liveness
+from lobby.cluster.recovery import Recovery
 from lobby.cluster.routing import Relay
 from lobby.core.records import AgentRemoved, AgentSaved
 from lobby.core.router import Router
@@ -75,6 +76,8 @@ class ClusterNode:
         router: Router,
         execute: Callable[[Iterable[Action]], None],
         *,
+        durable: Callable[[Callable[[], None]], None],
+        flush: Callable[[], Awaitable[None]],
         connect_timeout: float = 2.0,
     ) -> None:
         self.servers = servers
@@ -99,9 +102,12 @@ class ClusterNode:
         self._watching: asyncio.Task[None] | None = None
         self.liveness = Liveness(node_id)
         """Which nodes are alive (KV bucket `nodes`)."""
-        self.relay = Relay(node_id, router, execute)
+        self.relay = Relay(node_id, router, execute, durable)
         """Messages to and from agents on other nodes."""
-        """Which nodes are alive (KV bucket `nodes`)."""
+        self.recovery = Recovery(
+            node_id, servers, router, self.liveness, execute, self.relay.rehome, flush
+        )
+        """Failover of dead nodes (KV bucket `recoveries`)."""
 
     async def start(self) -> None:
         """Connect, open (or create) the bucket and read it to its end into the core."""
@@ -125,6 +131,7 @@ class ClusterNode:
                 self._apply(entry)
             await self.liveness.start(js)
             await self.relay.start(self._nc)
+            await self.recovery.start(js)
         except (OSError, *_FAILED) as exc:
             await self.stop()
             raise ClusterUnavailable(f"cannot set up the agents bucket at {where}: {exc}") from None
@@ -137,6 +144,7 @@ class ClusterNode:
             self._watching.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._watching
+        await self.recovery.stop()
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.relay.stop()
@@ -148,6 +156,11 @@ class ClusterNode:
     def kick(self) -> None:
         """Start writing what the core queued: each new claim, each change (per key, in order)."""
         self.relay.kick()
+        probes = self.shared.probes
+        if probes:
+            for home in dict.fromkeys(probes):
+                self._spawn(self._probe(home))
+            probes.clear()
         claims, changes = self.shared.take()
         for claim in claims:
             self._spawn(self._create(claim))
@@ -160,6 +173,14 @@ class ClusterNode:
                 self._queues[key] = deque([change])
                 self._held.setdefault(key, [])
                 self._spawn(self._write(key))
+
+    async def _probe(self, home: str) -> None:
+        """Is `home` up? The resumes of its agents waiting here go ahead or are closed."""
+        alive = await self.relay.probe(home)
+        # A node stopped cleanly (its key deleted, not expired) is not failed over: its agents
+        # may move on without what it holds for them, as before it had a failover.
+        stopped = home not in self.liveness.heard
+        self._execute(self.router.probed(home, alive or stopped))
 
     def _release(self, key: str) -> None:
         """No write of `key` in flight any more: apply what the watch brought meanwhile."""
@@ -284,7 +305,12 @@ class ClusterNode:
             except (ValueError, KeyError, TypeError):
                 log.warning("CLUSTER_ENTRY_UNREADABLE", key=key)
                 return
+            known = self.router.registry.get(agent_id)
+            old = known.home if known is not None else None
             actions = self.router.learned(saved, home)
+            if old is not None and old != home:
+                # It moved on: what was forwarded to its old home and not confirmed follows it.
+                self.relay.rehome(agent_id, old, None if home == self.node_id else home)
         self._execute(actions)
 
 

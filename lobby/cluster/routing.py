@@ -14,17 +14,36 @@ an ERROR at once or ACCEPTED after the home's commit, is published back on
 connection there. So a cross-node message is ACCEPTED only once its home has committed it,
 and a resend after a lost answer is absorbed by the home's dedupe.
 
-Wire form of both subjects: lines of UTF-8, the first this node's id, then pairs of lines
-(an agent id, a frame). Frames are single-line JSON (orjson writes no newline), so nothing is
-decoded or encoded again on the way.
+Resending (failover, a receiver that moved): the sender's node keeps every message it
+forwarded, per destination node and in order, until that node says it committed or refused it:
+after each commit that covers a forwarded batch the home publishes `lobby.done.<sender's node>`
+("batch N and all before it, except these (sender, message_id)": the ones it would have had to
+forward again because their receiver is not its agent any more). When a receiver's home changes
+(a resume on another node, a failover's adoption), what is kept for it is sent again, in order,
+to its new home, or routed here when that is this node; the new home's (sender, message_id)
+dedupe absorbs repeats. A forwarded message is never forwarded a second time (no loops between
+nodes whose views differ for a moment): it stays with its sender's node until that node learns
+where its receiver is. At most `RESEND_LIMIT` messages are kept per destination node; past that
+the oldest is dropped from the resend buffer (logged CLUSTER_RESEND_DROPPED) and only its
+sender's own resend after a reconnect can repair its loss.
+
+Wire form: `lobby.fwd` and `lobby.ret` are lines of UTF-8, the first the sending node's id (on
+`lobby.fwd` followed by a space and the batch number), then pairs of lines (an agent id, a
+frame). Frames are single-line JSON (orjson writes no newline), so nothing is decoded or encoded
+again on the way. `lobby.done`: a line "<node> <batch>", then a JSON array of [sender,
+message_id] pairs left out. `lobby.ping.<node>` is answered while the node is up (a resume
+elsewhere asks it first: `lobby.core.shared`).
 """
 
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Callable, Coroutine, Iterable
-from typing import Any
+from typing import Any, Final
 
+import nats.errors
+import orjson
 import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
@@ -33,6 +52,33 @@ from lobby.core.router import Router
 from lobby.core.session import Action, Send, Session
 
 log = structlog.get_logger("lobby.cluster")
+
+RESEND_LIMIT: Final = 100_000
+"""Forwarded messages kept per destination node until it confirms them."""
+PROBE_TIMEOUT: Final = 1.0
+"""Seconds a node waits for another's answer to `lobby.ping` before counting it down."""
+
+Pending = tuple[int, str, str, str, bytes]
+"""A forwarded message not yet confirmed: (batch, receiver, sender, message_id, frame)."""
+
+
+class SilentLink:
+    """The link of a session that routes a resend whose sender is not connected here: what it
+    is answered has nobody to go to (the sender resends it after reconnecting anyway)."""
+
+    remote = "resend"
+
+    def put(self, frame: bytes) -> bool:
+        return False
+
+    def flush(self) -> int:
+        return 0
+
+    def shut(self, code: int, reason: str) -> None:
+        return None
+
+    def pause(self, seconds: float) -> None:
+        return None
 
 
 class NodeLink:
@@ -65,14 +111,20 @@ class NodeLink:
 
 class Relay:
     """Forwards this node's queued messages and routes the ones forwarded to it. `start`
-    subscribes; `kick` after each pass; `stop` waits for the publishes in flight."""
+    subscribes; `kick` after each pass; `stop` waits for the publishes in flight. `durable`
+    runs a callback once what was journaled so far is committed (the committer's marks)."""
 
     def __init__(
-        self, node_id: str, router: Router, execute: Callable[[Iterable[Action]], None]
+        self,
+        node_id: str,
+        router: Router,
+        execute: Callable[[Iterable[Action]], None],
+        durable: Callable[[Callable[[], None]], None],
     ) -> None:
         self.node_id = node_id
         self.router = router
         self._execute = execute
+        self._durable = durable
         self._nc: Client | None = None
         self._sessions: dict[tuple[str, str], Session] = {}
         """(node, agent id) -> the relay session standing for that agent of that node."""
@@ -80,11 +132,19 @@ class Relay:
         self._header = node_id.encode()
         self.returns: dict[str, list[bytes]] = {}
         """Node -> (agent id, frame) lines answering its agents, published by `kick`."""
+        self._batches: dict[str, int] = {}
+        """Destination node -> the number of the last batch forwarded to it."""
+        self.unconfirmed: dict[str, deque[Pending]] = {}
+        """Destination node -> what was forwarded to it and not yet confirmed, oldest first."""
+        self.resent = 0
+        self.dropped = 0
 
     async def start(self, nc: Client) -> None:
         self._nc = nc
         await nc.subscribe(f"lobby.fwd.{self.node_id}", cb=self._forwarded)
         await nc.subscribe(f"lobby.ret.{self.node_id}", cb=self._returned)
+        await nc.subscribe(f"lobby.done.{self.node_id}", cb=self._done)
+        await nc.subscribe(f"lobby.ping.{self.node_id}", cb=self._pinged)
 
     async def stop(self) -> None:
         if self._tasks:
@@ -104,12 +164,89 @@ class Relay:
             return
         delivery.forwards = []
         by_node: dict[str, list[bytes]] = {}
-        for home, sender, frame in forwards:
-            lines = by_node.setdefault(home, [self._header])
+        kept: dict[str, list[Pending]] = {}
+        for home, receiver, sender, message_id, frame in forwards:
+            if home in by_node:
+                lines = by_node[home]
+            else:
+                batch = self._batches[home] = self._batches.get(home, 0) + 1
+                lines = by_node[home] = [b"%s %d" % (self._header, batch)]
+                kept[home] = []
             lines.append(sender.encode())
             lines.append(frame)
+            kept[home].append((self._batches[home], receiver, sender, message_id, frame))
         for home, lines in by_node.items():
             self._publish(f"lobby.fwd.{home}", b"\n".join(lines))
+            queue = self.unconfirmed.get(home)
+            if queue is None:
+                queue = self.unconfirmed[home] = deque()
+            queue.extend(kept[home])
+            if len(queue) > RESEND_LIMIT:
+                excess = len(queue) - RESEND_LIMIT
+                for _ in range(excess):
+                    queue.popleft()
+                self.dropped += excess
+                log.warning("CLUSTER_RESEND_DROPPED", node_id=home, messages=excess)
+
+    def rehome(self, agent_id: str, old: str, new: str | None) -> None:
+        """`agent_id`'s home moved from node `old` to `new` (None: this node): what was
+        forwarded to it and not confirmed goes to the new home, in order, ahead of anything
+        sent to it from now on."""
+        moved: list[Pending] = []
+        queue = self.unconfirmed.get(old)
+        if queue:
+            kept: deque[Pending] = deque()
+            for entry in queue:
+                (moved if entry[1] == agent_id else kept).append(entry)
+            if moved:
+                self.unconfirmed[old] = kept
+        delivery = self.router.delivery
+        entries = [(e[1], e[2], e[3], e[4]) for e in moved]
+        if delivery.forwards:  # queued this pass for the old home
+            queued = [f for f in delivery.forwards if f[0] == old and f[1] == agent_id]
+            if queued:
+                delivery.forwards = [
+                    f for f in delivery.forwards if not (f[0] == old and f[1] == agent_id)
+                ]
+                entries += [(f[1], f[2], f[3], f[4]) for f in queued]
+        if not entries:
+            return
+        self.resent += len(entries)
+        log.info(
+            "CLUSTER_RESENT",
+            agent_id=agent_id,
+            from_node=old,
+            to_node=new or self.node_id,
+            messages=len(entries),
+        )
+        if new is not None:
+            delivery.forwards[:0] = [(new, r, s, m, f) for r, s, m, f in entries]
+            return
+        router = self.router
+        actions: list[Action] = []
+        for _, sender_id, _, frame in entries:
+            sender = router.registry.get(sender_id)
+            if sender is None:
+                continue
+            session = sender.session
+            if session is None or sender.home is not None:
+                session = router.open(remote=SilentLink.remote, link=SilentLink())
+                session.agent = sender
+            try:
+                actions += router.relayed(session, frame)
+            except Exception:
+                log.exception("ROUTER_FAILED", session=session.id)
+        self._execute(actions)
+
+    async def probe(self, node_id: str) -> bool:
+        """Whether node `node_id` answers on `lobby.ping` within `PROBE_TIMEOUT`."""
+        if self._nc is None:
+            return False
+        try:
+            await self._nc.request(f"lobby.ping.{node_id}", b"", timeout=PROBE_TIMEOUT)
+        except (nats.errors.Error, TimeoutError):
+            return False
+        return True
 
     def _publish(self, subject: str, data: bytes) -> None:
         if self._nc is None:
@@ -125,17 +262,21 @@ class Relay:
 
     async def _forwarded(self, msg: Msg) -> None:
         lines = msg.data.split(b"\n")
-        origin = lines[0].decode()
+        origin_b, _, batch_b = lines[0].partition(b" ")
+        origin = origin_b.decode()
         router = self.router
         registry = router.registry
+        delivery = router.delivery
+        left_out: list[tuple[str, str]] = []
         actions: list[Action] = []
         for i in range(1, len(lines) - 1, 2):
             sender_id = lines[i].decode()
             agent = registry.get(sender_id)
             if agent is None:
                 # The sender's registration has not reached this node yet: unanswered, the
-                # message is not ACCEPTED, and the sender resends it.
+                # message stays with the sender's node.
                 log.warning("CLUSTER_SENDER_UNKNOWN", agent_id=sender_id, node_id=origin)
+                left_out.append((sender_id, _message_id(lines[i + 1])))
                 continue
             session = self._sessions.get((origin, sender_id))
             if session is None:
@@ -143,11 +284,19 @@ class Relay:
                 session = router.open(remote=link.remote, link=link)
                 self._sessions[(origin, sender_id)] = session
             session.agent = agent
+            queued = len(delivery.forwards)
             try:
                 actions += router.relayed(session, lines[i + 1])
             except Exception:
                 log.exception("ROUTER_FAILED", session=session.id)
+            if len(delivery.forwards) > queued:
+                # Its receiver's home is another node now: never a second hop.
+                left_out += [(f[2], f[3]) for f in delivery.forwards[queued:]]
+                del delivery.forwards[queued:]
         self._execute(actions)
+        if batch_b:
+            done = b"%s %s\n%s" % (self._header, batch_b, orjson.dumps(left_out))
+            self._durable(lambda: self._publish(f"lobby.done.{origin}", done))
 
     async def _returned(self, msg: Msg) -> None:
         lines = msg.data.split(b"\n")
@@ -160,3 +309,29 @@ class Relay:
             if record is not None and record.session is not None and record.home is None:
                 actions.append(Send(record.session, lines[i + 1]))
         self._execute(actions)
+
+    async def _done(self, msg: Msg) -> None:
+        header, _, rest = msg.data.partition(b"\n")
+        home_b, _, batch_b = header.partition(b" ")
+        queue = self.unconfirmed.get(home_b.decode())
+        if not queue:
+            return
+        batch = int(batch_b)
+        left_out = {(s, m) for s, m in orjson.loads(rest)} if rest else set()
+        kept: list[Pending] = []
+        while queue and queue[0][0] <= batch:
+            entry = queue.popleft()
+            if left_out and (entry[2], entry[3]) in left_out:
+                kept.append(entry)
+        queue.extendleft(reversed(kept))
+
+    async def _pinged(self, msg: Msg) -> None:
+        await msg.respond(b"")
+
+
+def _message_id(frame: bytes) -> str:
+    """The message_id of a forwarded frame (rare path: a sender this node does not know)."""
+    try:
+        return str(orjson.loads(frame).get("message_id"))
+    except (orjson.JSONDecodeError, AttributeError):
+        return ""

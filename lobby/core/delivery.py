@@ -64,9 +64,10 @@ class Delivery:
         """Records not yet handed to the store; the I/O layer takes them (`take_journal`)."""
         self.accepted: dict[Session, str] = {}
         """Per acknowledging sender, the last message_id accepted since the last commit."""
-        self.forwards: list[tuple[str, str, bytes]] = []
-        """Cluster only: (home node, sender, frame) of messages to agents on other nodes, for
-        the I/O layer to forward (the home stamps, stores, dedupes and confirms them)."""
+        self.forwards: list[tuple[str, str, str, str, bytes]] = []
+        """Cluster only: (home node, receiver, sender, message_id, frame) of messages to agents
+        on other nodes, for the I/O layer to forward (the home stamps, stores, dedupes and
+        confirms them; the I/O layer keeps each until then, to resend it if the home moves)."""
         self.accepted_traces: dict[Session, str | None] = {}
         """The same, its traceparent: kept only once a traced message was accepted."""
         self.delivered: dict[str, int] = {}
@@ -182,7 +183,12 @@ class Delivery:
                 "and TEXT are)",
             )
         msg.auth_token = None
-        self.forwards.append((target.home, msg.sender_id, encode(msg)))  # type: ignore[arg-type]
+        message_id = msg.message_id
+        if message_id is None:
+            # Named here, so the home's dedupe absorbs a resend of it after a failover.
+            message_id = msg.message_id = self.new_message_id()
+        home: str = target.home  # type: ignore[assignment]  # not None: checked by accept
+        self.forwards.append((home, target.agent_id, msg.sender_id, message_id, encode(msg)))
         return []
 
     def acknowledge(self, agent: AgentRecord, up_to: int) -> None:

@@ -61,6 +61,8 @@ class Registrar:
         self.check_capabilities(payload.capabilities)
         record = self.state.registry.get(agent_id)
         token = msg.auth_token
+        if record is not None and (instead := self._gated(session, record, msg)) is not None:
+            return instead
         if record is not None and record.token_hash == REVOKED and token is None:
             # An operator revoked its token: this REGISTER takes the id over under a new one.
             token = str(uuid.uuid4())
@@ -175,6 +177,21 @@ class Registrar:
         actions.append(self._register_ack(session, record.agent_id, status, token))
         actions.extend(self.state.delivery.replay(record, session))
         return actions
+
+    def _gated(self, session: Session, record: AgentRecord, msg: Message) -> list[Action] | None:
+        """On a cluster node, a resume of an agent whose home is another node waits for that
+        node to be known up (`SharedRegistry.gate`); None: go ahead. Only a REGISTER that
+        would resume (the token matches, or was revoked) is gated."""
+        shared = self.state.shared
+        if shared is None or record.home is None:
+            return None
+        token = msg.auth_token
+        if record.token_hash == REVOKED:
+            if token is not None:
+                return None  # refused below
+        elif token is None or not hmac.compare_digest(hash_token(token), record.token_hash):
+            return None  # refused below
+        return shared.gate(record.home, session, msg, self.state.clock())
 
     def _check_registration_rate(self, session: Session) -> None:
         limits = self.limits

@@ -247,7 +247,7 @@ class Router:
         agent = session.agent
         session.agent = None
         shared = self.state.shared
-        if shared is not None and shared.claims:
+        if shared is not None and (shared.claims or shared.waiting):
             shared.closed(session)
         if agent is not None and agent.session is session:
             agent.session = None
@@ -285,6 +285,18 @@ class Router:
         actions, known = self.state.shared.forgot(agent_id)
         if known:
             self.state.journaled(AgentRemoved(agent_id))
+        return actions
+
+    def probed(self, home: str, alive: bool) -> list[Action]:
+        """Node `home` answered a probe (`alive`) or not: the resumes of its agents waiting
+        for it go ahead or are closed with 1013 (`SharedRegistry.gate`)."""
+        assert self.state.shared is not None, "share() first"
+        waiting, actions = self.state.shared.probed(home, alive, self.state.clock())
+        for session, msg in waiting:
+            try:
+                actions += self.registrar.register(session, msg)
+            except Refusal as refusal:
+                actions += self.state.error(session, msg, refusal.code, refusal.reason)
         return actions
 
     def relayed(self, session: Session, frame: bytes) -> list[Action]:

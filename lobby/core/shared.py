@@ -8,7 +8,12 @@ to it. Instead:
 - every registration change made here (capabilities, acks, a new token, a removal) is queued
   in `changes` for the I/O layer to write;
 - what other nodes changed comes back in as `learned` / `forgot`, which change the registry
-  without journaling or queueing anything, so DISCOVER stays local and sees every node's agents.
+  without journaling or queueing anything, so DISCOVER stays local and sees every node's agents;
+- a resume of an agent whose home is another node waits (`gate`) until that node answered a
+  probe (`probes`, answered by `probed`): if it is up, the resume takes the agent over as on
+  one node; if it is down (killed, cut off), its agents' state is in its journal, which a
+  failover is about to adopt (`lobby.core.adoption`), and the resume is closed with 1013
+  (try again) until then, so nothing is numbered twice or delivered out of order.
 
 A single-node lobby has no `SharedRegistry` (`LobbyState.shared` is None): nothing here runs.
 """
@@ -16,6 +21,7 @@ A single-node lobby has no `SharedRegistry` (`LobbyState.shared` is None): nothi
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Final
 
 import orjson
 import structlog
@@ -29,6 +35,9 @@ from protocol.models import CloseCode, ErrorCode, Message
 from protocol.payloads import Capability
 
 log = structlog.get_logger("lobby")
+
+PROBED_FRESH: Final = 2.0
+"""Seconds an answered probe of a node lets resumes take its agents without asking again."""
 
 
 @dataclass(slots=True, eq=False)
@@ -58,6 +67,14 @@ class SharedRegistry:
         """Claims the I/O layer has not taken yet (`take`)."""
         self.changes: list[AgentSaved | AgentRemoved] = []
         """Registration changes made here, in order, for the I/O layer to write (`take`)."""
+        self.held: set[str] = set()
+        """Nodes known down and not back: their agents' resumes here are closed with 1013."""
+        self.answered: dict[str, float] = {}
+        """Node -> when (the clock) it last answered a probe."""
+        self.waiting: dict[str, list[tuple[Session, Message]]] = {}
+        """Node -> resumes of its agents waiting for its probe's answer, in order."""
+        self.probes: list[str] = []
+        """Nodes the I/O layer is to probe (then call `Router.probed`)."""
 
     def take(self) -> tuple[list[Claim], list[AgentSaved | AgentRemoved]]:
         """What the I/O layer must write to the shared store now; call after each batch."""
@@ -83,10 +100,45 @@ class SharedRegistry:
         self.new_claims.append(claim)
 
     def closed(self, session: Session) -> None:
-        """`session`'s connection is gone: a claim it made no longer has anyone to answer."""
+        """`session`'s connection is gone: a claim it made no longer has anyone to answer,
+        a resume it made waits for nothing."""
         for claim in self.claims.values():
             if claim.session is session:
                 claim.session = None
+        for waiting in self.waiting.values():
+            waiting[:] = [w for w in waiting if w[0] is not session]
+
+    def gate(self, home: str, session: Session, msg: Message, now: float) -> list[Action] | None:
+        """A resume on this node of an agent whose home is node `home`: None if it may go
+        ahead now, else what to do instead (nothing yet: it waits for `home`'s probe; or a
+        close with 1013 while `home` is down and its agents wait for their failover)."""
+        if home in self.held:
+            reason = f"its home node {home} is down and being failed over: try again"
+            return [Close(session, CloseCode.TRY_AGAIN, reason)]
+        at = self.answered.get(home)
+        if at is not None and 0 <= now - at <= PROBED_FRESH:
+            return None
+        waiting = self.waiting.get(home)
+        if waiting is None:
+            self.waiting[home] = [(session, msg)]
+            self.probes.append(home)
+        else:
+            waiting.append((session, msg))
+        return []
+
+    def probed(
+        self, home: str, alive: bool, now: float
+    ) -> tuple[list[tuple[Session, Message]], list[Action]]:
+        """`home` answered its probe (`alive`) or not: the resumes that may go ahead now
+        (the caller runs them again), and the closes of those that may not."""
+        waiting = self.waiting.pop(home, [])
+        if alive:
+            self.answered[home] = now
+            return waiting, []
+        self.held.add(home)
+        log.warning("CLUSTER_NODE_DOWN", node_id=home, resumes_refused=len(waiting))
+        reason = f"its home node {home} is down and being failed over: try again"
+        return [], [Close(session, CloseCode.TRY_AGAIN, reason) for session, _ in waiting]
 
     def claimed(self, agent_id: str, won: bool | None) -> tuple[Claim, AgentRecord | None]:
         """The shared store's verdict on the claim of `agent_id`: `won` True (this node

@@ -317,6 +317,12 @@ class JetStreamStore:
             if older != name:
                 await store.delete(older)
 
+    @property
+    def last_seq(self) -> int:
+        """The stream sequence of the last journal message written or loaded (a failover
+        purges the dead node's journal up to it: `lobby.cluster.recovery`)."""
+        return self._last_seq
+
     def unwritable(self) -> str | None:
         if self._fenced is not None:
             return self._fenced

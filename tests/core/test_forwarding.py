@@ -34,8 +34,8 @@ def test_a_request_to_another_nodes_agent_is_checked_here_and_queued_for_its_hom
     assert alice.last()["payload"]["code"] == "unauthorized"  # refused here, not forwarded
     assert a.delivery.forwards == []
     alice.to("bob", "REQUEST", {"capability_name": "echo"}, conversation_id="k", message_id="m1")
-    ((home, sender, frame),) = a.delivery.forwards
-    assert (home, sender) == ("b", "alice")
+    ((home, receiver, sender, message_id, frame),) = a.delivery.forwards
+    assert (home, receiver, sender, message_id) == ("b", "bob", "alice", "m1")
     forwarded = orjson.loads(frame)
     assert forwarded["message_id"] == "m1"
     assert "auth_token" not in forwarded
@@ -73,8 +73,9 @@ def test_the_home_routes_a_forwarded_message_and_answers_the_relay_session() -> 
     assert b.take_journal().accepted == {relay: "m1"}
     # bob's final RESPONSE closes the conversation here and goes to alice's node.
     bob.to("alice", "RESPONSE", {"status": "success"}, conversation_id="k")
-    ((home, sender, _),) = b.delivery.forwards
-    assert (home, sender) == ("a", "bob")
+    ((home, receiver, sender, message_id, _),) = b.delivery.forwards
+    assert (home, receiver, sender) == ("a", "alice", "bob")
+    assert message_id  # named by bob's node when bob named none: a resend is deduped
     assert b.conversations == {}
 
 

@@ -153,6 +153,11 @@ def test_a_resume_on_another_node_closes_the_connection_here_with_4001() -> None
     again = router.open("me")
     resume = {"capabilities": None}
     raw(router, again, sender_id="me", message_type="REGISTER", payload=resume, auth_token=me.token)
+    # Its home is node "there": the resume waits until "there" is known up.
+    assert record.session is None
+    assert shared.probes == ["there"]
+    actions = router.probed("there", alive=True)
+    assert [frame["message_type"] for frame in frames(actions)] == ["REGISTER_ACK"]
     assert record.session is again
     _, changes = shared.take()
     assert [c.agent_id for c in changes] == ["me"]
@@ -309,3 +314,49 @@ def test_an_agent_removed_elsewhere_is_closed_here_as_unregistered() -> None:
     # An id this node never knew: nothing to close, nothing journaled.
     assert router.forgot("nobody") == []
     assert router.take_journal().records == []
+
+
+def test_a_resume_of_an_agent_whose_home_is_down_is_closed_with_1013() -> None:
+    router = make_router()
+    shared = router.share("here")
+    me = join_shared(router, "me")
+    saved = AgentSaved("me", me.session.agent.token_hash, b"[]", True)  # type: ignore[union-attr]
+    router.learned(saved, "gone")
+    resume = {"capabilities": None, "acks": True}
+    first, second = router.open("me"), router.open("me")
+    for session in (first, second):
+        raw(
+            router,
+            session,
+            sender_id="me",
+            message_type="REGISTER",
+            payload=resume,
+            auth_token=me.token,
+        )
+    assert shared.probes == ["gone"]  # one probe for both
+    router.close(second)  # gone meanwhile: nothing to answer
+    (close,) = router.probed("gone", alive=False)
+    assert isinstance(close, Close)
+    assert (close.session, close.code) == (first, 1013)
+    assert "being failed over" in close.reason
+    # Known down now: the next resume is closed at once, without a probe.
+    third = router.open("me")
+    (close,) = raw(
+        router, third, sender_id="me", message_type="REGISTER", payload=resume, auth_token=me.token
+    )
+    assert isinstance(close, Close)
+    assert close.code == 1013
+    assert router.registry.get("me").session is None  # type: ignore[union-attr]
+    # A wrong token is refused as ever, never gated.
+    fourth = router.open("me")
+    (error,) = frames(
+        raw(
+            router,
+            fourth,
+            sender_id="me",
+            message_type="REGISTER",
+            payload=resume,
+            auth_token="wrong",
+        )
+    )
+    assert error["payload"]["code"] == "agent_id_taken"
