@@ -115,6 +115,7 @@ CLOSE_CODE_NAMES: Final[dict[int, str]] = {
     1008: "policy_violation",
     1009: "message_too_big",
     1011: "internal_error",
+    1013: "try_again_later",
     4001: "replaced",
     4002: "too_slow",
     4003: "unregistered",
