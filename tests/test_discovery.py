@@ -510,3 +510,17 @@ def test_a_page_holds_as_many_capabilities_as_its_bytes_allow_to_the_byte() -> N
                 assert sum(len(s["relevant_capabilities"]) for s in fewer["services_found"]) < count
                 taken.append(count)
         assert taken == list(range(2, len(keys_of(full)) + 1)), raw  # each size met exactly
+
+
+def test_a_ranked_service_carries_the_score_of_its_best_capability() -> None:
+    _, me = lobby(count_per_agent=4)
+    answer = ask(me, {"query": "task 1-2 0-3", "limit": 20})
+    services = answer["services_found"]
+    assert [set(s) for s in services] == [
+        {"agent_id", "relevant_capabilities", "online", "score"}
+    ] * len(services)
+    for service in services:
+        scores = [c["score"] for c in service["relevant_capabilities"]]
+        assert service["score"] == scores[0] == max(scores)
+    assert all(s["score"] > 0 for s in services)
+    assert "score" not in ask(me, {})["services_found"][0]

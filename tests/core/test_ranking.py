@@ -121,14 +121,16 @@ def test_every_way_to_a_page_agrees_with_scoring_every_doc(
                 assert counted == total, (plan_name, words, want)
 
 
+@pytest.mark.parametrize("multi", [-1, 10**9], ids=["threshold", "overlap"])
 def test_groups_of_equal_weight_are_read_as_one_in_key_order(
-    monkeypatch: pytest.MonkeyPatch,
+    multi: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """With an average length of 3, "x" once in a doc of length 1 weighs exactly what it
     weighs twice in a doc of length 3 (norms 0.6 and 1.2): two posting groups, one weight.
     The threshold algorithm reads them as one run in key order, or it would stop at ("b", ...)
-    with ("a", ...), of the same score, still unread in the other group."""
-    monkeypatch.setattr(ranking, "_MULTI", -1)  # the threshold algorithm, whatever the overlap
+    with ("a", ...), of the same score, still unread in the other group; the walk by overlap
+    reads a group that only ties the page, for a tie may win by key."""
+    monkeypatch.setattr(ranking, "_MULTI", multi)
     fillers: list[tuple[Key, dict[str, int]]] = [(("f", str(n)), {"f": 3}) for n in range(8)]
     corpus = Corpus(
         [
@@ -292,3 +294,20 @@ def test_the_total_is_counted_by_set_sizes_within_the_read_budget(
     checked = Plan(None, set(), [], lambda doc: {}, [lambda doc: doc % 2 == 0])
     assert count([small], checked, 100) == 3  # 0, 2, 4
     assert count([small, postings({7, 8})], checked, 100) == 4
+
+
+def test_a_token_in_exactly_half_the_docs_still_drives() -> None:
+    """Common means in more than half: "a", in two docs of four, finds docs as "b" does;
+    "c", in three, only adds to what they found."""
+    corpus = Corpus(
+        [
+            (("d", "0"), {"a": 1, "c": 1}),
+            (("d", "1"), {"a": 1, "c": 1}),
+            (("d", "2"), {"b": 1, "c": 1}),
+            (("d", "3"), {"e": 1}),
+        ]
+    )
+    top, total, _ = corpus.lexical(["a", "b", "c"], everything(), 10)
+    assert (top, total) == (corpus.brute(["a", "b", "c"], everything(), 10)[0], 3)
+    top, total, _ = corpus.lexical(["b", "c"], everything(), 10)
+    assert ([corpus.keys[at] for _, at in top], total) == ([("d", "2")], 1)
