@@ -26,6 +26,7 @@ from typing import Any
 
 import orjson
 
+from benchmarks.harness import waited_seconds
 from benchmarks.load import close_all, latency, percentiles, register
 from protocol.payloads import MAX_DISCOVER_LIMIT
 
@@ -135,9 +136,10 @@ async def pressure(url: str, mix: str, clients: int, seconds: float) -> dict[str
         finally:
             await close_all([ws])
 
-    started = time.perf_counter()
+    started, waited = time.perf_counter(), waited_seconds()
     await asyncio.gather(*(one(n) for n in range(clients)))
     elapsed = time.perf_counter() - started
+    waited = waited_seconds() - waited
     times.sort()
     return {
         "mix": mix,
@@ -149,6 +151,7 @@ async def pressure(url: str, mix: str, clients: int, seconds: float) -> dict[str
         "largest_answer_bytes": received["largest"],
         "errors": received["errors"],
         "rate_limited_per_s": received["rate_limited"] / elapsed,
+        "waiting_for_a_core": round(waited / elapsed, 3),
         **percentiles(times),
     }
 

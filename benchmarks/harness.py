@@ -58,6 +58,16 @@ def cpu_seconds(pid: int) -> float:
     return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
 
 
+def waited_seconds(pid: int | str = "self") -> float:
+    """Time every thread of process `pid` spent runnable but not running, waiting for a core
+    (`run_delay` of /proc/<pid>/task/*/schedstat): what a busy machine adds to its latency."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        with contextlib.suppress(OSError), open(f"/proc/{pid}/task/{tid}/schedstat") as stat:
+            total += int(stat.read().split()[1])
+    return total / 1e9
+
+
 def machine_busy_seconds() -> float:
     """CPU time spent by every process on the machine (all cores, idle and iowait excluded):
     less the server's and the load's own, it shows how much else ran during a window."""

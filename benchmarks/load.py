@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import os
 import time
 import uuid
 from collections.abc import Callable, Coroutine
@@ -24,7 +25,12 @@ from websockets.client import ClientProtocol
 from websockets.frames import Frame, Opcode
 from websockets.uri import parse_uri
 
-from benchmarks.harness import cpu_seconds, machine_busy_seconds, raise_fd_limit
+from benchmarks.harness import (
+    cpu_seconds,
+    machine_busy_seconds,
+    raise_fd_limit,
+    waited_seconds,
+)
 
 CAPABILITY = {"name": "echo", "description": "echo", "input_schema": {}, "output_schema": {}}
 
@@ -303,6 +309,7 @@ async def latency(url: str, server_pid: int, rate: float, seconds: float) -> dic
     interval = 2.0 / rate
     start = time.perf_counter()
     first = Snapshot(server_pid, 0)
+    waited = waits(server_pid)
     total = WARMUP_ROUND_TRIPS + int(seconds / interval)
     for n in range(total):
         delay = start + n * interval - time.perf_counter()
@@ -313,6 +320,7 @@ async def latency(url: str, server_pid: int, rate: float, seconds: float) -> dic
         await requester.send(request(me, peer, token, n), text=True)
     elapsed = time.perf_counter() - start
     window = Snapshot(server_pid, 2 * total).since(first)
+    waited = {k: (v - waited.get(k, 0.0)) / elapsed for k, v in waits(server_pid).items()}
     finished = True
     if not sent:
         all_back.set()
@@ -331,7 +339,22 @@ async def latency(url: str, server_pid: int, rate: float, seconds: float) -> dic
         "achieved_messages_per_s": 2 * total / elapsed,
         "server_cpu_share": window["server_cpu_share"],
         "other_cpu_share": window["other_cpu_share"],
+        "waiting_for_a_core": {k: round(v, 3) for k, v in waited.items()},
         **percentiles(rtts),
+    }
+
+
+def waits(server_pid: int) -> dict[str, float]:
+    """Seconds spent waiting for a core so far by this process (the pair), the server and the
+    server's children (the discovery worker), each summed over its threads."""
+    children: list[str] = []
+    for tid in os.listdir(f"/proc/{server_pid}/task"):
+        with contextlib.suppress(OSError), open(f"/proc/{server_pid}/task/{tid}/children") as f:
+            children += f.read().split()
+    return {
+        "pair": waited_seconds(),
+        "lobby": waited_seconds(server_pid),
+        "worker": sum(waited_seconds(c) for c in children if os.path.isdir(f"/proc/{c}")),
     }
 
 

@@ -156,24 +156,35 @@ def pressure_table(row: dict[str, Any]) -> list[str]:
     lines = [
         "| heavy discovery | capabilities | pair p50 / p99 / p99.9 ms | p99 vs alone "
         "| DISCOVERs/s (clients) | DISCOVER p50 / p99 ms | capabilities per answer "
-        "| largest answer KiB | other CPU |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| largest answer KiB | other CPU | waiting for a core: pair / lobby / worker / clients |",
+        "|---|---|---|---|---|---|---|---|---|---|",
         f"| none (the pair alone, {row['rate']:,.0f} msgs/s) | {row['registry']['capabilities']:,} "
-        f"| {_tail(alone)} | 1.00x | | | | | {_other(alone)} |",
+        f"| {_tail(alone)} | 1.00x | | | | | {_other(alone)} | {_waits(alone, None)} |",
     ]
-    for mix in PRESSURE_MIXES:
-        if mix not in row:
-            continue
-        busy = row[mix]
+    rows = [(mix, row[mix]) for mix in PRESSURE_MIXES if mix in row]
+    rows += [
+        (f"{mix}, on another lobby (control)", r) for mix, r in row.get("elsewhere", {}).items()
+    ]
+    for label, busy in rows:
         d = busy["discovery"]
         lines.append(
-            f"| {mix} | {row['registry']['capabilities']:,} | {_tail(busy)} "
+            f"| {label} | {row['registry']['capabilities']:,} | {_tail(busy)} "
             f"| {ratio(busy['p99'], alone['p99'])} "
             f"| {d['answers_per_s']:,.0f} ({d['clients']}) | {d['p50']:.2f} / {d['p99']:.2f} "
             f"| {d['capabilities_per_answer']:.0f} | {d['largest_answer_bytes'] / 1024:.0f} "
-            f"| {_other(busy)} |"
+            f"| {_other(busy)} | {_waits(busy, d)} |"
         )
     return lines
+
+
+def _waits(pair: dict[str, Any], clients: dict[str, Any] | None) -> str:
+    """Seconds per second each process spent runnable but waiting for a core (schedstat)."""
+    waited = pair.get("waiting_for_a_core")
+    if waited is None:  # results from before this column
+        return ""
+    shown = [f"{waited[k]:.3f}" for k in ("pair", "lobby", "worker")]
+    shown.append(f"{clients['waiting_for_a_core']:.3f}" if clients else "")
+    return " / ".join(shown)
 
 
 def _tail(r: dict[str, Any]) -> str:
@@ -270,6 +281,18 @@ def targets(results: dict[str, Any]) -> list[dict[str, str]]:
                 f"{busy / alone:.2f}x ({busy:.2f} vs {alone:.2f} ms)",
                 busy <= TARGET_PRESSURE_P99 * alone,
             )
+            control = pressure.get("elsewhere", {}).get(mix)
+            if control:
+                # Not a target: what the same discovery work costs the pair's tail when the
+                # pair's lobby does none of it (the machine's share of the ratio above).
+                c = control["p99"]
+                out.append(
+                    {
+                        "target": f"(control) the same load on another lobby ({mix})",
+                        "measured": f"{c / alone:.2f}x ({c:.2f} vs {alone:.2f} ms)",
+                        "status": "for reference",
+                    }
+                )
     return out
 
 

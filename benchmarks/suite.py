@@ -276,21 +276,43 @@ def discovery(plan: Plan) -> dict[str, Any]:
 
 def discovery_pressure(plan: Plan) -> dict[str, Any]:
     """One pair's REQUEST/RESPONSE latency (open loop, `pressure_rate`) on a lobby (sqlite
-    store) holding `pressure_capabilities` capabilities: alone, and while each heavy discovery
-    load (`discovery_load.MIXES`) runs from another process; in turn, `repeats` times round,
-    the run with the lowest p99 of each kept (noise only ever adds to a tail), every run in
-    `runs`."""
+    store) holding `pressure_capabilities` capabilities: alone, while each heavy discovery
+    load (`discovery_load.MIXES`) runs from another process against the same lobby, and, as
+    the control, while that load runs against a second lobby holding the same registry (the
+    machine does the same discovery work; the pair's lobby does none of it). In turn,
+    `repeats` times round, the run with the lowest p99 of each kept (noise only ever adds to
+    a tail), every run in `runs`."""
     mixes = list(discovery_load.MIXES)
     runs: dict[str, list[dict[str, Any]]] = {"alone": [], **{mix: [] for mix in mixes}}
+    elsewhere: dict[str, list[dict[str, Any]]] = {mix: [] for mix in mixes}
     seconds, rate = plan.pressure_seconds, plan.pressure_rate
     # The discovery rate limit stays on here (the other phases turn it off): it is part of
     # the lobby's defence against discovery floods, so it is part of what is measured.
     discover_rate = str(Settings().discover_rate)
-    with harness.lobby("sqlite", "--discover-rate", discover_rate) as server:
-        registry = harness.one(
-            discovery_load.populate, server.url, plan.pressure_capabilities, plan.per_agent,
-            timeout=300.0,
-        )  # fmt: skip
+    with (
+        harness.lobby("sqlite", "--discover-rate", discover_rate) as server,
+        harness.lobby("sqlite", "--discover-rate", discover_rate) as other,
+    ):
+        registry = {}
+        for lobby in (other, server):
+            registry = harness.one(
+                discovery_load.populate, lobby.url, plan.pressure_capabilities, plan.per_agent,
+                timeout=300.0,
+            )  # fmt: skip
+
+        def beside(target: harness.Server, mix: str) -> dict[str, Any]:
+            # The discovery load starts first and outlasts the pair's run (its warm-up too).
+            harness.QUIET.wait()
+            pressure, pair = harness.in_processes(
+                discovery_load.either,
+                [
+                    ("pressure", target.url, mix, plan.pressure_clients, seconds + 1.5),
+                    ("latency", server.url, server.pid, rate, seconds),
+                ],
+                seconds + LOAD_SLACK,
+            )
+            return {**pair, "discovery": pressure}
+
         for _ in range(plan.repeats):
             harness.QUIET.wait()
             runs["alone"].append(
@@ -300,19 +322,21 @@ def discovery_pressure(plan: Plan) -> dict[str, Any]:
                 )
             )  # fmt: skip
             for mix in mixes:
-                harness.QUIET.wait()
-                # The discovery load starts first and outlasts the pair's run (its warm-up too).
-                pressure, pair = harness.in_processes(
-                    discovery_load.either,
-                    [
-                        ("pressure", server.url, mix, plan.pressure_clients, seconds + 1.5),
-                        ("latency", server.url, server.pid, rate, seconds),
-                    ],
-                    seconds + LOAD_SLACK,
-                )
-                runs[mix].append({**pair, "discovery": pressure})
-    best = {name: min(r, key=lambda x: float(x["p99"])) for name, r in runs.items()}
-    return {**best, "registry": registry, "rate": rate, "runs": runs}
+                runs[mix].append(beside(server, mix))
+                elsewhere[mix].append(beside(other, mix))
+
+    def lowest(r: list[dict[str, Any]]) -> dict[str, Any]:
+        return min(r, key=lambda x: float(x["p99"]))
+
+    best = {name: lowest(r) for name, r in runs.items()}
+    return {
+        **best,
+        "elsewhere": {mix: lowest(r) for mix, r in elsewhere.items()},
+        "registry": registry,
+        "rate": rate,
+        "runs": runs,
+        "elsewhere_runs": elsewhere,
+    }
 
 
 def sdk(plan: Plan) -> dict[str, Any]:

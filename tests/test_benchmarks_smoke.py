@@ -66,6 +66,13 @@ def test_the_discovery_pressure_phase_measures_the_pair_beside_each_load() -> No
         # The DISCOVER clients yield the cores to the lobby and the pair (they stand for
         # agents on other machines).
         assert load["clients_nice"] >= discovery_load.CLIENTS_NICE, mix
+        assert load["waiting_for_a_core"] >= 0, mix
+        # The control: the same load against a second lobby, the pair's lobby doing none of it.
+        control = results["elsewhere"][mix]
+        assert control["samples"] > 0 and control["discovery"]["answers_per_s"] > 0, mix
+        assert set(results[mix]["waiting_for_a_core"]) == {"pair", "lobby", "worker"}, mix
+    text = "\n".join(report.pressure_table(results))
+    assert "searches, on another lobby (control)" in text
 
 
 def test_the_report_renders_every_section_with_targets() -> None:
@@ -101,6 +108,7 @@ def test_the_report_renders_every_section_with_targets() -> None:
             "alone": latency,
             "lookups": {**latency, "p99": 3.0, "discovery": pressure},
             "searches": {**latency, "p99": 1.5, "discovery": pressure},
+            "elsewhere": {"searches": {**latency, "p99": 2.5, "discovery": pressure}},
             "registry": {"capabilities": 100_000},
             "rate": 1000,
         },
@@ -124,9 +132,11 @@ def test_the_report_renders_every_section_with_targets() -> None:
     assert "capability with input schema | 2 | 1.00x | 1.00x | 1.0 | 0.0 |" in text
     assert "| GET /metrics once a second | 2 | 1.00x | 1.00x | 1.0 | 2 |" in text
     assert "| Agent subclasses | 1 | 1.00x | 3.0 | 1.00x | 1.0 |" in text
-    assert len(results["targets"]) == 14
+    assert len(results["targets"]) == 15
+    assert "| (control) the same load on another lobby (searches) | 2.50x" in text
+    assert "| searches, on another lobby (control) | 100,000 | 1.00 / 2.50 / 1.00 | 2.50x |" in text
     assert "sqlite store on picows, 1 pairs >= 1.3x websockets relay" in text
-    assert {t["status"] for t in results["targets"]} == {"met", "NOT MET"}
+    assert {t["status"] for t in results["targets"]} == {"met", "NOT MET", "for reference"}
 
 
 def test_the_schema_phase_sends_requests_that_fit_its_schema() -> None:
