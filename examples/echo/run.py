@@ -11,11 +11,13 @@ import asyncio
 import os
 
 from agent_sdk import Agent
+from examples import spread
 from examples.echo.echo_agent import EchoAgent, EchoReply
 
 
 async def main(lobby_url: str) -> EchoReply:
-    async with EchoAgent(lobby_url=lobby_url), Agent("my_client", lobby_url=lobby_url) as me:
+    echo, client = spread(lobby_url, 0), spread(lobby_url, 1)
+    async with EchoAgent(lobby_url=echo), Agent("my_client", lobby_url=client) as me:
         services = await me.discover("echo")
         print("found:", ", ".join(service.agent_id for service in services))
         answer = await me.request("echo", "echo", {"text": "hi"}, output_type=EchoReply, timeout=5)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agent_sdk import Agent, DialogueHandle
+from examples import spread
 
 GOODS = {"r": 1}
 
@@ -56,7 +57,10 @@ class Haggle:
 
 async def main(lobby_url: str) -> Haggle:
     haggle = Haggle()
-    async with Seller(lobby_url=lobby_url) as seller, Agent("b", lobby_url=lobby_url) as buyer:
+    async with (
+        Seller(lobby_url=spread(lobby_url, 0)) as seller,
+        Agent("b", lobby_url=spread(lobby_url, 1)) as buyer,
+    ):
         dialogue = await buyer.cfp("s", {"goods": GOODS})
         haggle.table.append(("b", "cfp", GOODS))
         offer = await dialogue.next_move(timeout=5)

@@ -16,6 +16,7 @@ from decimal import Decimal
 from typing import Any
 
 from agent_sdk import Agent, Capability, Message
+from examples import spread
 
 MENUS: dict[str, dict[str, Any]] = {
     "luigis_pizza": {
@@ -100,10 +101,10 @@ class Outcome:
 
 
 async def main(lobby_url: str) -> Outcome:
-    businesses = [Business(name, lobby_url=lobby_url) for name in MENUS]
+    businesses = [Business(name, lobby_url=spread(lobby_url, n)) for n, name in enumerate(MENUS)]
     customers = [
-        Customer("ann", "margherita", 2, lobby_url=lobby_url),
-        Customer("bob", "marinara", 1, lobby_url=lobby_url),
+        Customer("ann", "margherita", 2, lobby_url=spread(lobby_url, 1)),
+        Customer("bob", "marinara", 1, lobby_url=spread(lobby_url, 0)),
     ]
     outcome = Outcome()
     async with contextlib.AsyncExitStack() as stack:
