@@ -1,0 +1,164 @@
+"""A resume on this node of an agent whose home is another node (`SharedRegistry.gate`,
+`Router.probed`), driven synchronously: it waits for that node's answer to a probe, goes ahead
+when the node is alive (and, for `PROBED_FRESH` seconds after, without asking again), and is
+closed with 1013 when the node is down and being failed over."""
+
+from __future__ import annotations
+
+from structlog.testing import capture_logs
+
+from lobby.core import Router, Send
+from lobby.core.records import AgentSaved
+from lobby.core.refusal import hash_token
+from lobby.core.session import Action, Close, Session
+from lobby.core.shared import PROBED_FRESH
+from tests.core.test_shared_registry import join_shared
+from tests.routerkit import Clock, Peer, frames, make_router, raw
+
+RESUME = {"capabilities": None, "acks": True}
+
+
+def homed_elsewhere(router: Router, agent_id: str, home: str) -> Peer:
+    """An agent registered here, then taken by node `home` (its connection here closed)."""
+    peer = join_shared(router, agent_id)
+    moved_to(router, peer, home)
+    return peer
+
+
+def moved_to(router: Router, peer: Peer, home: str, token_hash: bytes | None = None) -> None:
+    record = router.registry.get(peer.agent_id)
+    assert record is not None
+    saved = AgentSaved(peer.agent_id, token_hash or record.token_hash, b"[]", True)
+    router.learned(saved, home)
+
+
+def resume(router: Router, peer: Peer) -> tuple[Session, list[Action]]:
+    session = router.open(peer.agent_id)
+    sent = raw(
+        router,
+        session,
+        sender_id=peer.agent_id,
+        message_type="REGISTER",
+        payload=RESUME,
+        auth_token=peer.token,
+    )
+    return session, sent
+
+
+def test_a_resume_waits_for_its_homes_probe_and_goes_ahead_when_it_is_alive() -> None:
+    router = make_router()
+    shared = router.share("here")
+    me = homed_elsewhere(router, "me", "n2")
+    session, sent = resume(router, me)
+    assert sent == []  # nothing yet: waiting for n2's answer
+    assert shared.probes == ["n2"]
+    (ack,) = frames(router.probed("n2", alive=True))
+    assert ack["message_type"] == "REGISTER_ACK"
+    assert ack["payload"]["status"] == "success_resumed"
+    record = router.registry.get("me")
+    assert record is not None
+    assert record.session is session
+    assert record.home is None  # home here now
+
+
+def test_a_home_that_answered_is_not_asked_again_for_probed_fresh_seconds() -> None:
+    clock = Clock()
+    router = make_router(clock)
+    shared = router.share("here")
+    me = homed_elsewhere(router, "me", "n2")
+    resume(router, me)
+    router.probed("n2", alive=True)
+    asked = len(shared.probes)
+    for after, probes in ((PROBED_FRESH, asked), (PROBED_FRESH + 0.001, asked + 1)):
+        clock.now += after
+        moved_to(router, me, "n2")  # taken by n2 again
+        session, sent = resume(router, me)
+        assert len(shared.probes) == probes, after
+        if probes == asked:  # within the window: resumed at once
+            assert frames(sent)[-1]["payload"]["status"] == "success_resumed"
+            assert router.registry.get("me").session is session  # type: ignore[union-attr]
+        else:
+            assert sent == []
+            router.probed("n2", alive=True)
+        clock.now -= after
+
+
+def test_an_answer_from_the_future_is_not_taken_as_fresh() -> None:
+    """A clock set back after the answer: the node is asked again rather than trusted."""
+    clock = Clock()
+    router = make_router(clock)
+    shared = router.share("here")
+    me = homed_elsewhere(router, "me", "n2")
+    resume(router, me)
+    router.probed("n2", alive=True)
+    clock.now -= 1.0
+    moved_to(router, me, "n2")
+    _, sent = resume(router, me)
+    assert sent == []
+    assert shared.probes == ["n2", "n2"]
+
+
+def test_a_waiting_resume_refused_when_it_goes_ahead_gets_its_error() -> None:
+    router = make_router()
+    router.share("here")
+    you = homed_elsewhere(router, "you", "n4")
+    session, _ = resume(router, you)
+    moved_to(router, you, "n4", hash_token("another token"))  # replaced on n4 meanwhile
+    (error,) = frames(router.probed("n4", alive=True))
+    assert error["message_type"] == "ERROR"
+    assert error["payload"]["code"] == "agent_id_taken"
+    assert error["payload"]["original_message_type"] == "REGISTER"
+    assert session.agent is None
+
+
+def test_resumes_waiting_for_a_dead_home_are_closed_with_1013_and_it_is_logged() -> None:
+    router = make_router()
+    router.share("here")
+    me = homed_elsewhere(router, "me", "gone")
+    first, _ = resume(router, me)
+    second, _ = resume(router, me)
+    reason = "its home node gone is down and being failed over: try again"
+    with capture_logs() as logs:
+        closes = router.probed("gone", alive=False)
+    assert closes == [Close(first, 1013, reason), Close(second, 1013, reason)]
+    assert logs == [
+        {
+            "event": "CLUSTER_NODE_DOWN",
+            "log_level": "warning",
+            "node_id": "gone",
+            "resumes_refused": 2,
+        }
+    ]
+    # Known down: the next resume is closed at once with the same sentence.
+    third, sent = resume(router, me)
+    assert sent == [Close(third, 1013, reason)]
+
+
+def test_every_resume_waiting_for_a_home_goes_ahead_in_order_when_it_answers() -> None:
+    router = make_router()
+    router.share("here")
+    me = homed_elsewhere(router, "me", "n2")
+    you = homed_elsewhere(router, "you", "n2")
+    first, _ = resume(router, me)
+    refused, _ = resume(router, you)
+    second, _ = resume(router, me)
+    moved_to(router, you, "n2", hash_token("another token"))  # replaced on n2 meanwhile
+    actions = router.probed("n2", alive=True)
+    sent = [a for a in actions if isinstance(a, Send)]
+    assert [a.session for a in sent] == [first, refused, second]
+    assert [f["message_type"] for f in frames(sent)] == [
+        "REGISTER_ACK",
+        "ERROR",
+        "REGISTER_ACK",
+    ]
+    assert Close(first, 4001, "replaced by a newer connection") in actions
+    assert router.registry.get("me").session is second  # type: ignore[union-attr]
+
+
+def test_an_answer_nobody_waits_for_changes_nothing_but_what_it_says() -> None:
+    """A late or repeated answer: no resume to run or close; a dead node is still noted."""
+    router = make_router()
+    shared = router.share("here")
+    assert router.probed("n2", alive=True) == []
+    assert router.probed("gone", alive=False) == []
+    assert "gone" in shared.held
