@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from benchmarks import harness, report, suite
+from benchmarks import cluster_store, harness, report, suite
 
 RESULTS = Path(__file__).parent / "results" / "latest.json"
 QUIET_BUDGET = {
@@ -26,6 +26,7 @@ QUIET_BUDGET = {
     "connections": 5.0,
     "discovery_pressure": 5.0,
     "sdk": 5.0,
+    "cluster": 5.0,
 }
 """Seconds each phase may wait for other processes to leave the cores idle (`harness.Quiet`)."""
 PHASES: dict[str, Callable[[suite.Plan], dict[str, Any]]] = {
@@ -38,6 +39,7 @@ PHASES: dict[str, Callable[[suite.Plan], dict[str, Any]]] = {
     "discovery": suite.discovery,
     "discovery_pressure": suite.discovery_pressure,
     "sdk": suite.sdk,
+    "cluster": cluster_store.cluster,
 }
 
 

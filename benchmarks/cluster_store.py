@@ -19,7 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks import harness, suite
+from benchmarks import harness, load, suite
 from benchmarks.harness import cpu_seconds, free_port
 from lobby.core.records import MessageStored, Record
 from lobby.natsdev import nats_arguments, nats_server_binary
@@ -129,6 +129,37 @@ def node_throughput(seconds: float, pairs: int = 4) -> dict[str, Any]:
         )
         results["jetstream"] = run
     return results
+
+
+def cluster(plan: suite.Plan) -> dict[str, Any]:
+    """The `cluster` phase of `make bench`: `cluster_pairs` request/response pairs through one
+    lobby node on `nats-server -js` (the baseline), then through two nodes on the same NATS
+    with each pair's two agents on one node (half the pairs on each) and with each pair split
+    across the nodes (half each way). In turn, `repeats` times round, the best run of each (by
+    messages/s); server CPU per message per node and NATS's, from /proc."""
+    pairs, seconds, window = plan.cluster_pairs, plan.seconds, plan.window
+    runs: dict[str, list[dict[str, Any]]] = {"one_node": [], "same_node": [], "cross_node": []}
+    with tempfile.TemporaryDirectory() as tmp, nats_process(Path(tmp)) as (url, nats_pid):
+
+        def node(name: str) -> contextlib.AbstractContextManager[harness.Server]:
+            return harness.lobby("sqlite", "--cluster", url, "--node-id", name)
+
+        def placed(placement: list[tuple[str, str]], pids: list[int]) -> dict[str, Any]:
+            harness.QUIET.wait()
+            return harness.one(
+                load.placed_throughput, placement, pids, pairs, seconds, window,
+                timeout=seconds + suite.LOAD_SLACK,
+            )  # fmt: skip
+
+        with node("solo") as solo, node("a") as a, node("b") as b:
+            for _ in range(plan.repeats):
+                runs["one_node"].append(placed([(solo.url, solo.url)], [solo.pid, nats_pid]))
+                same = [(a.url, a.url), (b.url, b.url)]
+                runs["same_node"].append(placed(same, [a.pid, b.pid, nats_pid]))
+                cross = [(a.url, b.url), (b.url, a.url)]
+                runs["cross_node"].append(placed(cross, [a.pid, b.pid, nats_pid]))
+    best = {k: max(v, key=lambda r: float(r["messages_per_s"])) for k, v in runs.items()}
+    return {**best, "pairs": pairs, "runs": runs}
 
 
 def render(results: dict[str, dict[int, dict[str, Any]]]) -> str:

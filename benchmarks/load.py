@@ -15,7 +15,7 @@ import itertools
 import os
 import time
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
 import orjson
@@ -194,10 +194,14 @@ async def throughput(
     warmup: float = 0.3,
     *,
     capability: dict[str, Any] = CAPABILITY,
+    placement: Sequence[tuple[str, str]] = (),
+    other_pids: Sequence[int] = (),
 ) -> dict[str, Any]:
     """Each requester keeps `window` REQUESTs outstanding (`LeanClient`s). Messages routed =
     REQUESTs received by responders + RESPONSEs received by requesters inside the measured
-    window."""
+    window. `placement`: per pair, the (requester's, responder's) lobby URL (default `url`
+    for both), for several lobby nodes; `other_pids`: more processes whose CPU per message is
+    reported (`other_cpu_us_per_message`, in order: the other nodes, NATS)."""
     tag = uuid.uuid4().hex[:6]
     routed = delivered = 0
     clients: list[LeanClient] = []
@@ -223,24 +227,51 @@ async def throughput(
             lean.send(request(me, peer, token, next(counter)))
         return on_message
 
+    urls = list(placement) or [(url, url)] * pairs
     for i in range(pairs):
-        asker, atoken = await lean_connect(url, f"{tag}req{i}", [])
-        echo, etoken = await lean_connect(url, f"{tag}resp{i}", [capability])
+        asking_at, echoing_at = urls[i % len(urls)]
+        echo, etoken = await lean_connect(echoing_at, f"{tag}resp{i}", [capability])
+        asker, atoken = await lean_connect(asking_at, f"{tag}req{i}", [])
         clients += [asker, echo]
         echo.on_message = responder(echo, f"{tag}resp{i}", etoken)
         asker.on_message = requester(asker, f"{tag}req{i}", atoken, f"{tag}resp{i}")
+    if any(a != e for a, e in urls):
+        await asyncio.sleep(0.5)  # each node learns the other's agents (the shared registry)
     for lean in clients:
         lean.flush()
     await asyncio.sleep(warmup)
     start, delivered_before = Snapshot(server_pid, routed), delivered
+    others = [cpu_seconds(pid) for pid in other_pids]
     await asyncio.sleep(seconds)
     end, delivered_after = Snapshot(server_pid, routed), delivered
+    others = [cpu_seconds(pid) - before for pid, before in zip(other_pids, others, strict=True)]
     for lean in clients:
         lean.on_message = lambda raw: None
         if lean.transport is not None:
             lean.transport.abort()
     # REQUESTs that reached a responder: half the messages unless the lobby refused some.
-    return {**end.since(start), "requests_delivered": delivered_after - delivered_before}
+    measured = end.since(start)
+    messages = max(measured["messages"], 1)
+    return {
+        **measured,
+        "requests_delivered": delivered_after - delivered_before,
+        "other_cpu_us_per_message": [round(cpu * 1e6 / messages, 2) for cpu in others],
+    }
+
+
+async def placed_throughput(
+    placement: list[tuple[str, str]],
+    pids: list[int],
+    pairs: int,
+    seconds: float,
+    window: int,
+) -> dict[str, Any]:
+    """`throughput` over lobby nodes: per pair the (requester's, responder's) URL, round
+    robin; `pids[0]` is the first node's (its CPU is `server_cpu_us_per_message`), the rest
+    are reported in `other_cpu_us_per_message`."""
+    return await throughput(
+        placement[0][0], pids[0], pairs, seconds, window, placement=placement, other_pids=pids[1:]
+    )
 
 
 async def schema_throughput(

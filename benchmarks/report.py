@@ -28,6 +28,10 @@ TARGET_PICOWS = 1.3
 """the durable lobby on picows: at least 1.3x the websockets relay's throughput"""
 TARGET_SDK_CPU = 1.3
 """an SDK agent pair: at most 1.3x the CPU per call of a bare websockets + orjson pair"""
+TARGET_CLUSTER_SAME = 0.9
+"""two lobby nodes, each pair on one node: at least 0.9x one node's messages/s"""
+TARGET_CLUSTER_CROSS = 0.8
+"""two lobby nodes, each pair across them: at least 0.8x one node's messages/s"""
 
 
 def machine() -> dict[str, Any]:
@@ -187,6 +191,33 @@ def _waits(pair: dict[str, Any], clients: dict[str, Any] | None) -> str:
     return " / ".join(shown)
 
 
+def cluster_table(row: dict[str, Any]) -> list[str]:
+    """One lobby node on NATS, then two on the same NATS, pairs on one node or across."""
+    one = row["one_node"]
+    lines = [
+        "| nodes, pairs placed | msgs/s | vs one node | server CPU us/msg per node "
+        "| server CPU us/msg, nodes together | vs one node | NATS CPU us/msg | other CPU |",
+        "|---|---|---|---|---|---|---|---|",
+    ]
+    base_cpu = one["server_cpu_us_per_message"]
+    for name, label in (
+        ("one_node", "1 node"),
+        ("same_node", "2 nodes, each pair on one node"),
+        ("cross_node", "2 nodes, each pair across them"),
+    ):
+        r = row[name]
+        cpus: list[float] = [r["server_cpu_us_per_message"], *r["other_cpu_us_per_message"]]
+        nodes, nats = cpus[:-1], cpus[-1]
+        together = sum(nodes)
+        lines.append(
+            f"| {label} | {_n(r['messages_per_s'])} "
+            f"| {ratio(r['messages_per_s'], one['messages_per_s'])} "
+            f"| {' / '.join(f'{c:.1f}' for c in nodes)} | {together:.1f} "
+            f"| {ratio(together, base_cpu)} | {nats:.1f} | {_other(r)} |"
+        )
+    return lines
+
+
 def _tail(r: dict[str, Any]) -> str:
     return f"{r['p50']:.2f} / {r['p99']:.2f} / {r['p99.9']:.2f}"
 
@@ -270,6 +301,19 @@ def targets(results: dict[str, Any]) -> list[dict[str, str]]:
             f"{a / b:.2f}x ({a:.0f} vs {b:.0f} us)",
             a <= TARGET_SDK_CPU * b,
         )
+    cluster = results.get("cluster")
+    if cluster:
+        one = cluster["one_node"]["messages_per_s"]
+        for name, label, target in (
+            ("same_node", "2 nodes, each pair on one node", TARGET_CLUSTER_SAME),
+            ("cross_node", "2 nodes, each pair across the nodes", TARGET_CLUSTER_CROSS),
+        ):
+            got = cluster[name]["messages_per_s"]
+            add(
+                f"cluster: {label} >= {target}x one node's messages/s, {cluster['pairs']} pairs",
+                f"{got / one:.2f}x ({_n(got)} vs {_n(one)} msgs/s)",
+                got >= target * one,
+            )
     pressure = results.get("discovery_pressure")
     for mix in PRESSURE_MIXES:
         if pressure and mix in pressure:
@@ -461,6 +505,14 @@ def render(results: dict[str, Any]) -> str:
             f"{plan['repeats']} interleaved runs each, the one with the lowest p99)",
             "",
             *pressure_table(results["discovery_pressure"]),
+            "",
+        ]
+    if "cluster" in results:
+        lines += [
+            "### Cluster: request/response pairs through lobby nodes on one NATS JetStream "
+            f"({results['cluster']['pairs']} pairs; best of {plan['repeats']} interleaved runs)",
+            "",
+            *cluster_table(results["cluster"]),
             "",
         ]
     if "sdk" in results:

@@ -46,6 +46,8 @@ class Plan:
     the attack that stalled the lobby (three keyword DISCOVERs of 3.8 MB each)."""
     pressure_rate: float = 1000
     """REQUEST+RESPONSE messages a second of the pair measured beside them."""
+    cluster_pairs: int = 10
+    """Request/response pairs of the cluster phase (`cluster_store.cluster`)."""
     pressure_seconds: float = 3.0
     """Seconds of each pair run: 1,500 round trips, so its p99 is the 15th slowest (at 2 s
     the baseline's p99 moved from 0.95 to 1.80 ms between quiet runs)."""
@@ -70,6 +72,7 @@ class Plan:
             pressure_capabilities=2000,
             pressure_clients=2,
             pressure_seconds=0.5,
+            cluster_pairs=2,
         )
 
 
