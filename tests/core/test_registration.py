@@ -14,6 +14,7 @@ from structlog.testing import capture_logs
 from lobby.core import Close, Router, Send
 from lobby.core.limits import Limits
 from lobby.core.records import AgentSaved
+from protocol.limits import MAX_SENTENCE_LENGTH, clip
 from tests.routerkit import Clock, Peer, cap, frames, join, make_router, raw, world
 
 ERROR_KEYS = {"error", "code", "original_message_type", "original_conversation_id"}
@@ -41,6 +42,47 @@ def test_register_answers_register_ack_with_a_uuid4_token() -> None:
     assert payload["auth_token"] not in repr(
         vars(record) if hasattr(record, "__dict__") else record
     )
+
+
+def test_a_new_registration_is_answered_on_its_own_connection_and_logged() -> None:
+    router = make_router()
+    session = router.open()
+    names = [f"capability_{n:03}" for n in range(100)]  # 1,699 characters joined
+    with capture_logs() as logs:
+        (ack,) = raw(
+            router,
+            session,
+            sender_id="a",
+            message_type="REGISTER",
+            payload={"capabilities": [cap(name) for name in names]},
+        )
+    assert isinstance(ack, Send)
+    assert ack.session is session
+    assert orjson.loads(ack.frame)["receiver_id"] == "a"
+    registered = next(e for e in logs if e["event"] == "AGENT_REGISTERED")
+    assert registered["capabilities"] == clip(", ".join(names), MAX_SENTENCE_LENGTH)
+    assert registered["capabilities"].startswith(", ".join(names)[:MAX_SENTENCE_LENGTH])
+
+
+def test_anything_before_register_is_refused_with_its_sentence() -> None:
+    router = make_router()
+    session = router.open()
+    (error,) = frames(raw(router, session, sender_id="a", message_type="TEXT", conversation_id="k"))
+    assert error["payload"] == {
+        "error": "this connection is not registered: its first message must be REGISTER",
+        "code": "not_registered",
+        "original_message_type": "TEXT",
+        "original_conversation_id": "k",
+    }
+    # A REGISTER refused names itself too.
+    (refused,) = frames(
+        raw(router, session, sender_id="a b", message_type="REGISTER", conversation_id="r")
+    )
+    assert (refused["payload"]["original_message_type"], refused["payload"]["code"]) == (
+        "REGISTER",
+        "malformed",
+    )
+    assert refused["payload"]["original_conversation_id"] == "r"
 
 
 def test_register_must_come_first() -> None:

@@ -4,6 +4,7 @@ sans-I/O router: synchronously, as a function of its state."""
 from __future__ import annotations
 
 import hashlib
+import uuid
 from typing import Any
 
 import orjson
@@ -49,9 +50,14 @@ def test_revoke_closes_with_4003_journals_and_lets_a_tokenless_register_take_the
     assert buyer.take() == []
     (refused,) = register(router, "seller", seller.token)
     assert refused["payload"]["code"] == "agent_id_taken"
+    assert refused["payload"]["error"] == (
+        "the auth_token of agent 'seller' was revoked by an operator: "
+        "REGISTER without auth_token to get a new one"
+    )
     fresh, held = register(router, "seller")
     assert fresh["payload"]["status"] == "success_registered_finalized"
     assert fresh["payload"]["auth_token"] != seller.token
+    assert uuid.UUID(fresh["payload"]["auth_token"]).version == 4
     assert (held["message_type"], held["payload"]) == ("TEXT", {"content": "hi"})
     assert router.registry.agents["seller"].token_hash != REVOKED
     # A second revoke of an offline agent closes nothing.
