@@ -165,3 +165,20 @@ def test_a_name_or_keyword_finds_only_itself_not_the_longer_ones_it_begins() -> 
         assert [keys[d] for d in built.tagged(["gold"], start)] == after(keys, [0, 2], start)
         assert [keys[d] for d in built.named("gold", start)] == after(keys, [0], start)
         assert [keys[d] for d in built.tagged(["gol"], start)] == after(keys, [4], start)
+
+
+def test_a_page_cut_short_keeps_what_it_was_and_says_where_to_go_on() -> None:
+    """`SearchPage.cut`: a ranked page goes on `taken` ranks past its own start (after the
+    same key); a key-ordered one after its last kept key; every other field is kept."""
+    hits = [listing.Hit(f"a{n}", "skill", 1.0 - n / 10) for n in range(4)]
+    start = listing.Position(("a", "skill"), 7)
+    for keyed in (False, True):
+        page = listing.SearchPage(hits, 40, None, keyed, start, 12, False)
+        cut = page.cut(2)
+        fields = (cut.hits, cut.total, cut.keyed, cut.start, cut.examined, cut.exact)
+        assert fields == (hits[:2], 40, keyed, start, 12, False), keyed
+        if keyed:
+            assert cut.next == listing.Position(("a1", "skill"))
+        else:
+            assert cut.next == listing.Position(("a", "skill"), 9)
+        assert page.cut(4) is page  # nothing to cut
