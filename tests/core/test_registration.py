@@ -246,6 +246,7 @@ def test_an_agents_message_rate_holds_across_a_resume() -> None:
         "rate_limited",
         "agent 'alice' sends more than 1 messages a second; this one was not routed",
     )
+    assert error["original_message_type"] == "TEXT"  # the refusal names what it refused
     session = router.open()
     raw(router, session, sender_id="alice", message_type="REGISTER", auth_token=alice.token)
     alice = Peer(router, "alice", session, alice.token)
