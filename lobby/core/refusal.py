@@ -59,10 +59,12 @@ def validate(model: type[_P], msg: Message) -> _P:
     try:
         return model.model_validate(msg.payload)
     except ValidationError as exc:
+        # Without the input (it may be the whole frame) and the docs URL: unused below.
+        errors = exc.errors(include_url=False, include_input=False)
         # A location can hold a key of the payload (an attribute name), a message its value.
         problems = "; ".join(
             f"{'.'.join(clip(str(p)) for p in err['loc']) or 'payload'}: {clip(err['msg'])}"
-            for err in exc.errors(include_url=False, include_input=False)[:3]
+            for err in errors[:3]
         )
         raise Refusal(
             ErrorCode.MALFORMED, f"invalid {msg.message_type} payload: {problems}"

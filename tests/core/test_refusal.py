@@ -14,7 +14,7 @@ from lobby.core.refusal import (
 )
 from protocol.limits import MAX_SENTENCE_LENGTH
 from protocol.models import ErrorCode, Message, MessageType
-from protocol.payloads import FetchMessagesPayload
+from protocol.payloads import FetchMessagesPayload, RegisterPayload
 
 
 def test_the_error_payload_has_four_keys_and_a_bounded_sentence() -> None:
@@ -47,3 +47,30 @@ def test_an_unknown_receiver_is_named_and_the_lobby_is_told_apart() -> None:
     assert unknown_receiver("global_lobby") == (
         "'global_lobby' serves no capabilities: address REQUESTs to an agent"
     )
+
+
+def test_an_invalid_payload_names_its_first_three_problems_where_they_are() -> None:
+    """Dotted locations into lists and objects, "payload" for the payload itself; a fourth
+    problem (`acks`) is left out."""
+    problems = {
+        "capabilities": [{"name": ""}, {"name": "ok", "keywords": [1]}],
+        "registration_key": 5,
+        "acks": "x",
+    }
+    for payload, reason in (
+        (
+            problems,
+            "invalid REGISTER payload: capabilities.0.name: String should have at least 1 "
+            "character; capabilities.1.keywords.0: Input should be a valid string; "
+            "registration_key: Input should be a valid string",
+        ),
+        (
+            [1],
+            "invalid REGISTER payload: payload: Input should be a valid dictionary or instance "
+            "of RegisterPayload",
+        ),
+    ):
+        msg = Message("a", "global_lobby", MessageType.REGISTER, payload)  # type: ignore[arg-type]
+        with pytest.raises(Refusal) as refused:
+            validate(RegisterPayload, msg)
+        assert refused.value.reason == reason
