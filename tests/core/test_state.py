@@ -202,3 +202,21 @@ def test_a_replica_of_the_search_index_holds_agents_that_no_token_opens() -> Non
     replica.offer("a", {})
     assert replica.get("a") is copy
     assert copy.capabilities == {}
+
+
+def test_a_registry_records_changes_only_once_a_replica_follows_it() -> None:
+    """A lobby without a discovery worker keeps no list of changes (it would only grow)."""
+    registry = Registry()
+    assert registry.replicating is False
+    record = AgentRecord("a", b"hash")
+    registry.add(record)
+    registry.set_capabilities(record, [Capability.model_validate(cap("translate"))])
+    registry.remove("a")
+    assert registry.changes == []
+    registry.replicating = True
+    registry.add(record)
+    registry.remove("a")
+    assert registry.changes == [
+        ("offer", "a", [record.capabilities["translate"].wire]),
+        ("remove", "a"),
+    ]
