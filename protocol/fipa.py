@@ -229,14 +229,14 @@ class Dialogue:
         ):
             raise IllegalMove(
                 "sealed_reply_by_passed",
-                f"{performative} refused: sealed round {clip(self.round_id or '')!r} closed at "
+                f"{performative} refused: sealed round {clip(str(self.round_id))!r} closed at "
                 f"its reply_by deadline {self.sealed_by:.3f} (Unix time), before this reply",
             )
         if self.state is DialogueState.HELD:
             raise IllegalMove(
                 "proposal_held",
                 f"{performative} refused: {where}; the lobby holds the proposal sealed until "
-                f"round {clip(self.round_id or '')!r} is revealed",
+                f"round {clip(str(self.round_id))!r} is revealed",
             )
         if self.is_over:
             raise IllegalMove("dialogue_over", f"{performative} refused: {where}, it is over")

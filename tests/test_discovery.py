@@ -524,3 +524,44 @@ def test_a_ranked_service_carries_the_score_of_its_best_capability() -> None:
         assert service["score"] == scores[0] == max(scores)
     assert all(s["score"] > 0 for s in services)
     assert "score" not in ask(me, {})["services_found"][0]
+
+
+def test_a_page_gives_back_capabilities_until_its_cursor_fits_across_agents() -> None:
+    """A long key in the middle of a page: cut after it, the cursor naming it does not fit, so
+    the page gives back that capability too and ends one earlier, on another agent. Whatever
+    the room, the answer fits it and is a head of the whole answer, in order."""
+    router, _ = lobby(count_per_agent=1, agents=0)
+    long_id = "b" * 100
+    names = {"a": ["c1", "c2"], long_id: ["n" * 100], "c": ["c1"], "d": ["c1"]}
+    for agent_id, named in names.items():
+        join(
+            router, agent_id, capabilities=[{"name": n, "description": "does task"} for n in named]
+        )
+    registry = router.registry
+    for raw in ({}, {"query": "task"}):
+        query = DiscoverServicesPayload.model_validate(raw)
+        full = keys_of(services_available(registry, "me", query, room=1 << 20))
+        counts: dict[int, int] = {}  # room -> capabilities listed
+        size_of: dict[int, int] = {}  # capabilities listed -> the bytes they take
+        for room in range(100, 1200):
+            answer = services_available(registry, "me", query, room=room)
+            services = answer["services_found"]
+            listed = keys_of(answer)
+            slack = 1 + len(services) + sum(s["online"] is True for s in services)
+            fits = len(orjson.dumps(answer)) + slack
+            assert fits <= room or len(listed) == 1, (raw, room)
+            assert listed == full[: len(listed)], (raw, room)
+            counts[room] = len(listed)
+            assert size_of.setdefault(len(listed), fits) == fits
+        if not raw:  # key-ordered: three would end on the long key's cursor, never the longest
+            assert 3 not in size_of
+        for room, count in counts.items():  # the longest head that fits, given back or not
+            assert count == max([1, *(n for n, size in size_of.items() if size <= room)])
+
+
+def test_a_ranked_discovery_keeps_to_the_name_and_keywords_asked_for() -> None:
+    _, me = lobby(count_per_agent=9)
+    named = keys_of(ask(me, {"query": "task", "capability_name": "cap003"}))
+    assert named == [("agent0", "cap003"), ("agent1", "cap003"), ("agent2", "cap003")]
+    tagged = keys_of(ask(me, {"algorithm": "filtered", "keywords": ["third"], "limit": 20}))
+    assert sorted(tagged) == [(f"agent{a}", f"cap{n:03d}") for a in range(3) for n in (0, 3, 6)]

@@ -10,6 +10,7 @@ from structlog.testing import capture_logs
 from lobby.core import Router, Send
 from lobby.core.records import AgentSaved
 from lobby.core.refusal import hash_token
+from lobby.core.registry import REVOKED
 from lobby.core.session import Action, Close, Session
 from lobby.core.shared import PROBED_FRESH
 from tests.core.test_shared_registry import join_shared
@@ -162,3 +163,24 @@ def test_an_answer_nobody_waits_for_changes_nothing_but_what_it_says() -> None:
     assert router.probed("n2", alive=True) == []
     assert router.probed("gone", alive=False) == []
     assert "gone" in shared.held
+
+
+def test_a_revoked_agent_homed_elsewhere_is_taken_over_after_the_probe_never_resumed() -> None:
+    """A REGISTER without a token takes a revoked id over (a new token): it waits for the home
+    like a resume. One with a token is refused at once, without asking the home."""
+    router = make_router()
+    shared = router.share("here")
+    me = homed_elsewhere(router, "me", "n2")
+    router.learned(AgentSaved("me", REVOKED, b"[]", True), "n2")
+    with_token, refused = resume(router, me)
+    (error,) = frames(refused)
+    assert error["message_type"] == "ERROR"
+    assert shared.probes == []
+    session = router.open("me")
+    sent = raw(router, session, sender_id="me", message_type="REGISTER", payload=RESUME)
+    assert sent == []  # waiting for n2's answer
+    assert shared.probes == ["n2"]
+    (ack,) = frames(router.probed("n2", alive=True))
+    assert ack["message_type"] == "REGISTER_ACK"
+    assert ack["payload"]["status"] == "success_registered_finalized"
+    assert with_token.agent is None

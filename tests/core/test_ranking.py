@@ -311,3 +311,28 @@ def test_a_token_in_exactly_half_the_docs_still_drives() -> None:
     assert (top, total) == (corpus.brute(["a", "b", "c"], everything(), 10)[0], 3)
     top, total, _ = corpus.lexical(["b", "c"], everything(), 10)
     assert ([corpus.keys[at] for _, at in top], total) == ([("d", "2")], 1)
+
+
+def test_every_round_of_the_threshold_algorithm_reads_one_entry_of_each_list() -> None:
+    """Three drivers of two docs each, and a page wanting every doc: two rounds read them all,
+    whatever a list's entry turns out to be (a doc another list read first, or one the plan
+    does not admit), so a budget of 3 lists x 2 rounds is enough to end exact."""
+    corpus = Corpus(
+        [
+            (("a", "xyz"), {"x": 3, "y": 3, "z": 3}),
+            (("b", "x"), {"x": 2}),
+            (("c", "y"), {"y": 2}),
+            (("d", "z"), {"z": 2}),
+            *[(("f", str(n)), {"f": 1}) for n in range(8)],
+        ]
+    )
+    drivers = [corpus.postings[w] for w in "xyz"]
+    scorer = ranking._Scorer(drivers, [], len(corpus.keys), corpus.average, corpus.lengths)
+    b = corpus.keys.index(("b", "x"))
+    for plan, expected in ((everything(), 4), (Plan(None, {b}, [], lambda doc: {}), 3)):
+        for budget, exact in ((6, True), (5, False)):
+            top, done = corpus.ranking()._threshold(scorer, plan, 4, budget=budget)
+            assert done is exact, (plan.excluded, budget)
+            if exact:
+                assert top == corpus.brute(["x", "y", "z"], plan, 4)[0]
+                assert len(top) == expected
