@@ -242,6 +242,8 @@ def test_a_w3c_traceparent_is_read_in_any_version_but_ff() -> None:
     assert decode(envelope(traceparent=TRACEPARENT)).traceparent == TRACEPARENT
     later = "cc" + TRACEPARENT[2:] + "-what-a-later-version-adds"
     assert decode(envelope(traceparent=later)).traceparent == later
+    longest = later + "x" * (MAX_ID_LENGTH - len(later))  # exactly at the id limit
+    assert decode(envelope(traceparent=longest)).traceparent == longest
 
 
 @pytest.mark.parametrize(

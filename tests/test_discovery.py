@@ -565,3 +565,11 @@ def test_a_ranked_discovery_keeps_to_the_name_and_keywords_asked_for() -> None:
     assert named == [("agent0", "cap003"), ("agent1", "cap003"), ("agent2", "cap003")]
     tagged = keys_of(ask(me, {"algorithm": "filtered", "keywords": ["third"], "limit": 20}))
     assert sorted(tagged) == [(f"agent{a}", f"cap{n:03d}") for a in range(3) for n in (0, 3, 6)]
+
+
+def test_filters_alone_rank_by_key_and_score_every_hit_one() -> None:
+    _, me = lobby(count_per_agent=4)
+    answer = ask(me, {"filters": [{"attribute": "price", "op": "lt", "value": 2}]})
+    assert keys_of(answer) == [(f"agent{a}", f"cap{n:03d}") for a in range(3) for n in (0, 1)]
+    scores = [c["score"] for s in answer["services_found"] for c in s["relevant_capabilities"]]
+    assert scores == [1.0] * 6

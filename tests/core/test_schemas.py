@@ -13,6 +13,7 @@ from typing import Any, Literal
 import orjson
 import pytest
 from pydantic import BaseModel, ConfigDict, Field
+from structlog.testing import capture_logs
 from websockets.asyncio.client import ClientConnection, connect
 
 from agent_sdk import Agent, InvalidInputError, RequestContext, capability
@@ -22,6 +23,7 @@ from lobby.core.refusal import Refusal
 from lobby.core.router import Router
 from lobby.core.schemas import (
     REASON_MAX,
+    SHARED_MAX_BYTES,
     InvalidInput,
     check_input_schemas,
     input_check,
@@ -288,6 +290,48 @@ def test_identical_schemas_share_one_compiled_validator() -> None:
     assert first is not None
     assert second is not None
     assert first._validator is second._validator
+    backwards = input_check(
+        Capability(name="c", description="", input_schema=dict(reversed(STRICT.items())))
+    )
+    assert backwards is not None
+    assert backwards._validator is first._validator  # the same schema in another key order
+
+
+def test_a_schema_is_shared_up_to_its_bound_and_compiled_apart_past_it() -> None:
+    def sized(size: int) -> dict[str, Any]:
+        schema = {**STRICT, "description": ""}
+        padding = size - len(orjson.dumps(schema, option=orjson.OPT_SORT_KEYS))
+        return {**schema, "description": "x" * padding}
+
+    for size, shared in ((SHARED_MAX_BYTES, True), (SHARED_MAX_BYTES + 1, False)):
+        checks = [
+            input_check(Capability(name=name, description="", input_schema=sized(size)))
+            for name in ("a", "b")
+        ]
+        assert checks[0] is not None
+        assert checks[1] is not None
+        assert (checks[0]._validator is checks[1]._validator) is shared, size
+        assert checks[1].invalid({"item": 5}) is not None  # enforced either way
+        assert checks[1].invalid({"item": "tea", "n": 2}) is None
+
+
+def test_a_stored_schema_that_does_not_compile_is_logged_and_not_enforced() -> None:
+    legacy = Capability(name="legacy", description="", input_schema={"type": "nope"})
+    with pytest.raises(Refusal) as refused:
+        check_input_schemas([legacy])
+    with capture_logs() as logs:
+        assert input_check(legacy) is None
+    problem = refused.value.reason.removeprefix(
+        "capability 'legacy': input_schema is not a valid JSON Schema: "
+    )
+    assert logs == [
+        {
+            "event": "INPUT_SCHEMA_NOT_ENFORCED",
+            "log_level": "warning",
+            "capability": "legacy",
+            "problem": problem,
+        }
+    ]
 
 
 def test_pointers_escape_tilde_and_slash() -> None:

@@ -3,6 +3,8 @@ answer with build the same frames whoever calls them."""
 
 from __future__ import annotations
 
+import re
+
 import orjson
 import pytest
 from structlog.testing import capture_logs
@@ -220,3 +222,30 @@ def test_a_registry_records_changes_only_once_a_replica_follows_it() -> None:
         ("offer", "a", [record.capabilities["translate"].wire]),
         ("remove", "a"),
     ]
+
+
+def test_ids_the_lobby_assigns_are_numbered_from_one_under_a_prefix_of_this_run() -> None:
+    """Message ids `<12 hex>-<n>` and transaction ids `tx-<8 hex>-<n>` (PROTOCOL.md §8's
+    example): unique within a run by their number, across runs by their random prefix."""
+    runs = [LobbyState(mailbox_limit=10), LobbyState(mailbox_limit=10)]
+    for state in runs:
+        notices = [orjson.loads(state.from_lobby("bob", MessageType.TEXT, {})) for _ in "ab"]
+        prefix = notices[0]["message_id"].removesuffix("-1")
+        assert re.fullmatch("[0-9a-f]{12}", prefix)
+        assert [n["message_id"] for n in notices] == [f"{prefix}-1", f"{prefix}-2"]
+        assert state.delivery.new_message_id() == f"{prefix}-3"
+        first = state.ledger.new_id()
+        assert re.fullmatch("tx-[0-9a-f]{8}-1", first)
+        assert state.ledger.new_id() == first.removesuffix("1") + "2"
+    assert runs[0].delivery.new_message_id()[:12] != runs[1].delivery.new_message_id()[:12]
+    assert runs[0].ledger.new_id()[:11] != runs[1].ledger.new_id()[:11]
+    assert not runs[0].trace  # DEBUG lines per move only when asked for
+
+
+def test_a_session_opened_without_details_has_no_address_and_keeps_its_link() -> None:
+    router = make_router()
+    for session in (Session(), router.open()):
+        assert (session.remote, session.host, session.link, session.agent) == ("", "", None, None)
+    link = object()
+    session = router.open("10.0.0.7:5000", link, "10.0.0.7")
+    assert (session.remote, session.link, session.host) == ("10.0.0.7:5000", link, "10.0.0.7")
