@@ -28,6 +28,9 @@ from lobby.store.jetstream import JetStreamStore
 from lobby.store.sqlite import SqliteStore
 
 BATCHES = (1, 32, 256)
+CLUSTER_LATENCY_RATE = 1000.0
+"""Messages a second (REQUEST + RESPONSE) of the cluster phase's one pair timing round trips:
+a light load, so the p50 shows the path's cost rather than queueing."""
 FRAME = b'{"sender_id":"alice","receiver_id":"bob","message_type":"REQUEST","payload":{' + (
     b'"capability_name":"echo","text":"' + b"x" * 110 + b'"},"seq":1}'
 )
@@ -136,9 +139,12 @@ def cluster(plan: suite.Plan) -> dict[str, Any]:
     lobby node on `nats-server -js` (the baseline), then through two nodes on the same NATS
     with each pair's two agents on one node (half the pairs on each) and with each pair split
     across the nodes (half each way). In turn, `repeats` times round, the best run of each (by
-    messages/s); server CPU per message per node and NATS's, from /proc."""
+    messages/s); server CPU per message per node and NATS's, from /proc. Then one pair's
+    round trips at `CLUSTER_LATENCY_RATE` messages a second through one node and across two,
+    the run with the lowest p50 of each kept."""
     pairs, seconds, window = plan.cluster_pairs, plan.seconds, plan.window
     runs: dict[str, list[dict[str, Any]]] = {"one_node": [], "same_node": [], "cross_node": []}
+    latencies: dict[str, list[dict[str, Any]]] = {"one_node": [], "cross_node": []}
     with tempfile.TemporaryDirectory() as tmp, nats_process(Path(tmp)) as (url, nats_pid):
 
         def node(name: str) -> contextlib.AbstractContextManager[harness.Server]:
@@ -158,8 +164,15 @@ def cluster(plan: suite.Plan) -> dict[str, Any]:
                 runs["same_node"].append(placed(same, [a.pid, b.pid, nats_pid]))
                 cross = [(a.url, b.url), (b.url, a.url)]
                 runs["cross_node"].append(placed(cross, [a.pid, b.pid, nats_pid]))
+            for _ in range(plan.repeats):
+                for name, (asking, echoing) in (("one_node", (solo, solo)), ("cross_node", (a, b))):
+                    harness.QUIET.wait()
+                    args = (asking.url, asking.pid, CLUSTER_LATENCY_RATE, seconds, echoing.url)
+                    timed = harness.one(load.latency, *args, timeout=seconds + suite.LOAD_SLACK)
+                    latencies[name].append(timed)
     best = {k: max(v, key=lambda r: float(r["messages_per_s"])) for k, v in runs.items()}
-    return {**best, "pairs": pairs, "runs": runs}
+    latency = {k: min(v, key=lambda r: float(r["p50"])) for k, v in latencies.items()}
+    return {**best, "pairs": pairs, "runs": runs, "latency": latency, "latency_runs": latencies}
 
 
 def render(results: dict[str, dict[int, dict[str, Any]]]) -> str:

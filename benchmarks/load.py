@@ -105,11 +105,14 @@ def response(sender: str, token: str, request: dict[str, Any]) -> bytes:
     )
 
 
-async def make_pairs(url: str, pairs: int, tag: str) -> list[Pair]:
+async def make_pairs(
+    url: str, pairs: int, tag: str, responder_url: str | None = None
+) -> list[Pair]:
+    """`pairs` requesters on `url`, each with its responder (on `responder_url` if given)."""
     made = []
     for i in range(pairs):
         requester, rtoken = await register(url, f"{tag}req{i}", [])
-        responder, stoken = await register(url, f"{tag}resp{i}", [CAPABILITY])
+        responder, stoken = await register(responder_url or url, f"{tag}resp{i}", [CAPABILITY])
         made.append((requester, rtoken, f"{tag}req{i}", responder, stoken, f"{tag}resp{i}"))
     return made
 
@@ -313,11 +316,18 @@ class Snapshot:
         }
 
 
-async def latency(url: str, server_pid: int, rate: float, seconds: float) -> dict[str, Any]:
+async def latency(
+    url: str, server_pid: int, rate: float, seconds: float, responder_url: str | None = None
+) -> dict[str, Any]:
     """One pair; REQUESTs sent on a fixed schedule (open loop) so that REQUEST+RESPONSE make
-    `rate` messages a second; round-trip times in ms, the first 20 (warm-up) not counted."""
+    `rate` messages a second; round-trip times in ms, the first 20 (warm-up) not counted.
+    With `responder_url` (another lobby node) the responder is connected there."""
     tag = uuid.uuid4().hex[:6]
-    ((requester, token, me, responder, stoken, peer),) = await make_pairs(url, 1, tag)
+    ((requester, token, me, responder, stoken, peer),) = await make_pairs(
+        url, 1, tag, responder_url
+    )
+    if responder_url not in (None, url):
+        await asyncio.sleep(0.5)  # each node learns the other's agents (the shared registry)
 
     async def respond() -> None:
         async for raw in responder:

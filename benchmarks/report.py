@@ -32,6 +32,8 @@ TARGET_CLUSTER_SAME = 0.9
 """two lobby nodes, each pair on one node: at least 0.9x one node's messages/s"""
 TARGET_CLUSTER_CROSS = 0.8
 """two lobby nodes, each pair across them: at least 0.8x one node's messages/s"""
+TARGET_CLUSTER_P50_EXTRA = 0.3
+"""a pair across two lobby nodes: its p50 round trip at most this many ms above one node's"""
 
 
 def machine() -> dict[str, Any]:
@@ -218,6 +220,22 @@ def cluster_table(row: dict[str, Any]) -> list[str]:
     return lines
 
 
+def cluster_latency_table(latency: dict[str, Any]) -> list[str]:
+    """One pair's round trips through one node and across two (the run with the lowest p50)."""
+    alone = latency["one_node"]["p50"]
+    lines = [
+        "| one pair, REQUEST->RESPONSE | msgs/s offered | p50 / p99 / p99.9 ms | p50 vs one node |",
+        "|---|---|---|---|",
+    ]
+    for name, label in (("one_node", "1 node"), ("cross_node", "2 nodes, pair across them")):
+        r = latency[name]
+        lines.append(
+            f"| {label} | {_n(r['offered_messages_per_s'])} | {_tail(r)} "
+            f"| {r['p50'] - alone:+.2f} ms |"
+        )
+    return lines
+
+
 def _tail(r: dict[str, Any]) -> str:
     return f"{r['p50']:.2f} / {r['p99']:.2f} / {r['p99.9']:.2f}"
 
@@ -313,6 +331,15 @@ def targets(results: dict[str, Any]) -> list[dict[str, str]]:
                 f"cluster: {label} >= {target}x one node's messages/s, {cluster['pairs']} pairs",
                 f"{got / one:.2f}x ({_n(got)} vs {_n(one)} msgs/s)",
                 got >= target * one,
+            )
+        latency = cluster.get("latency")
+        if latency:
+            alone, across = latency["one_node"]["p50"], latency["cross_node"]["p50"]
+            add(
+                f"cluster: a pair across two nodes, p50 round trip <= one node's "
+                f"+ {TARGET_CLUSTER_P50_EXTRA} ms",
+                f"+{across - alone:.2f} ms ({across:.2f} vs {alone:.2f} ms)",
+                across <= alone + TARGET_CLUSTER_P50_EXTRA,
             )
     pressure = results.get("discovery_pressure")
     for mix in PRESSURE_MIXES:
@@ -515,6 +542,8 @@ def render(results: dict[str, Any]) -> str:
             *cluster_table(results["cluster"]),
             "",
         ]
+        if "latency" in results["cluster"]:
+            lines += [*cluster_latency_table(results["cluster"]["latency"]), ""]
     if "sdk" in results:
         lines += [
             "### SDK: request/response calls, 1 pair, same lobby (client CPU per call: both "

@@ -44,10 +44,18 @@ def test_the_cluster_phase_routes_through_one_node_and_two_and_renders() -> None
         assert len(run["other_cpu_us_per_message"]) == (1 if name == "one_node" else 2), name
     text = "\n".join(report.cluster_table(results))
     assert "| 2 nodes, each pair across them |" in text
+    for name in ("one_node", "cross_node"):  # round trips timed through one node and across
+        timed = results["latency"][name]
+        assert timed["samples"] > 0, name
+        assert timed["lost"] == 0, name
+    assert "| 2 nodes, pair across them |" in "\n".join(
+        report.cluster_latency_table(results["latency"])
+    )
     targets = report.targets({"cluster": results})
-    assert [t["target"].split(" >=")[0] for t in targets] == [
+    assert [t["target"].split(" >=")[0].split(" <=")[0] for t in targets] == [
         "cluster: 2 nodes, each pair on one node",
         "cluster: 2 nodes, each pair across the nodes",
+        "cluster: a pair across two nodes, p50 round trip",
     ]
 
 
