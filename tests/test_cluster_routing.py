@@ -143,3 +143,34 @@ async def test_request_and_response_between_nodes_with_authorization(tmp_path: P
         finally:
             stop(a)
             stop(b)
+
+
+async def test_a_message_sent_the_moment_its_receiver_registered_elsewhere_arrives(
+    tmp_path: Path,
+) -> None:
+    """Each receiver registers on b and is sent a TEXT from a as soon as b acknowledged it,
+    before a has necessarily watched its entry: a reads the entry itself, then routes. A
+    receiver no node holds is still refused."""
+    async with nats_server(tmp_path) as nats:
+        a, b = node(tmp_path / "a", nats, "a"), node(tmp_path / "b", nats, "b")
+        try:
+            async with agent(a, "alice", acks=True) as alice:
+                for n in range(10):
+                    async with agent(b, f"fresh{n}", acks=False) as fresh:
+                        await send(
+                            alice, fresh.agent_id, "TEXT", {"content": f"n{n}"}, message_id=f"m{n}"
+                        )
+                        accepted = await reply(alice.ws)
+                        assert accepted["message_type"] == "ACCEPTED", accepted
+                        text = await reply(fresh.ws)
+                        assert (text["sender_id"], text["payload"]) == (
+                            "alice",
+                            {"content": f"n{n}"},
+                        )
+                await send(alice, "nobody", "TEXT", {"content": "hi"}, message_id="x")
+                refused = await reply(alice.ws)
+                assert refused["payload"]["code"] == "unknown_receiver"
+                assert refused["in_reply_to"] == "x"
+        finally:
+            stop(a)
+            stop(b)

@@ -161,6 +161,11 @@ class ClusterNode:
             for home in dict.fromkeys(probes):
                 self._spawn(self._probe(home))
             probes.clear()
+        lookups = self.shared.lookups
+        if lookups:
+            for agent_id in lookups:
+                self._spawn(self._lookup(agent_id))
+            lookups.clear()
         claims, changes = self.shared.take()
         for claim in claims:
             self._spawn(self._create(claim))
@@ -181,6 +186,21 @@ class ClusterNode:
         # may move on without what it holds for them, as before it had a failover.
         stopped = home not in self.liveness.heard
         self._execute(self.router.probed(home, alive or stopped))
+
+    async def _lookup(self, agent_id: str) -> None:
+        """A message here names an agent this node has not learned of: read its entry (it
+        may have registered on another node a moment ago), then route or refuse what waits."""
+        assert self._kv is not None
+        try:
+            entry: KeyValue.Entry | None = await self._kv.get(agent_key(agent_id))
+        except (nats.js.errors.KeyNotFoundError, nats.js.errors.KeyDeletedError):
+            entry = None
+        except _FAILED:
+            log.warning("CLUSTER_LOOKUP_FAILED", agent_id=agent_id)
+            entry = None
+        if entry is not None:
+            self._apply(entry)
+        self._execute(self.router.looked_up(agent_id))
 
     def _release(self, key: str) -> None:
         """No write of `key` in flight any more: apply what the watch brought meanwhile."""

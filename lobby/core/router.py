@@ -102,6 +102,8 @@ class Router:
         self.negotiations = Negotiations(state, timeout=dialogue_timeout, remember=dedupe_horizon)
         self.market = Marketplace(state)
         self.to_lobby = ToLobby(state, self.registrar)
+        self._parked: dict[str, list[tuple[Session, Message]]] = {}
+        """A cluster node's messages waiting for their receiver's lookup (`looked_up`)."""
         move, to_lobby = self.negotiations.move, self.to_lobby
         # The one dispatch table: every message type a registered agent may send, and a
         # refusal for each one it may not.
@@ -266,6 +268,7 @@ class Router:
         before REGISTER_ACK, and registration changes are queued for it (`lobby.core.shared`).
         Call once, before any connection."""
         self.state.shared = SharedRegistry(self.state.registry, node_id)
+        self._parked = self.state.shared.parked
         return self.state.shared
 
     def claimed(self, agent_id: str, won: bool | None) -> list[Action]:
@@ -298,6 +301,27 @@ class Router:
             except Refusal as refusal:
                 actions += self.state.error(session, msg, refusal.code, refusal.reason)
         return actions
+
+    def looked_up(self, agent_id: str) -> list[Action]:
+        """The shared store was read for `agent_id` (and what it holds learned): the messages
+        held for it (`SharedRegistry.park`) are routed now, in order, or refused if it is still
+        unknown. One whose sender's connection closed meanwhile is dropped: never confirmed,
+        it is resent after the sender reconnects."""
+        assert self.state.shared is not None, "share() first"
+        actions: list[Action] = []
+        for session, msg in self.state.shared.unpark(agent_id):
+            agent = session.agent
+            if agent is None:
+                continue
+            try:
+                actions += self._handlers[msg.message_type](session, agent, msg)
+            except Refusal as refusal:
+                actions += self.state.error(session, msg, refusal.code, refusal.reason)
+        return actions
+
+    def _park(self, session: Session, msg: Message) -> bool:
+        shared = self.state.shared
+        return shared is not None and shared.park(session, msg)
 
     def relayed(self, session: Session, frame: bytes) -> list[Action]:
         """A message another node authenticated and forwarded here, its receiver's home:
@@ -408,9 +432,13 @@ class Router:
             )
             refused.append(Pause(session, pause_after(bucket)))
             return refused
+        if self._parked and msg.receiver_id in self._parked and self._park(session, msg):
+            return []  # behind earlier messages to the same receiver, still being looked up
         try:
             return self._handlers[msg.message_type](session, agent, msg)
         except Refusal as refusal:
+            if refusal.code == ErrorCode.UNKNOWN_RECEIVER and self._park(session, msg):
+                return []
             refused = self.state.error(session, msg, refusal.code, refusal.reason)
             if refusal.pause:
                 refused.append(Pause(session, refusal.pause))

@@ -9,6 +9,11 @@ to it. Instead:
   in `changes` for the I/O layer to write;
 - what other nodes changed comes back in as `learned` / `forgot`, which change the registry
   without journaling or queueing anything, so DISCOVER stays local and sees every node's agents;
+- a message to an agent this node has not learned of waits (`park`) while the I/O layer reads
+  the agent's entry from the shared store (`lookups`, answered by `Router.looked_up`): it may
+  have registered on another node a moment ago, its entry not yet watched here. Then it is
+  routed, or refused `unknown_receiver` if the store does not hold it either; later messages to
+  the same receiver wait behind it, so none overtakes another;
 - a resume of an agent whose home is another node waits (`gate`) until that node answered a
   probe (`probes`, answered by `probed`): if it is up, the resume takes the agent over as on
   one node; if it is down (killed, cut off), its agents' state is in its journal, which a
@@ -31,13 +36,15 @@ from lobby.core.records import AgentRemoved, AgentSaved
 from lobby.core.refusal import Refusal
 from lobby.core.registry import AgentRecord, Registry
 from lobby.core.session import Action, Close, Session
-from protocol.models import CloseCode, ErrorCode, Message
+from protocol.models import CloseCode, ErrorCode, Message, MessageType
 from protocol.payloads import Capability
 
 log = structlog.get_logger("lobby")
 
 PROBED_FRESH: Final = 2.0
 """Seconds an answered probe of a node lets resumes take its agents without asking again."""
+PARKED_MAX: Final = 10_000
+"""Messages held at once for receivers being looked up; past it one is refused at once."""
 
 
 @dataclass(slots=True, eq=False)
@@ -75,6 +82,12 @@ class SharedRegistry:
         """Node -> resumes of its agents waiting for its probe's answer, in order."""
         self.probes: list[str] = []
         """Nodes the I/O layer is to probe (then call `Router.probed`)."""
+        self.parked: dict[str, list[tuple[Session, Message]]] = {}
+        """Receiver not known here -> the messages to it waiting for its lookup, in order."""
+        self.parked_count = 0
+        self.lookups: list[str] = []
+        """Agent ids the I/O layer is to read from the shared store (then call
+        `Router.looked_up`)."""
 
     def take(self) -> tuple[list[Claim], list[AgentSaved | AgentRemoved]]:
         """What the I/O layer must write to the shared store now; call after each batch."""
@@ -107,6 +120,32 @@ class SharedRegistry:
                 claim.session = None
         for waiting in self.waiting.values():
             waiting[:] = [w for w in waiting if w[0] is not session]
+
+    def park(self, session: Session, msg: Message) -> bool:
+        """Hold `msg`, to an agent this node does not know or whose earlier messages are held,
+        until its receiver has been looked up. False (not held): a RESPONSE (it answers a
+        REQUEST this node routed, so its receiver is known), a receiver known with nothing
+        held for it, or `PARKED_MAX` messages held already."""
+        receiver = msg.receiver_id
+        if (
+            msg.message_type is MessageType.RESPONSE
+            or (receiver in self.registry.agents and receiver not in self.parked)
+            or self.parked_count >= PARKED_MAX
+        ):
+            return False
+        waiting = self.parked.get(receiver)
+        if waiting is None:
+            waiting = self.parked[receiver] = []
+            self.lookups.append(receiver)
+        waiting.append((session, msg))
+        self.parked_count += 1
+        return True
+
+    def unpark(self, agent_id: str) -> list[tuple[Session, Message]]:
+        """The messages held for `agent_id`, in order; none is held for it any more."""
+        waiting = self.parked.pop(agent_id, [])
+        self.parked_count -= len(waiting)
+        return waiting
 
     def gate(self, home: str, session: Session, msg: Message, now: float) -> list[Action] | None:
         """A resume on this node of an agent whose home is node `home`: None if it may go

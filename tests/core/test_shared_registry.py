@@ -7,15 +7,17 @@ from __future__ import annotations
 from typing import Any
 
 import orjson
+import pytest
 from structlog.testing import capture_logs
 
 from lobby.cluster.keys import agent_id_of, agent_key, decode_agent, encode_agent
 from lobby.core import Router, Send
+from lobby.core import shared as shared_module
 from lobby.core.limits import Limits
 from lobby.core.records import AgentRemoved, AgentSaved
 from lobby.core.refusal import hash_token
 from lobby.core.session import Action, Close, Session
-from tests.routerkit import Clock, Peer, cap, frames, make_router, raw, world
+from tests.routerkit import Clock, Peer, cap, frames, join, make_router, raw, world
 
 
 def register(router: Router, agent_id: str, **payload: Any) -> tuple[Session, list[Action]]:
@@ -360,3 +362,76 @@ def test_a_resume_of_an_agent_whose_home_is_down_is_closed_with_1013() -> None:
         )
     )
     assert error["payload"]["code"] == "agent_id_taken"
+
+
+def test_a_message_to_an_agent_not_learned_yet_waits_for_its_lookup_then_goes_on() -> None:
+    """`fresh` registered on node n2 a moment ago, its entry not yet watched here: a TEXT and
+    a REQUEST to it wait, the lookup is asked for once, and once the entry is learned they are
+    forwarded to n2 in the order sent; a later one waits behind them even though `fresh` is
+    known by then."""
+    router = make_router()
+    shared = router.share("here")
+    me = join_shared(router, "me")
+    me.to("fresh", "TEXT", {"content": "one"}, message_id="m1")
+    me.to("fresh", "REQUEST", {"capability_name": "quote"}, conversation_id="k", message_id="m2")
+    assert me.take() == []  # no ERROR: waiting
+    assert shared.lookups == ["fresh"]
+    assert shared.parked_count == 2
+    shared.lookups.clear()
+    capabilities = orjson.dumps([cap("quote")])
+    router.learned(AgentSaved("fresh", hash_token("t"), capabilities, True), "n2")
+    me.to("fresh", "TEXT", {"content": "three"}, message_id="m3")
+    assert router.delivery.forwards == []
+    assert shared.lookups == []  # looked up already
+    assert router.looked_up("fresh") == []
+    sent = [
+        (home, receiver, message_id)
+        for home, receiver, _, message_id, _ in router.delivery.forwards
+    ]
+    assert sent == [("n2", "fresh", "m1"), ("n2", "fresh", "m2"), ("n2", "fresh", "m3")]
+    assert (shared.parked, shared.parked_count) == ({}, 0)
+    router.delivery.forwards.clear()
+    me.to("fresh", "TEXT", {"content": "four"}, message_id="m4")  # nothing waits: on at once
+    assert [f[3] for f in router.delivery.forwards] == ["m4"]
+    assert me.take() == []
+
+
+def test_a_message_to_an_agent_no_node_holds_is_refused_after_its_lookup() -> None:
+    router = make_router()
+    shared = router.share("here")
+    me = join_shared(router, "me")
+    gone = join_shared(router, "gone")
+    me.to("nobody", "TEXT", {"content": "hi"}, message_id="m1")
+    gone.to("nobody", "TEXT", {"content": "hi"}, message_id="g1")
+    router.close(gone.session)  # never confirmed: resent after it reconnects
+    assert me.take() == []
+    world.deliver(router.looked_up("nobody"))
+    (error,) = me.take()
+    assert error["message_type"] == "ERROR"
+    assert error["payload"]["code"] == "unknown_receiver"
+    assert error["in_reply_to"] == "m1"
+    assert gone.take() == []
+    assert shared.parked_count == 0
+    assert router.take_journal().records == []
+
+
+def test_only_a_cluster_node_waits_and_never_for_a_response_or_past_its_bound(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    alone = make_router()
+    me = join(alone, "me")
+    me.to("nobody", "TEXT", {"content": "hi"})
+    assert me.last()["payload"]["code"] == "unknown_receiver"  # one node: at once
+    router = make_router()
+    shared = router.share("here")
+    me = join_shared(router, "me", capabilities=[cap("quote")])
+    asker = join_shared(router, "asker")
+    asker.to("me", "REQUEST", {"capability_name": "quote"}, conversation_id="k")
+    router.forgot("asker")  # unregistered on another node meanwhile
+    me.to("asker", "RESPONSE", {"status": "success"}, conversation_id="k")
+    assert me.last()["payload"]["code"] == "unknown_receiver"  # a RESPONSE never waits
+    monkeypatch.setattr(shared_module, "PARKED_MAX", 1)
+    me.to("nobody", "TEXT", {"content": "held"})
+    me.to("nobody", "TEXT", {"content": "refused"})
+    assert me.last()["payload"]["code"] == "unknown_receiver"
+    assert shared.parked_count == 1
