@@ -24,6 +24,8 @@ TransportKind = Literal["websockets", "picows"]
 _NODE_ID = re.compile(r"[-_a-zA-Z0-9]{1,64}")
 """A node id: a NATS subject token and a key in every bucket, as it is."""
 _CLUSTER_URL = re.compile(r"(nats|tls)://[^\s/,]+")
+MAX_REPLICAS = 5
+"""Copies JetStream keeps of a stream at most."""
 
 
 class SettingError(ValueError):
@@ -59,6 +61,12 @@ class Settings:
     )
     node_id: str | None = _setting(
         None, "this node's name with --cluster: 1-64 letters, digits, '-' or '_', unique"
+    )
+    cluster_replicas: int = _setting(
+        1,
+        "copies NATS keeps of the lobby's streams and buckets with --cluster: 1, or 3 on a "
+        "3-server NATS cluster (survives losing one server), at most 5",
+        minimum=1,
     )
     fsync: bool = _setting(False, "sync every commit to disk (survives power loss)")
     max_message_bytes: int = _setting(
@@ -197,7 +205,11 @@ class Settings:
         if self.cluster is None:
             if self.node_id is not None:
                 raise SettingError("node_id", "only with --cluster (a node of a NATS cluster)")
+            if self.cluster_replicas != 1:
+                raise SettingError("cluster_replicas", "only with --cluster")
             return
+        if self.cluster_replicas > MAX_REPLICAS:
+            raise SettingError("cluster_replicas", f"at most {MAX_REPLICAS} (JetStream's limit)")
         for url in self.cluster.split(","):
             if not _CLUSTER_URL.fullmatch(url.strip()):
                 raise SettingError(

@@ -101,6 +101,7 @@ class LobbyServer:
                 self.execute,
                 durable=self.committer.after_durable,
                 flush=self.committer.flush,
+                replicas=settings.cluster_replicas,
             )
         self._running = False
         self._port: int | None = None

@@ -40,27 +40,75 @@ async def connect(url: str) -> Client:
 async def nats_server(directory: Path) -> AsyncIterator[NatsServer]:
     """`lobby nats` on a free port, its store under `directory`; stopped (SIGTERM, then
     SIGKILL) on exit."""
-    port = free_port()
-    store_dir, log = directory / "nats", directory / "nats.log"
-    with log.open("wb") as out:
-        process = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", "lobby", "nats", "--port", str(port)),
-            *("--store-dir", str(store_dir)),
-            stdout=out,
-            stderr=subprocess.STDOUT,
-        )
-    server = NatsServer(f"nats://127.0.0.1:{port}", process, store_dir, log)
+    server = await _start(directory, "nats", [])
     try:
         await _until_it_answers(server)
         yield server
     finally:
-        if process.returncode is None:
-            process.terminate()
+        await _stop(server)
+
+
+@asynccontextmanager
+async def nats_cluster(directory: Path, size: int = 3) -> AsyncIterator[list[NatsServer]]:
+    """`size` servers of one NATS cluster, each `lobby nats --name --cluster-port --routes` as
+    the README's recipe, on free ports; yielded once each answers clients and JetStream has
+    a meta leader."""
+    routes = [f"nats://127.0.0.1:{free_port()}" for _ in range(size)]
+    servers: list[NatsServer] = []
+    try:
+        for n, route in enumerate(routes):
+            others = ",".join(r for r in routes if r != route)
+            cluster = ["--name", f"s{n}", "--cluster-port", route.rsplit(":", 1)[1]]
+            servers.append(await _start(directory, f"s{n}", [*cluster, "--routes", others]))
+        for server in servers:
+            await _until_it_answers(server)
+        await _until_jetstream_is_ready(servers[0])
+        yield servers
+    finally:
+        for server in servers:
+            await _stop(server)
+
+
+async def _start(directory: Path, name: str, extra: list[str]) -> NatsServer:
+    port = free_port()
+    store_dir, log = directory / name, directory / f"{name}.log"
+    with log.open("wb") as out:
+        process = await asyncio.create_subprocess_exec(
+            *(sys.executable, "-m", "lobby", "nats", "--port", str(port)),
+            *("--store-dir", str(store_dir), *extra),
+            stdout=out,
+            stderr=subprocess.STDOUT,
+        )
+    return NatsServer(f"nats://127.0.0.1:{port}", process, store_dir, log)
+
+
+async def _stop(server: NatsServer) -> None:
+    process = server.process
+    if process.returncode is None:
+        process.terminate()
+        try:
+            await asyncio.wait_for(process.wait(), 10)
+        except TimeoutError:
+            process.kill()
+            await process.wait()
+
+
+async def _until_jetstream_is_ready(server: NatsServer) -> None:
+    """Until the cluster has elected its JetStream meta leader (account info answers)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + START_BOUND
+    client = await connect(server.url)
+    try:
+        while True:
             try:
-                await asyncio.wait_for(process.wait(), 10)
-            except TimeoutError:
-                process.kill()
-                await process.wait()
+                await client.jetstream().account_info()
+                return
+            except (nats.errors.Error, TimeoutError):
+                if loop.time() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+    finally:
+        await client.close()
 
 
 async def _until_it_answers(server: NatsServer) -> None:

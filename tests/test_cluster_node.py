@@ -166,6 +166,13 @@ async def committed_records(proc: LobbyProcess) -> object:
         (["--cluster", "nats://127.0.0.1:4222"], {}, "needs --node-id"),
         (["--cluster", "nats://127.0.0.1:4222", "--node-id", "a.b"], {}, "--node-id a.b"),
         (["--node-id", "n1"], {}, "only with --cluster"),
+        (["--cluster-replicas", "3"], {}, "--cluster-replicas 3"),
+        (
+            ["--cluster", "nats://h:1", "--node-id", "n1", "--cluster-replicas", "7"],
+            {},
+            "at most 5",
+        ),
+        ([], {"LOBBY_CLUSTER_REPLICAS": "0"}, "LOBBY_CLUSTER_REPLICAS="),
         ([], {"LOBBY_CLUSTER": "nats://h:1", "LOBBY_NODE_ID": "x" * 65}, "LOBBY_NODE_ID="),
         (["--cluster", "tls://h:1", "--node-id", "n1", "--store", "memory"], {}, "--store"),
     ],

@@ -53,6 +53,22 @@ async def test_a_signal_stops_lobby_nats(tmp_path: Path) -> None:
     [
         (["--port", "99999"], 2, "lobby: --port 99999: expected a port number from 1 to 65535"),
         (["--store-dir", "{file}"], 2, "lobby: --store-dir {file}: exists and is not a directory"),
+        (
+            ["--cluster-port", "0"],
+            2,
+            "lobby: --cluster-port 0: expected a port number from 1 to 65535",
+        ),
+        (["--name", "n1"], 2, "lobby: --name: only with --cluster-port (a NATS cluster)"),
+        (
+            ["--routes", "nats://x:1"],
+            2,
+            "lobby: --routes: only with --cluster-port (a NATS cluster)",
+        ),
+        (
+            ["--cluster-port", "6222"],
+            2,
+            "lobby: --cluster-port needs --name: this server's name in the cluster",
+        ),
     ],
 )
 def test_a_bad_nats_setting_is_one_line(

@@ -47,11 +47,13 @@ class Liveness:
         now = time.monotonic()
         return sorted(n for n, at in self.heard.items() if now - at <= NODE_TTL)
 
-    async def start(self, js: JetStreamContext) -> None:
+    async def start(self, js: JetStreamContext, replicas: int = 1) -> None:
         try:
             self._kv = await js.key_value(NODES)
         except nats.js.errors.BucketNotFoundError:
-            self._kv = await js.create_key_value(bucket=NODES, history=1, ttl=NODE_TTL)
+            self._kv = await js.create_key_value(
+                bucket=NODES, history=1, ttl=NODE_TTL, replicas=replicas
+            )
         await self._beat()
         watcher = await self._kv.watchall()
         self._tasks = [

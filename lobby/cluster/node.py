@@ -38,14 +38,15 @@ from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
 from lobby.cluster.keys import AGENTS, agent_id_of, agent_key, decode_agent, encode_agent
-from lobby.cluster.liveness import Liveness
-from lobby.cluster.recovery import Recovery
+from lobby.cluster.liveness import NODES, Liveness
+from lobby.cluster.recovery import RECOVERIES, Recovery
 from lobby.cluster.routing import Relay
 from lobby.core.records import AgentRemoved, AgentSaved
 from lobby.core.router import Router
 from lobby.core.session import Action
 from lobby.core.shared import Claim
 from lobby.store.base import StoreUnavailable
+from lobby.store.jetstream import replicated
 
 log = structlog.get_logger("lobby.cluster")
 
@@ -79,8 +80,11 @@ class ClusterNode:
         durable: Callable[[Callable[[], None]], None],
         flush: Callable[[], Awaitable[None]],
         connect_timeout: float = 2.0,
+        replicas: int = 1,
     ) -> None:
         self.servers = servers
+        self.replicas = replicas
+        """Copies NATS keeps of each bucket (`--cluster-replicas`)."""
         self.node_id = node_id
         self.router = router
         self.shared = router.share(node_id)
@@ -111,7 +115,7 @@ class ClusterNode:
 
     async def start(self) -> None:
         """Connect, open (or create) the bucket and read it to its end into the core."""
-        where = ", ".join(self.servers)
+        where, replicas = ", ".join(self.servers), self.replicas
         try:
             self._nc = await nats.connect(
                 self.servers,
@@ -125,13 +129,15 @@ class ClusterNode:
             try:
                 self._kv = await js.key_value(AGENTS)
             except nats.js.errors.BucketNotFoundError:
-                self._kv = await js.create_key_value(bucket=AGENTS, history=1)
+                self._kv = await js.create_key_value(bucket=AGENTS, history=1, replicas=replicas)
             watcher = await self._kv.watchall()
             while (entry := await _next(watcher, 30)) is not None:
                 self._apply(entry)
-            await self.liveness.start(js)
+            await self.liveness.start(js, replicas)
             await self.relay.start(self._nc)
-            await self.recovery.start(js)
+            await self.recovery.start(js, replicas)
+            for bucket in (AGENTS, NODES, RECOVERIES):
+                await replicated(js, f"KV_{bucket}", replicas)
         except (OSError, *_FAILED) as exc:
             await self.stop()
             raise ClusterUnavailable(f"cannot set up the agents bucket at {where}: {exc}") from None

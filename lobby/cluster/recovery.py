@@ -79,13 +79,14 @@ class Recovery:
         self._nodes: KeyValue | None = None
         self._task: asyncio.Task[None] | None = None
         self._started = 0.0
+        self._replicas = 1
 
-    async def start(self, js: JetStreamContext) -> None:
-        self._js = js
+    async def start(self, js: JetStreamContext, replicas: int = 1) -> None:
+        self._js, self._replicas = js, replicas
         try:
             self._kv = await js.key_value(RECOVERIES)
         except nats.js.errors.BucketNotFoundError:
-            self._kv = await js.create_key_value(bucket=RECOVERIES, history=1)
+            self._kv = await js.create_key_value(bucket=RECOVERIES, history=1, replicas=replicas)
         self._nodes = await js.key_value("nodes")
         with contextlib.suppress(nats.js.errors.KeyNotFoundError):
             await self._kv.delete(self.node_id)  # this node is back: it may fail over again
@@ -144,7 +145,7 @@ class Recovery:
             return
         log.info("CLUSTER_RECOVERY_STARTED", node_id=dead)
         try:
-            snapshot, upto = await asyncio.to_thread(_load, self.servers, dead)
+            snapshot, upto = await asyncio.to_thread(_load, self.servers, dead, self._replicas)
         except BaseException:
             with contextlib.suppress(*_FAILED):
                 await self._kv.delete(dead)  # the next check tries again
@@ -176,10 +177,10 @@ class Recovery:
                     await store.delete(info.name)
 
 
-def _load(servers: list[str], dead: str) -> tuple[Snapshot, int]:
+def _load(servers: list[str], dead: str, replicas: int) -> tuple[Snapshot, int]:
     """Fence node `dead` (claim its epoch) and read its state, with the last stream sequence
     read; in a thread of its own (the store runs its own event loop)."""
-    store = JetStreamStore(servers, dead)
+    store = JetStreamStore(servers, dead, replicas=replicas)
     try:
         return store.load(), max(store.last_seq, store.epoch)
     finally:

@@ -25,7 +25,10 @@ def open_store(settings: Settings) -> Store:
             ) from None
         assert settings.node_id is not None  # Settings.check
         return JetStreamStore(
-            settings.cluster_urls(), settings.node_id, dedupe_max=settings.dedupe_max
+            settings.cluster_urls(),
+            settings.node_id,
+            dedupe_max=settings.dedupe_max,
+            replicas=settings.cluster_replicas,
         )
     if settings.store == "memory":
         return MemoryStore()

@@ -77,6 +77,18 @@ class StoreFenced(Exception):
     """Another process claimed this node id: this one may not write any more."""
 
 
+async def replicated(js: Any, stream: str, replicas: int) -> None:
+    """Make `stream` (the journal, or a bucket's: `KV_<bucket>`, `OBJ_<bucket>`) keep
+    `replicas` copies, as this node was started with (`--cluster-replicas`): the first node
+    creates each with that many, and a node started later with another count changes them
+    (JetStream copies the data to the new peers itself)."""
+    config = (await js.stream_info(stream)).config
+    if (config.num_replicas or 1) != replicas:
+        config.num_replicas = replicas
+        await js.update_stream(config)
+        log.info("JETSTREAM_REPLICAS_CHANGED", stream=stream, replicas=replicas)
+
+
 class JetStreamStore:
     """A `Store` on NATS JetStream for node `node_id`. Connecting, claiming the node's epoch
     and creating the stream happen in the constructor (raises `StoreUnavailable`)."""
@@ -91,14 +103,17 @@ class JetStreamStore:
         connect_timeout: float = 2.0,
         write_deadline: float = 10.0,
         dedupe_max: int = DEFAULT_DEDUPE_MAX,
+        replicas: int = 1,
     ) -> None:
         self.node_id = node_id
         self.servers = servers
         self.write_deadline = write_deadline
-        self.dedupe_max = dedupe_max
-        """Acknowledged messages a snapshot keeps at most (for dedupe after a restart)."""
         """Seconds a commit may keep retrying (NATS reconnecting, a leader election) before
         it fails."""
+        self.dedupe_max = dedupe_max
+        """Acknowledged messages a snapshot keeps at most (for dedupe after a restart)."""
+        self.replicas = replicas
+        """Copies NATS keeps of the journal stream and the snapshots (`replicated`)."""
         self._journal = f"journal.{node_id}"
         self._epoch_subject = f"epoch.{node_id}"
         self.epoch = 0
@@ -163,12 +178,17 @@ class JetStreamStore:
                 await js.stream_info(STREAM)
             except nats.js.errors.NotFoundError:
                 await js.add_stream(
-                    name=STREAM, subjects=["journal.*", "epoch.*"], storage=api.StorageType.FILE
+                    name=STREAM,
+                    subjects=["journal.*", "epoch.*"],
+                    storage=api.StorageType.FILE,
+                    num_replicas=self.replicas,
                 )
             try:
                 await js.object_store(SNAPSHOTS)
             except nats.js.errors.BucketNotFoundError:
-                await js.create_object_store(SNAPSHOTS)
+                await js.create_object_store(SNAPSHOTS, replicas=self.replicas)
+            for stream in (STREAM, f"OBJ_{SNAPSHOTS}"):
+                await replicated(js, stream, self.replicas)
             # Claim the node: from here on, a process still writing as this node is refused.
             claimed = await js.publish(self._epoch_subject, str(time.time()).encode())
             self.epoch = claimed.seq
