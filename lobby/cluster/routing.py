@@ -25,7 +25,9 @@ dedupe absorbs repeats. A forwarded message is never forwarded a second time (no
 nodes whose views differ for a moment): it stays with its sender's node until that node learns
 where its receiver is. At most `RESEND_LIMIT` messages are kept per destination node; past that
 the oldest is dropped from the resend buffer (logged CLUSTER_RESEND_DROPPED) and only its
-sender's own resend after a reconnect can repair its loss.
+sender's own resend after a reconnect can repair its loss. A node that leaves a batch
+unconfirmed for `RESEND_AFTER` seconds (core NATS dropped it or its answer) is sent everything
+kept for it again, in order, as a new batch; its dedupe absorbs what it had.
 
 Wire form: `lobby.fwd` and `lobby.ret` are lines of UTF-8, the first the sending node's id (on
 `lobby.fwd` followed by a space and the batch number), then pairs of lines (an agent id, a
@@ -38,6 +40,8 @@ elsewhere asks it first: `lobby.core.shared`).
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import time
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Final
@@ -55,6 +59,9 @@ log = structlog.get_logger("lobby.cluster")
 
 RESEND_LIMIT: Final = 100_000
 """Forwarded messages kept per destination node until it confirms them."""
+RESEND_AFTER: Final = 5.0
+"""Seconds without a confirmation after which what was forwarded to a node is sent to it
+again (core NATS may drop a message: a slow consumer, a reconnect)."""
 PROBE_TIMEOUT: Final = 1.0
 """Seconds a node waits for another's answer to `lobby.ping` before counting it down."""
 
@@ -136,6 +143,9 @@ class Relay:
         """Destination node -> the number of the last batch forwarded to it."""
         self.unconfirmed: dict[str, deque[Pending]] = {}
         """Destination node -> what was forwarded to it and not yet confirmed, oldest first."""
+        self._sent_at: dict[str, deque[tuple[int, float]]] = {}
+        """Destination node -> (batch, when it was published, monotonic), oldest first."""
+        self._resending: asyncio.Task[None] | None = None
         self.resent = 0
         self.dropped = 0
 
@@ -145,8 +155,13 @@ class Relay:
         await nc.subscribe(f"lobby.ret.{self.node_id}", cb=self._returned)
         await nc.subscribe(f"lobby.done.{self.node_id}", cb=self._done)
         await nc.subscribe(f"lobby.ping.{self.node_id}", cb=self._pinged)
+        self._resending = asyncio.create_task(self._resend_unanswered())
 
     async def stop(self) -> None:
+        if self._resending is not None:
+            self._resending.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._resending
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
 
@@ -175,8 +190,13 @@ class Relay:
             lines.append(sender.encode())
             lines.append(frame)
             kept[home].append((self._batches[home], receiver, sender, message_id, frame))
+        now = time.monotonic()
         for home, lines in by_node.items():
             self._publish(f"lobby.fwd.{home}", b"\n".join(lines))
+            sent = self._sent_at.get(home)
+            if sent is None:
+                sent = self._sent_at[home] = deque()
+            sent.append((self._batches[home], now))
             queue = self.unconfirmed.get(home)
             if queue is None:
                 queue = self.unconfirmed[home] = deque()
@@ -187,6 +207,34 @@ class Relay:
                     queue.popleft()
                 self.dropped += excess
                 log.warning("CLUSTER_RESEND_DROPPED", node_id=home, messages=excess)
+
+    def unanswered(self, now: float) -> None:
+        """Send again everything kept for a node whose oldest batch kept is `RESEND_AFTER`
+        seconds old, ahead of what is queued this pass (the next `kick` publishes it)."""
+        resent: list[tuple[str, str, str, str, bytes]] = []
+        for home, queue in self.unconfirmed.items():
+            sent = self._sent_at.get(home)
+            if not queue or not sent:
+                continue
+            while len(sent) > 1 and sent[1][0] <= queue[0][0]:
+                sent.popleft()  # batches confirmed whole
+            if sent[0][0] > queue[0][0] or now - sent[0][1] < RESEND_AFTER:
+                continue
+            log.info("CLUSTER_RESENT_UNANSWERED", node_id=home, messages=len(queue))
+            self.resent += len(queue)
+            resent += [(home, r, s, m, f) for _, r, s, m, f in queue]
+            queue.clear()
+            sent.clear()
+        if resent:
+            delivery = self.router.delivery
+            delivery.forwards[:0] = resent
+
+    async def _resend_unanswered(self) -> None:
+        while True:
+            await asyncio.sleep(1.0)
+            self.unanswered(time.monotonic())
+            if self.router.delivery.forwards:
+                self.kick()
 
     def rehome(self, agent_id: str, old: str, new: str | None) -> None:
         """`agent_id`'s home moved from node `old` to `new` (None: this node): what was

@@ -1,0 +1,84 @@
+"""Two nodes' relays (`lobby.cluster.routing.Relay`) in this process, each over its own real
+NATS connection to a real `nats-server -js`, each with its own core: what node a forwards while
+node b is not listening (core NATS drops it, as it may drop any message) is sent again once it
+has gone unconfirmed for `RESEND_AFTER`, and reaches its receiver on b once."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from lobby.cluster import routing
+from lobby.cluster.routing import NodeLink, Relay
+from lobby.core import Router, Send
+from lobby.core.records import AgentSaved
+from lobby.core.session import Action
+from tests.core.test_shared_registry import join_shared
+from tests.natskit import connect, nats_server
+from tests.routerkit import make_router, world
+from tests.waiting import until
+
+
+def execute(actions: list[Action]) -> None:
+    """As the server does: a frame for a relay session goes to its node's link, the rest to
+    the agents' inboxes."""
+    for action in actions:
+        if isinstance(action, Send) and isinstance(action.session.link, NodeLink):
+            action.session.link.put(action.frame)
+        else:
+            world.deliver([action])
+
+
+def learns(router: Router, agent_id: str, router_there: Router, home: str) -> None:
+    """`router` learns `agent_id`, registered on `router_there`, whose node is `home`."""
+    record = router_there.registry.get(agent_id)
+    assert record is not None
+    router.learned(AgentSaved(agent_id, record.token_hash, b"[]", True), home)
+
+
+async def test_a_forward_nobody_heard_is_sent_again_and_delivered_once(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(routing, "RESEND_AFTER", 0.5)
+    a, b = make_router(), make_router()
+    a.share("a")
+    b.share("b")
+    alice, bob = join_shared(a, "alice", acks=True), join_shared(b, "bob")
+    learns(a, "bob", b, "b")
+    learns(b, "alice", a, "a")
+    async with nats_server(tmp_path) as nats:
+        nc_a, nc_b = await connect(nats.url), await connect(nats.url)
+        relay_a = Relay("a", a, execute, lambda then: then())
+        relay_b = Relay("b", b, execute, lambda then: then())
+        try:
+            await relay_a.start(nc_a)
+            alice.to("bob", "TEXT", {"content": "lost once"}, message_id="m1")
+            relay_a.kick()  # published to lobby.fwd.b, which nobody reads yet
+            await nc_a.flush()
+            assert relay_a.unconfirmed["b"]
+            await relay_b.start(nc_b)
+            await nc_b.flush()
+            await until(lambda: bob.inbox, "bob got the resend")
+            await until(lambda: not relay_a.unconfirmed["b"], "b confirmed it")
+            execute(b.committed(b.take_journal()))  # b's commit: ACCEPTED goes back to a
+            relay_b.kick()
+            await until(lambda: alice.inbox, "alice got ACCEPTED")
+            (text,) = bob.take()
+            assert (text["sender_id"], text["payload"], text["seq"]) == (
+                "alice",
+                {"content": "lost once"},
+                1,
+            )
+            accepted = [f for f in alice.take() if f["message_type"] == "ACCEPTED"]
+            assert [f["payload"]["message_id"] for f in accepted] == ["m1"]
+            assert relay_a.resent == 1
+            await asyncio.sleep(2 * routing.RESEND_AFTER + 1.0)  # confirmed: never again
+            assert bob.take() == []
+            assert relay_a.resent == 1
+        finally:
+            await relay_a.stop()
+            await relay_b.stop()
+            await nc_a.close()
+            await nc_b.close()
