@@ -6,6 +6,7 @@ has gone unconfirmed for `RESEND_AFTER`, and reaches its receiver on b once."""
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Iterable
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from tests.routerkit import make_router, world
 from tests.waiting import until
 
 
-def execute(actions: list[Action]) -> None:
+def execute(actions: Iterable[Action]) -> None:
     """As the server does: a frame for a relay session goes to its node's link, the rest to
     the agents' inboxes."""
     for action in actions:
