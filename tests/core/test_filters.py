@@ -15,7 +15,16 @@ from typing import Any
 
 import pytest
 
-from lobby.core.filters import AttributeIndex, BadFilter, Filter, SortedColumn, parse_filters
+from lobby.core.filters import (
+    COUNT_BUDGET,
+    READ_BUDGET,
+    AttributeIndex,
+    BadFilter,
+    Filter,
+    Plan,
+    SortedColumn,
+    parse_filters,
+)
 
 # -- refusals, word for word ------------------------------------------------------------------
 
@@ -301,3 +310,27 @@ def test_a_range_is_found_in_log_n_comparisons_not_by_walking_the_blocks_before_
                 range(low + low_open, low + 4)
             )
             assert Counted.made <= bound, (low, low_open, Counted.made)
+
+
+# -- Plan ---------------------------------------------------------------------------------------
+
+
+def test_a_count_at_exactly_its_budget_is_made_and_one_past_it_is_not() -> None:
+    """READ_BUDGET ids read, or COUNT_BUDGET docs tested one by one, is still within budget."""
+    allowed = set(range(READ_BUDGET))
+    plan = Plan(allowed, {1, 2, READ_BUDGET + 5}, [], lambda doc: {})
+    assert plan.count(set(range(READ_BUDGET))) == READ_BUDGET - 2
+    assert plan.count(set(range(1, READ_BUDGET + 9))) == READ_BUDGET - 3
+    assert (
+        Plan(set(range(READ_BUDGET + 1)), set(), [], lambda doc: {}).count(
+            set(range(READ_BUDGET + 1))
+        )
+        is None
+    )
+    odd = Filter.parse({"attribute": "a", "value": 1})
+    checked = Plan(None, set(), [odd], lambda doc: {"a": doc % 2})
+    assert checked.count(set(range(COUNT_BUDGET))) == COUNT_BUDGET // 2
+    assert checked.count(set(range(COUNT_BUDGET + 1))) is None
+    tested = Plan(None, set(), [], lambda doc: {}, [lambda doc: doc % 3 == 0])
+    assert tested.count(set(range(COUNT_BUDGET))) == len(range(0, COUNT_BUDGET, 3))
+    assert tested.count(set(range(COUNT_BUDGET + 1))) is None
