@@ -2,14 +2,16 @@
 filter is refused with; `AttributeIndex.size` and `members` counting and listing exactly the docs
 `Filter.matches` admits, op by op, over every kind of attribute (equal values at range ends, 1 and
 1.0, booleans that are not numbers, lists, NaN, missing attributes), with and without `within`,
-before and after removals; and `SortedColumn` in small blocks: a discard removes that one pair or
-nothing, each block knows its last pair, a range holding nothing yields no run, and finding where
-a range starts costs O(log n) comparisons, not a walk over the blocks before it."""
+before and after removals; `SortedColumn` in small blocks: a discard removes that one pair or
+nothing, blocks fill to 2 * LOAD and know their last pair, a range holding nothing yields no run,
+and finding where a range starts costs O(log n) comparisons, not a walk over the blocks before
+it; and a `Plan`'s admission and counts, exact up to their budgets inclusive."""
 
 from __future__ import annotations
 
 import math
 import random
+from collections.abc import Callable
 from functools import total_ordering
 from typing import Any
 
@@ -189,6 +191,23 @@ def test_ordered_ops_are_open_or_closed_at_an_equal_value() -> None:
         assert built.size(f) == len(expected), op
 
 
+def test_contains_admits_the_docs_whose_list_has_the_value_as_an_element() -> None:
+    docs: dict[int, dict[str, Any]] = {
+        0: {"tags": ["a", "b"]},
+        1: {"tags": ["b"]},
+        2: {"tags": "a"},
+        3: {"tags": []},
+        4: {"tags": ["b", "a", "a"]},
+        5: {"other": ["a"]},
+    }
+    built = indexed(docs)
+    f = Filter.parse({"attribute": "tags", "op": "contains", "value": "a"})
+    assert built.members(f) == {0, 4}
+    assert built.size(f) == 2
+    assert built.members(f, {1, 4, 5}) == {4}
+    assert admitted(f, docs) == {0, 4}
+
+
 # -- SortedColumn -------------------------------------------------------------------------------
 
 
@@ -209,6 +228,25 @@ def check_blocks(column: SortedColumn) -> None:
     assert column._lasts == [
         (v[-1], i[-1]) for v, i in zip(column._values, column._ids, strict=True)
     ]
+
+
+def test_a_new_column_is_empty() -> None:
+    column = SortedColumn()
+    assert len(column) == 0
+    assert list(column) == []
+    assert list(column.spans(None, None)) == []
+
+
+def test_a_block_holds_up_to_twice_load_pairs_and_then_splits_in_halves() -> None:
+    """A block fills to 2 * LOAD before it splits: fewer, fuller blocks, fewer splits."""
+    column = SortedColumn()
+    for doc in range(2 * SortedColumn.LOAD):
+        column.add(doc, doc)
+    assert column._ids == [list(range(2 * SortedColumn.LOAD))]
+    column.add(2 * SortedColumn.LOAD, 2 * SortedColumn.LOAD)
+    half = SortedColumn.LOAD
+    assert column._ids == [list(range(half)), list(range(half, 2 * half + 1))]
+    check_blocks(column)
 
 
 def test_a_discard_removes_that_one_pair_or_nothing() -> None:
@@ -334,3 +372,24 @@ def test_a_count_at_exactly_its_budget_is_made_and_one_past_it_is_not() -> None:
     tested = Plan(None, set(), [], lambda doc: {}, [lambda doc: doc % 3 == 0])
     assert tested.count(set(range(COUNT_BUDGET))) == len(range(0, COUNT_BUDGET, 3))
     assert tested.count(set(range(COUNT_BUDGET + 1))) is None
+
+
+def test_a_plan_admits_the_allowed_docs_not_excluded_that_pass_every_test_and_check() -> None:
+    attributes = {doc: {"a": doc % 4} for doc in range(40)}
+    low = Filter.parse({"attribute": "a", "op": "lt", "value": 2})
+    for allowed in (None, set(range(0, 40, 3)), set()):
+        for excluded in (set(), {3, 4, 5, 6}):
+            for checks in ([], [low]):
+                tests: list[list[Callable[[int], bool]]] = [[], [lambda doc: doc < 30]]
+                for per_doc in tests:
+                    plan = Plan(allowed, excluded, checks, attributes.__getitem__, per_doc)
+                    expected = {
+                        doc
+                        for doc in attributes
+                        if (allowed is None or doc in allowed)
+                        and doc not in excluded
+                        and all(test(doc) for test in per_doc)
+                        and all(f.matches(attributes[doc]) for f in checks)
+                    }
+                    assert {doc for doc in attributes if plan.admits(doc)} == expected
+                    assert plan.count(set(attributes)) == len(expected)
