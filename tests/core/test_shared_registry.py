@@ -399,20 +399,36 @@ def test_a_message_to_an_agent_not_learned_yet_waits_for_its_lookup_then_goes_on
 def test_a_message_to_an_agent_no_node_holds_is_refused_after_its_lookup() -> None:
     router = make_router()
     shared = router.share("here")
-    me = join_shared(router, "me")
+    me, you = join_shared(router, "me"), join_shared(router, "you")
     gone = join_shared(router, "gone")
-    me.to("nobody", "TEXT", {"content": "hi"}, message_id="m1")
     gone.to("nobody", "TEXT", {"content": "hi"}, message_id="g1")
+    me.to("nobody", "TEXT", {"content": "hi"}, message_id="m1")
+    you.to("nobody", "TEXT", {"content": "hi"}, message_id="y1")
     router.close(gone.session)  # never confirmed: resent after it reconnects
     assert me.take() == []
     world.deliver(router.looked_up("nobody"))
-    (error,) = me.take()
-    assert error["message_type"] == "ERROR"
-    assert error["payload"]["code"] == "unknown_receiver"
-    assert error["in_reply_to"] == "m1"
+    for peer, message_id in ((me, "m1"), (you, "y1")):
+        (error,) = peer.take()
+        assert error["message_type"] == "ERROR"
+        assert error["payload"]["code"] == "unknown_receiver"
+        assert error["in_reply_to"] == message_id
     assert gone.take() == []
     assert shared.parked_count == 0
     assert router.take_journal().records == []
+    assert router.looked_up("nobody") == []  # nothing waits for it any more
+
+
+def test_a_refusal_among_the_messages_that_waited_reaches_its_sender() -> None:
+    router = make_router()
+    router.share("here")
+    me = join_shared(router, "me")
+    me.to("fresh", "REQUEST", {"capability_name": "nope"}, conversation_id="k", message_id="m1")
+    me.to("fresh", "TEXT", {"content": "then this"}, message_id="m2")
+    router.learned(AgentSaved("fresh", hash_token("t"), orjson.dumps([cap("quote")]), True), "n2")
+    world.deliver(router.looked_up("fresh"))
+    (denied,) = me.take()
+    assert denied["payload"]["code"] == "capability_not_found"
+    assert [f[3] for f in router.delivery.forwards] == ["m2"]
 
 
 def test_only_a_cluster_node_waits_and_never_for_a_response_or_past_its_bound(
