@@ -336,3 +336,68 @@ def test_every_round_of_the_threshold_algorithm_reads_one_entry_of_each_list() -
             if exact:
                 assert top == corpus.brute(["x", "y", "z"], plan, 4)[0]
                 assert len(top) == expected
+
+
+class Ways:
+    """Which way `Ranking.lexical` took: "score all" unless it called `_by_overlap` (and with
+    which docs of several drivers) or `_threshold`."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.taken: list[str] = []
+        self.multi: list[set[int]] = []
+        by_overlap, threshold = Ranking._by_overlap, Ranking._threshold
+
+        def overlap(
+            ranked: Ranking, scorer: Any, multi: set[int], plan: Plan, want: int
+        ) -> tuple[list[Scored], int | None]:
+            self.taken.append("overlap")
+            self.multi.append(set(multi))
+            return by_overlap(ranked, scorer, multi, plan, want)
+
+        def fagin(
+            ranked: Ranking, scorer: Any, plan: Plan, want: int, budget: int
+        ) -> tuple[list[Scored], bool]:
+            self.taken.append("threshold")
+            return threshold(ranked, scorer, plan, want, budget)
+
+        monkeypatch.setattr(Ranking, "_by_overlap", overlap)
+        monkeypatch.setattr(Ranking, "_threshold", fagin)
+
+    def way(self) -> str:
+        taken, self.taken = self.taken, []
+        return taken[0] if taken else "score all"
+
+
+def lettered(count: int, words: dict[str, range]) -> Corpus:
+    """`count` docs, doc n with each word whose range holds n, and a filler word so lengths
+    vary."""
+    docs: list[tuple[Key, dict[str, int]]] = []
+    for n in range(count):
+        tf = {word: 1 + n % 3 for word, within in words.items() if n in within}
+        docs.append((("d", f"{n:03d}"), {**tf, "filler": 1 + n % 4}))
+    return Corpus(docs)
+
+
+def test_a_restriction_leaving_few_candidates_scores_them_all_at_exactly_its_bounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every candidate is scored when the restriction or the drivers' postings are at most
+    4 * `_SCORE_ALL` (here 3) and leave at most `_SCORE_ALL` candidates; one more of either
+    and the pairwise overlaps find the page instead."""
+    monkeypatch.setattr(ranking, "_SCORE_ALL", 3)
+    ways = Ways(monkeypatch)
+    corpus = lettered(50, {"x": range(20)})  # 20 postings: the restriction is the smaller
+    inside, outside = list(range(20)), list(range(20, 50))
+    cases = [
+        (inside[:2] + outside[:10], "score all"),  # 12 allowed, 2 candidates
+        (inside[:3] + outside[:9], "score all"),  # 12 allowed, 3 candidates
+        (inside[:4] + outside[:8], "overlap"),  # 12 allowed, 4 candidates
+        (inside[:3] + outside[:10], "overlap"),  # 13 allowed, 3 candidates
+        (inside[:1] + outside[:14], "overlap"),  # 15 allowed, 1 candidate
+    ]
+    for allowed, way in cases:
+        plan = Plan(set(allowed), set(), [], lambda doc: {})
+        for want in (1, 3):
+            expected, total = corpus.brute(["x"], plan, want)
+            assert corpus.lexical(["x"], plan, want) == (expected, total, True), allowed
+            assert ways.way() == way, (len(allowed), want)
