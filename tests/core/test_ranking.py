@@ -401,3 +401,36 @@ def test_a_restriction_leaving_few_candidates_scores_them_all_at_exactly_its_bou
             expected, total = corpus.brute(["x"], plan, want)
             assert corpus.lexical(["x"], plan, want) == (expected, total, True), allowed
             assert ways.way() == way, (len(allowed), want)
+
+
+def test_the_overlaps_score_the_docs_with_two_drivers_up_to_exactly_their_bounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pairwise overlaps find the page while intersecting them reads at most `_PAIR_WORK`
+    postings (the smaller of each pair) and at most `_MULTI` docs have two or more drivers,
+    the docs they score one by one: exactly those, among the allowed; past either bound the
+    threshold algorithm runs instead."""
+    monkeypatch.setattr(ranking, "_SCORE_ALL", 3)
+    ways = Ways(monkeypatch)
+    corpus = lettered(60, {"x": range(20), "y": range(14, 30), "z": range(28, 40)})
+    words = ["x", "y", "z"]
+    work = 16 + 12 + 12  # x and y: y's 16; x and z: z's 12; y and z: z's 12
+    several = {*range(14, 20), 28, 29}
+    halves = Plan(set(range(0, 60, 2)), set(), [], lambda doc: {})
+    for plan, docs in ((everything(), several), (halves, {14, 16, 18, 28})):
+        for pair_work, multi, way in (
+            (work, len(docs), "overlap"),
+            (work - 1, len(docs), "threshold"),
+            (work, len(docs) - 1, "threshold"),
+        ):
+            monkeypatch.setattr(ranking, "_PAIR_WORK", pair_work)
+            monkeypatch.setattr(ranking, "_MULTI", multi)
+            for want in (1, 10):
+                expected, total = corpus.brute(words, plan, want)
+                assert corpus.lexical(words, plan, want) == (expected, total, True)
+                assert ways.way() == way, (pair_work, multi, want)
+                if way == "overlap":
+                    assert ways.multi[-1] == docs
+    expected, total = corpus.brute(["x"], everything(), 5)
+    assert corpus.lexical(["x"], everything(), 5) == (expected, total, True)
+    assert (ways.way(), ways.multi[-1]) == ("overlap", set())  # one driver: no overlaps
