@@ -434,3 +434,111 @@ def test_the_overlaps_score_the_docs_with_two_drivers_up_to_exactly_their_bounds
     expected, total = corpus.brute(["x"], everything(), 5)
     assert corpus.lexical(["x"], everything(), 5) == (expected, total, True)
     assert (ways.way(), ways.multi[-1]) == ("overlap", set())  # one driver: no overlaps
+
+
+class RecordingPlan(Plan):
+    """No restriction, recording every doc tested against the plan: the docs a way reads."""
+
+    tested: list[int]
+
+    def admits(self, doc: int) -> bool:
+        self.tested.append(doc)
+        return Plan.admits(self, doc)
+
+
+def recording() -> RecordingPlan:
+    plan = RecordingPlan(None, set(), [], lambda doc: {})
+    plan.tested = []
+    return plan
+
+
+def test_the_walk_by_overlap_stops_at_the_first_group_below_the_full_page() -> None:
+    """One result: "m" (both drivers) scores 1.38, "x" alone weighs 1.96 in "a", 1.69 in "b",
+    0.73 in "c". "a" replaces "m" on the page, so the walk stops before "b", whose weight is
+    below the page's last though above "m"; it reads "m" and "a" only."""
+    fillers: list[tuple[Key, dict[str, int]]] = [(("f", str(n)), {"f": 1}) for n in range(12)]
+    corpus = Corpus(
+        [
+            (("a", "x3"), {"x": 3}),
+            (("b", "x2"), {"x": 2, "g": 1}),
+            (("c", "x1"), {"x": 1, "g": 6}),
+            (("m", "xy"), {"x": 1, "y": 1, "f": 10}),
+            *fillers,
+        ]
+    )
+    expected, total = corpus.brute(["x", "y"], everything(), 4)
+    ranked = [("a", "x3"), ("b", "x2"), ("m", "xy"), ("c", "x1")]
+    assert [corpus.keys[at] for _, at in expected] == ranked
+    plan = recording()
+    assert corpus.lexical(["x", "y"], plan, 1) == (expected[:1], total, True)
+    assert [corpus.keys[at] for at in plan.tested] == [("m", "xy"), ("a", "x3")]
+
+
+def test_of_a_group_of_tied_docs_alone_only_the_first_wanted_by_key_are_read() -> None:
+    """Ten docs have "x" once in a doc of length one: one group, one weight. Two wanted: the
+    first two by key are the page, and neither the rest of the group nor the weaker group
+    after it is read."""
+    tied: list[tuple[Key, dict[str, int]]] = [(("t", str(n)), {"x": 1}) for n in range(10)]
+    fillers: list[tuple[Key, dict[str, int]]] = [(("f", str(n)), {"f": 1}) for n in range(20)]
+    corpus = Corpus([(("a", "weak"), {"x": 1, "f": 4}), *tied[::-1], *fillers])
+    expected, total = corpus.brute(["x"], everything(), 2)
+    plan = recording()
+    assert corpus.lexical(["x"], plan, 2) == (expected, total, True)
+    assert [corpus.keys[at] for at in plan.tested] == [("t", "0"), ("t", "1")]
+
+
+def test_a_driver_that_cannot_reach_the_full_page_is_skipped_unweighed_and_the_next_is_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ "m" has both drivers and scores 2.83; "x" (in 8 of 22 docs) can weigh at most
+    idf * (k1 + 1) = 2.19 anywhere, so none of its groups is weighed; "y" is still walked and
+    finds "e", "y" alone at 2.91, the best doc."""
+    weighed: list[int] = []
+    weight = ranking._Scorer.weight
+
+    def recorded(scorer: ranking._Scorer, term: int, tf: int, length: int) -> float:
+        weighed.append(term)
+        return weight(scorer, term, tf, length)
+
+    monkeypatch.setattr(ranking._Scorer, "weight", recorded)
+    fillers: list[tuple[Key, dict[str, int]]] = [
+        (("f", str(n)), {"f": 1, **({"x": 1} if n < 7 else {})}) for n in range(20)
+    ]
+    corpus = Corpus([(("m", "xy"), {"x": 1, "y": 1}), (("e", "y"), {"y": 4}), *fillers])
+    expected, total = corpus.brute(["x", "y"], everything(), 2)
+    assert [corpus.keys[at] for _, at in expected] == [("e", "y"), ("m", "xy")]
+    scorer = ranking._Scorer(
+        [corpus.postings["x"], corpus.postings["y"]], [], 22, corpus.average, corpus.lengths
+    )
+    assert scorer.saturation(0) < expected[1][0]
+    assert corpus.lexical(["x", "y"], everything(), 1) == (expected[:1], total, True)
+    assert set(weighed) == {1}
+
+
+def test_a_doc_alone_tying_the_page_in_a_later_group_still_wins_by_key() -> None:
+    """With an average length of 3, "x" once in a doc of length 1 weighs what it weighs twice
+    in a doc of length 3: two groups, one weight. ("a", "twice"), read second, ties the page's
+    last ("b", "once") and comes first by key."""
+    fillers: list[tuple[Key, dict[str, int]]] = [(("f", str(n)), {"f": 1}) for n in range(40)]
+    corpus = Corpus(
+        [(("b", "once"), {"x": 1}), (("a", "twice"), {"x": 2, "f": 1}), *fillers], average=3.0
+    )
+    assert list(corpus.postings["x"].groups) == [(1, 1), (2, 3)]
+    top, total, exact = corpus.lexical(["x"], everything(), 1)
+    assert (top, total, exact) == (corpus.brute(["x"], everything(), 1)[0], 2, True)
+    assert corpus.keys[top[0][1]] == ("a", "twice")
+
+
+@pytest.mark.parametrize("multi", [-1, 10**9], ids=["threshold", "overlap"])
+def test_a_total_the_plan_cannot_count_within_its_budget_is_none(
+    multi: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ranking, "_MULTI", multi)
+    monkeypatch.setattr("lobby.core.filters.COUNT_BUDGET", 2)
+    corpus = lettered(30, {"x": range(6), "y": range(4, 9)})
+    tested = Plan(None, set(), [], lambda doc: {}, [lambda doc: doc % 2 == 0])
+    expected, _ = corpus.brute(["x", "y"], tested, 3)
+    assert corpus.lexical(["x", "y"], tested, 3) == (expected, None, True)
+    monkeypatch.setattr("lobby.core.filters.COUNT_BUDGET", 9)
+    expected, total = corpus.brute(["x", "y"], tested, 3)
+    assert corpus.lexical(["x", "y"], tested, 3) == (expected, total, True)
