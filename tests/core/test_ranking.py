@@ -542,3 +542,75 @@ def test_a_total_the_plan_cannot_count_within_its_budget_is_none(
     monkeypatch.setattr("lobby.core.filters.COUNT_BUDGET", 9)
     expected, total = corpus.brute(["x", "y"], tested, 3)
     assert corpus.lexical(["x", "y"], tested, 3) == (expected, total, True)
+
+
+def test_the_total_of_a_query_whose_driver_is_in_every_doc_is_every_doc(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both tokens common, both drive, "a" in every doc: every doc has a driver, counted
+    without reading ids (the union would read more than `READ_BUDGET`, here 4)."""
+    monkeypatch.setattr(ranking, "_MULTI", -1)
+    monkeypatch.setattr(ranking, "READ_BUDGET", 4)
+    corpus = lettered(12, {"a": range(12), "b": range(4, 12), "c": range(2, 10)})
+    for words in (["a", "b"], ["b", "a"], ["a", "b", "c"]):
+        expected, total = corpus.brute(words, everything(), 3)
+        assert total == 12
+        assert corpus.lexical(words, everything(), 3) == (expected, 12, True)
+
+
+def test_the_first_ids_by_key_are_sorted_not_walked_when_the_walk_is_not_shorter() -> None:
+    """A walk is taken only when `want * count` is strictly below `2 * ids * ids`, and never
+    for all of the ids: then sorting them is the direct way."""
+    keys, order = alphabet(1000)
+    ranked = Ranking(keys, order, 1000)
+    front = set(range(50))  # 2 * 50 * 50 = 5000
+    CountedOrder.read = 0
+    assert ranked.first_by_key(front, 4) == [0, 1, 2, 3]  # 4000: walked
+    assert CountedOrder.read == 4
+    CountedOrder.read = 0
+    assert ranked.first_by_key(front, 5) == [0, 1, 2, 3, 4]  # 5000: sorted
+    assert CountedOrder.read == 0
+    most = set(range(600))  # 2 * 600 * 600 is well above 600 * 1000, but all are wanted
+    assert ranked.first_by_key(most, 600) == list(range(600))
+    assert CountedOrder.read == 0
+
+
+def test_walking_for_the_first_ids_tests_membership_in_a_set_built_at_most_once() -> None:
+    """A walk of a few steps costs a few set lookups: a set of ids is used as it is, not
+    copied, and a list is made a set, not scanned at each step."""
+    from collections.abc import Iterator, Set
+
+    class CountedIds(Set[int]):
+        """A read-only set of ids counting the ids read by iterating it."""
+
+        def __init__(self, ids: range) -> None:
+            self.ids, self.iterated = set(ids), 0
+
+        def __contains__(self, item: object) -> bool:
+            return item in self.ids
+
+        def __iter__(self) -> Iterator[int]:
+            for at in self.ids:
+                self.iterated += 1
+                yield at
+
+        def __len__(self) -> int:
+            return len(self.ids)
+
+    class ScannedIds(list[int]):
+        """A list of ids counting the membership tests that scan it."""
+
+        scans = 0
+
+        def __contains__(self, item: object) -> bool:
+            self.scans += 1
+            return super().__contains__(item)
+
+    keys, order = alphabet(1000)
+    ranked = Ranking(keys, order, 1000)
+    ids = CountedIds(range(40))
+    assert ranked.first_by_key(ids, 3) == [0, 1, 2]
+    assert ids.iterated == 0
+    listed = ScannedIds(range(39, -1, -1))
+    assert ranked.first_by_key(listed, 3) == [0, 1, 2]
+    assert listed.scans == 0
