@@ -336,3 +336,281 @@ def test_every_round_of_the_threshold_algorithm_reads_one_entry_of_each_list() -
             if exact:
                 assert top == corpus.brute(["x", "y", "z"], plan, 4)[0]
                 assert len(top) == expected
+
+
+class Ways:
+    """Which way `Ranking.lexical` took: "score all" unless it called `_by_overlap` (and with
+    which docs of several drivers) or `_threshold`."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.taken: list[str] = []
+        self.multi: list[set[int]] = []
+        by_overlap, threshold = Ranking._by_overlap, Ranking._threshold
+
+        def overlap(
+            ranked: Ranking, scorer: Any, multi: set[int], plan: Plan, want: int
+        ) -> tuple[list[Scored], int | None]:
+            self.taken.append("overlap")
+            self.multi.append(set(multi))
+            return by_overlap(ranked, scorer, multi, plan, want)
+
+        def fagin(
+            ranked: Ranking, scorer: Any, plan: Plan, want: int, budget: int
+        ) -> tuple[list[Scored], bool]:
+            self.taken.append("threshold")
+            return threshold(ranked, scorer, plan, want, budget)
+
+        monkeypatch.setattr(Ranking, "_by_overlap", overlap)
+        monkeypatch.setattr(Ranking, "_threshold", fagin)
+
+    def way(self) -> str:
+        taken, self.taken = self.taken, []
+        return taken[0] if taken else "score all"
+
+
+def lettered(count: int, words: dict[str, range]) -> Corpus:
+    """`count` docs, doc n with each word whose range holds n, and a filler word so lengths
+    vary."""
+    docs: list[tuple[Key, dict[str, int]]] = []
+    for n in range(count):
+        tf = {word: 1 + n % 3 for word, within in words.items() if n in within}
+        docs.append((("d", f"{n:03d}"), {**tf, "filler": 1 + n % 4}))
+    return Corpus(docs)
+
+
+def test_a_restriction_leaving_few_candidates_scores_them_all_at_exactly_its_bounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Every candidate is scored when the restriction or the drivers' postings are at most
+    4 * `_SCORE_ALL` (here 3) and leave at most `_SCORE_ALL` candidates; one more of either
+    and the pairwise overlaps find the page instead."""
+    monkeypatch.setattr(ranking, "_SCORE_ALL", 3)
+    ways = Ways(monkeypatch)
+    corpus = lettered(50, {"x": range(20)})  # 20 postings: the restriction is the smaller
+    inside, outside = list(range(20)), list(range(20, 50))
+    cases = [
+        (inside[:2] + outside[:10], "score all"),  # 12 allowed, 2 candidates
+        (inside[:3] + outside[:9], "score all"),  # 12 allowed, 3 candidates
+        (inside[:4] + outside[:8], "overlap"),  # 12 allowed, 4 candidates
+        (inside[:3] + outside[:10], "overlap"),  # 13 allowed, 3 candidates
+        (inside[:1] + outside[:14], "overlap"),  # 15 allowed, 1 candidate
+    ]
+    for allowed, way in cases:
+        plan = Plan(set(allowed), set(), [], lambda doc: {})
+        for want in (1, 3):
+            expected, total = corpus.brute(["x"], plan, want)
+            assert corpus.lexical(["x"], plan, want) == (expected, total, True), allowed
+            assert ways.way() == way, (len(allowed), want)
+
+
+def test_the_overlaps_score_the_docs_with_two_drivers_up_to_exactly_their_bounds(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The pairwise overlaps find the page while intersecting them reads at most `_PAIR_WORK`
+    postings (the smaller of each pair) and at most `_MULTI` docs have two or more drivers,
+    the docs they score one by one: exactly those, among the allowed; past either bound the
+    threshold algorithm runs instead."""
+    monkeypatch.setattr(ranking, "_SCORE_ALL", 3)
+    ways = Ways(monkeypatch)
+    corpus = lettered(60, {"x": range(20), "y": range(14, 30), "z": range(28, 40)})
+    words = ["x", "y", "z"]
+    work = 16 + 12 + 12  # x and y: y's 16; x and z: z's 12; y and z: z's 12
+    several = {*range(14, 20), 28, 29}
+    halves = Plan(set(range(0, 60, 2)), set(), [], lambda doc: {})
+    for plan, docs in ((everything(), several), (halves, {14, 16, 18, 28})):
+        for pair_work, multi, way in (
+            (work, len(docs), "overlap"),
+            (work - 1, len(docs), "threshold"),
+            (work, len(docs) - 1, "threshold"),
+        ):
+            monkeypatch.setattr(ranking, "_PAIR_WORK", pair_work)
+            monkeypatch.setattr(ranking, "_MULTI", multi)
+            for want in (1, 10):
+                expected, total = corpus.brute(words, plan, want)
+                assert corpus.lexical(words, plan, want) == (expected, total, True)
+                assert ways.way() == way, (pair_work, multi, want)
+                if way == "overlap":
+                    assert ways.multi[-1] == docs
+    expected, total = corpus.brute(["x"], everything(), 5)
+    assert corpus.lexical(["x"], everything(), 5) == (expected, total, True)
+    assert (ways.way(), ways.multi[-1]) == ("overlap", set())  # one driver: no overlaps
+
+
+class RecordingPlan(Plan):
+    """No restriction, recording every doc tested against the plan: the docs a way reads."""
+
+    tested: list[int]
+
+    def admits(self, doc: int) -> bool:
+        self.tested.append(doc)
+        return Plan.admits(self, doc)
+
+
+def recording() -> RecordingPlan:
+    plan = RecordingPlan(None, set(), [], lambda doc: {})
+    plan.tested = []
+    return plan
+
+
+def test_the_walk_by_overlap_stops_at_the_first_group_below_the_full_page() -> None:
+    """One result: "m" (both drivers) scores 1.38, "x" alone weighs 1.96 in "a", 1.69 in "b",
+    0.73 in "c". "a" replaces "m" on the page, so the walk stops before "b", whose weight is
+    below the page's last though above "m"; it reads "m" and "a" only."""
+    fillers: list[tuple[Key, dict[str, int]]] = [(("f", str(n)), {"f": 1}) for n in range(12)]
+    corpus = Corpus(
+        [
+            (("a", "x3"), {"x": 3}),
+            (("b", "x2"), {"x": 2, "g": 1}),
+            (("c", "x1"), {"x": 1, "g": 6}),
+            (("m", "xy"), {"x": 1, "y": 1, "f": 10}),
+            *fillers,
+        ]
+    )
+    expected, total = corpus.brute(["x", "y"], everything(), 4)
+    ranked = [("a", "x3"), ("b", "x2"), ("m", "xy"), ("c", "x1")]
+    assert [corpus.keys[at] for _, at in expected] == ranked
+    plan = recording()
+    assert corpus.lexical(["x", "y"], plan, 1) == (expected[:1], total, True)
+    assert [corpus.keys[at] for at in plan.tested] == [("m", "xy"), ("a", "x3")]
+
+
+def test_of_a_group_of_tied_docs_alone_only_the_first_wanted_by_key_are_read() -> None:
+    """Ten docs have "x" once in a doc of length one: one group, one weight. Two wanted: the
+    first two by key are the page, and neither the rest of the group nor the weaker group
+    after it is read."""
+    tied: list[tuple[Key, dict[str, int]]] = [(("t", str(n)), {"x": 1}) for n in range(10)]
+    fillers: list[tuple[Key, dict[str, int]]] = [(("f", str(n)), {"f": 1}) for n in range(20)]
+    corpus = Corpus([(("a", "weak"), {"x": 1, "f": 4}), *tied[::-1], *fillers])
+    expected, total = corpus.brute(["x"], everything(), 2)
+    plan = recording()
+    assert corpus.lexical(["x"], plan, 2) == (expected, total, True)
+    assert [corpus.keys[at] for at in plan.tested] == [("t", "0"), ("t", "1")]
+
+
+def test_a_driver_that_cannot_reach_the_full_page_is_skipped_unweighed_and_the_next_is_read(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """ "m" has both drivers and scores 2.83; "x" (in 8 of 22 docs) can weigh at most
+    idf * (k1 + 1) = 2.19 anywhere, so none of its groups is weighed; "y" is still walked and
+    finds "e", "y" alone at 2.91, the best doc."""
+    weighed: list[int] = []
+    weight = ranking._Scorer.weight
+
+    def recorded(scorer: ranking._Scorer, term: int, tf: int, length: int) -> float:
+        weighed.append(term)
+        return weight(scorer, term, tf, length)
+
+    monkeypatch.setattr(ranking._Scorer, "weight", recorded)
+    fillers: list[tuple[Key, dict[str, int]]] = [
+        (("f", str(n)), {"f": 1, **({"x": 1} if n < 7 else {})}) for n in range(20)
+    ]
+    corpus = Corpus([(("m", "xy"), {"x": 1, "y": 1}), (("e", "y"), {"y": 4}), *fillers])
+    expected, total = corpus.brute(["x", "y"], everything(), 2)
+    assert [corpus.keys[at] for _, at in expected] == [("e", "y"), ("m", "xy")]
+    scorer = ranking._Scorer(
+        [corpus.postings["x"], corpus.postings["y"]], [], 22, corpus.average, corpus.lengths
+    )
+    assert scorer.saturation(0) < expected[1][0]
+    assert corpus.lexical(["x", "y"], everything(), 1) == (expected[:1], total, True)
+    assert set(weighed) == {1}
+
+
+def test_a_doc_alone_tying_the_page_in_a_later_group_still_wins_by_key() -> None:
+    """With an average length of 3, "x" once in a doc of length 1 weighs what it weighs twice
+    in a doc of length 3: two groups, one weight. ("a", "twice"), read second, ties the page's
+    last ("b", "once") and comes first by key."""
+    fillers: list[tuple[Key, dict[str, int]]] = [(("f", str(n)), {"f": 1}) for n in range(40)]
+    corpus = Corpus(
+        [(("b", "once"), {"x": 1}), (("a", "twice"), {"x": 2, "f": 1}), *fillers], average=3.0
+    )
+    assert list(corpus.postings["x"].groups) == [(1, 1), (2, 3)]
+    top, total, exact = corpus.lexical(["x"], everything(), 1)
+    assert (top, total, exact) == (corpus.brute(["x"], everything(), 1)[0], 2, True)
+    assert corpus.keys[top[0][1]] == ("a", "twice")
+
+
+@pytest.mark.parametrize("multi", [-1, 10**9], ids=["threshold", "overlap"])
+def test_a_total_the_plan_cannot_count_within_its_budget_is_none(
+    multi: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(ranking, "_MULTI", multi)
+    monkeypatch.setattr("lobby.core.filters.COUNT_BUDGET", 2)
+    corpus = lettered(30, {"x": range(6), "y": range(4, 9)})
+    tested = Plan(None, set(), [], lambda doc: {}, [lambda doc: doc % 2 == 0])
+    expected, _ = corpus.brute(["x", "y"], tested, 3)
+    assert corpus.lexical(["x", "y"], tested, 3) == (expected, None, True)
+    monkeypatch.setattr("lobby.core.filters.COUNT_BUDGET", 9)
+    expected, total = corpus.brute(["x", "y"], tested, 3)
+    assert corpus.lexical(["x", "y"], tested, 3) == (expected, total, True)
+
+
+def test_the_total_of_a_query_whose_driver_is_in_every_doc_is_every_doc(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Both tokens common, both drive, "a" in every doc: every doc has a driver, counted
+    without reading ids (the union would read more than `READ_BUDGET`, here 4)."""
+    monkeypatch.setattr(ranking, "_MULTI", -1)
+    monkeypatch.setattr(ranking, "READ_BUDGET", 4)
+    corpus = lettered(12, {"a": range(12), "b": range(4, 12), "c": range(2, 10)})
+    for words in (["a", "b"], ["b", "a"], ["a", "b", "c"]):
+        expected, total = corpus.brute(words, everything(), 3)
+        assert total == 12
+        assert corpus.lexical(words, everything(), 3) == (expected, 12, True)
+
+
+def test_the_first_ids_by_key_are_sorted_not_walked_when_the_walk_is_not_shorter() -> None:
+    """A walk is taken only when `want * count` is strictly below `2 * ids * ids`, and never
+    for all of the ids: then sorting them is the direct way."""
+    keys, order = alphabet(1000)
+    ranked = Ranking(keys, order, 1000)
+    front = set(range(50))  # 2 * 50 * 50 = 5000
+    CountedOrder.read = 0
+    assert ranked.first_by_key(front, 4) == [0, 1, 2, 3]  # 4000: walked
+    assert CountedOrder.read == 4
+    CountedOrder.read = 0
+    assert ranked.first_by_key(front, 5) == [0, 1, 2, 3, 4]  # 5000: sorted
+    assert CountedOrder.read == 0
+    most = set(range(600))  # 2 * 600 * 600 is well above 600 * 1000, but all are wanted
+    assert ranked.first_by_key(most, 600) == list(range(600))
+    assert CountedOrder.read == 0
+
+
+def test_walking_for_the_first_ids_tests_membership_in_a_set_built_at_most_once() -> None:
+    """A walk of a few steps costs a few set lookups: a set of ids is used as it is, not
+    copied, and a list is made a set, not scanned at each step."""
+    from collections.abc import Iterator, Set
+
+    class CountedIds(Set[int]):
+        """A read-only set of ids counting the ids read by iterating it."""
+
+        def __init__(self, ids: range) -> None:
+            self.ids, self.iterated = set(ids), 0
+
+        def __contains__(self, item: object) -> bool:
+            return item in self.ids
+
+        def __iter__(self) -> Iterator[int]:
+            for at in self.ids:
+                self.iterated += 1
+                yield at
+
+        def __len__(self) -> int:
+            return len(self.ids)
+
+    class ScannedIds(list[int]):
+        """A list of ids counting the membership tests that scan it."""
+
+        scans = 0
+
+        def __contains__(self, item: object) -> bool:
+            self.scans += 1
+            return super().__contains__(item)
+
+    keys, order = alphabet(1000)
+    ranked = Ranking(keys, order, 1000)
+    ids = CountedIds(range(40))
+    assert ranked.first_by_key(ids, 3) == [0, 1, 2]
+    assert ids.iterated == 0
+    listed = ScannedIds(range(39, -1, -1))
+    assert ranked.first_by_key(listed, 3) == [0, 1, 2]
+    assert listed.scans == 0
