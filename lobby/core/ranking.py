@@ -94,7 +94,8 @@ class Ranking:
 
     def first_by_key(self, ids: Collection[int], want: int) -> list[int]:
         """The `want` first of `ids` by key: by walking the key order when that should find
-        them in fewer steps than there are ids (and stopping if it does not), else by sorting."""
+        them within two steps an id (and stopping after that many if it does not), else by
+        sorting."""
         steps = 2 * len(ids)
         if want < len(ids) and want * self.count < len(ids) * steps:
             members = ids if isinstance(ids, AbstractSet) else set(ids)
