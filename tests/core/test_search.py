@@ -7,9 +7,15 @@ cost and where they go on; sparse restrictions are sorted, dense ones walked."""
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from typing import Any
 
+import pytest
+
+from lobby.core import search
+from lobby.core.filters import parse_filters
 from lobby.core.listing import Position, SearchPage
+from lobby.core.search import SearchIndex
 from tests.test_search import Row, index, keys
 
 Key = tuple[str, str]
@@ -246,3 +252,223 @@ def test_a_simple_page_is_ranked_and_costs_the_capabilities_it_tested() -> None:
     assert later.start == Position(None, 5)
     expected = [(h[0], h[1]) for h in brute_simple(rows, "a")]
     assert keys(page) + keys(later) == expected[:10]
+
+
+# Key-ordered pages: where they start, what they cost, where they go on, what they count
+
+
+def numbered_rows(count: int, rare: set[int], seed: int = 0) -> list[Row]:
+    """`count` capabilities a000, a001, ... in shuffled order (doc ids not in key order); those
+    numbered in `rare` have the attribute rare = True and the word "match" in their text."""
+    rows: list[Row] = []
+    for n in range(count):
+        hit = n in rare
+        name = f"cap{'match' if hit and n % 2 else ''}"
+        description = f"{'a match' if hit else 'nothing'} here {n}"
+        words = ["Match"] if hit and n % 3 else []
+        rows.append((f"a{n:03d}", name, description, words, {"n": n, "rare": hit}))
+    random.Random(seed).shuffle(rows)
+    return rows
+
+
+def filtered(built: SearchIndex, *raw: dict[str, Any], **options: Any) -> SearchPage:
+    return built.search(
+        query=None, algorithm="filtered", filters=parse_filters(list(raw)), **options
+    )
+
+
+def test_a_key_ordered_page_says_where_it_starts_what_it_cost_and_where_it_goes_on() -> None:
+    rows = numbered_rows(10, set())
+    built = index(rows)
+    ordered = sorted((row[0], row[1]) for row in rows)
+    first = built.search(query=None, algorithm="filtered", limit=3)
+    assert keys(first) == ordered[:3]
+    assert (first.next, first.total, first.keyed) == (Position(ordered[2]), 10, True)
+    assert first.start == Position()
+    assert first.examined == 4  # one more than the page, to know that more follow
+    # Exactly the page's worth left: no next page.
+    rest = built.search(query=None, algorithm="filtered", limit=7, after=ordered[2])
+    assert keys(rest) == ordered[3:]
+    assert (rest.next, rest.total, rest.examined) == (None, 10, 7)
+    assert rest.start == Position(ordered[2])
+    skipped = built.search(query=None, algorithm="filtered", limit=3, offset=2)
+    assert keys(skipped) == ordered[2:5]
+    assert skipped.start == Position(None, 2)
+    assert skipped.examined == 2 + 4
+    looked = built.lookup(
+        capability_name="cap", keywords=None, exclude_agent=None, after=ordered[5], limit=4
+    )
+    assert keys(looked) == ordered[6:]
+    assert looked.next is None
+    assert all(hit.score == 1.0 for hit in first.hits + rest.hits + skipped.hits)
+
+
+def test_a_page_cut_short_by_the_scan_budget_goes_on_where_it_stopped(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Walking the key order, a page examines at most `SCAN_BUDGET` entries beyond what it
+    returns; its `next` is the last entry examined, and the pages join into the whole answer."""
+    monkeypatch.setattr(search, "SCAN_BUDGET", 3)
+    rows = numbered_rows(40, {37, 38, 39})
+    built = index(rows)
+    rare = {"attribute": "rare", "value": True}
+    found: list[Key] = []
+    after: Key | None = None
+    pages = 0
+    while True:
+        page = filtered(built, rare, limit=1, after=after)
+        assert page.total == 3
+        assert page.examined is not None
+        assert page.examined <= 3 + 2
+        found += keys(page)
+        pages += 1
+        if page.next is None:
+            break
+        assert page.next.key is not None
+        assert page.next.key > (after or ("", ""))
+        after = page.next.key
+    assert found == brute_filtered(rows, test=lambda a: a["rare"])
+    assert pages > 3
+    first = filtered(built, rare, limit=1)
+    ordered = sorted((row[0], row[1]) for row in rows)
+    assert first.hits == []
+    assert first.next == Position(ordered[4])  # 1 + 1 wanted + 3 beyond: five examined
+    assert first.examined == 5
+
+
+def brute_filtered(
+    rows: list[Row],
+    name: str | None = None,
+    words: list[str] | None = None,
+    exclude: str | None = None,
+    test: Callable[[dict[str, Any]], bool] = lambda attributes: True,
+) -> list[Key]:
+    return [
+        key
+        for key in brute_lookup(rows, name, words, exclude, None)
+        if test(next(row[4] for row in rows if (row[0], row[1]) == key))
+    ]
+
+
+def test_a_total_counts_what_the_restrictions_and_the_checks_per_doc_admit() -> None:
+    rows = numbered_rows(40, {1, 3, 13, 27})
+    rows += [(agent, "shared", "", [], {"n": 100}) for agent in ("a001", "a002", "a003")]
+    rows.append(("b", "solo", "", [], {"n": 5}))
+    built = index(rows)
+    # Three agents have a capability "shared": one excluded, two are counted.
+    page = built.search(query=None, algorithm="filtered", capability_name="shared")
+    assert (keys(page), page.total) == (brute_filtered(rows, "shared"), 3)
+    page = built.search(
+        query=None, algorithm="filtered", capability_name="shared", exclude_agent="a002"
+    )
+    assert (keys(page), page.total) == (brute_filtered(rows, "shared", exclude="a002"), 2)
+    # A filter admitting more than 16x the one capability named "solo" is checked per doc: the
+    # total counts it only when it passes.
+    for op, bound, passes in (("lt", 30, True), ("ge", 10, False)):
+        raw = {"attribute": "n", "op": op, "value": bound}
+        checks = parse_filters([raw])
+        plan = built._plan("solo", None, checks, None, len(built))
+        assert plan is not None
+        assert (plan.allowed, plan.checks) == ({built._ids[("b", "solo")]}, checks)
+        page = filtered(built, raw, capability_name="solo")
+        assert keys(page) == ([("b", "solo")] if passes else [])
+        assert page.total == int(passes)
+
+
+def test_past_the_read_budget_a_filter_is_checked_per_doc_and_not_counted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(search, "READ_BUDGET", 2)
+    rows = numbered_rows(20, {1, 5, 6, 9, 14})
+    built = index(rows)
+    page = filtered(built, {"attribute": "rare", "value": True}, exclude_agent="a005")
+    expected = brute_filtered(rows, exclude="a005", test=lambda a: a["rare"])
+    assert keys(page) == expected
+    assert len(expected) == 4
+    assert page.total is None
+    assert page.next is None
+
+
+# Sparse restrictions are sorted, dense ones walked
+
+
+def test_a_restriction_admitting_a_sixteenth_is_walked_and_a_sparser_one_sorted() -> None:
+    rare = {"attribute": "rare", "value": True}
+    rows = numbered_rows(32, {7, 20})
+    dense = filtered(index(rows), rare, limit=10)
+    assert keys(dense) == [("a007", "capmatch"), ("a020", "cap")]
+    assert dense.examined == 32  # walked to the end of the key order
+    rows.append(("a032", "cap", "", [], {"n": 32, "rare": False}))
+    sparse = filtered(index(rows), rare, limit=10)
+    assert keys(sparse) == keys(dense)
+    assert sparse.examined == 2  # its two members, sorted
+
+
+def test_a_sparse_restriction_pages_in_key_order_from_any_start() -> None:
+    rare_ones = {3, 8, 11, 25, 30, 44, 52}
+    rows = numbered_rows(120, rare_ones, seed=3)
+    built = index(rows)
+    rare = {"attribute": "rare", "value": True}
+    expected = brute_filtered(rows, test=lambda a: a["rare"])
+    assert len(expected) * 16 < len(rows)
+    for exclude in (None, "a011"):
+        admitted = [key for key in expected if key[0] != exclude]
+        for limit in (1, 2, 3, 10):
+            for offset in (0, 1, 4):
+                page = filtered(built, rare, limit=limit, offset=offset, exclude_agent=exclude)
+                assert keys(page) == admitted[offset : offset + limit]
+                assert page.examined == len(expected)
+                more = len(admitted) > offset + limit
+                assert page.next == (Position(admitted[offset + limit - 1]) if more else None)
+            joined: list[Key] = []
+            after: Key | None = None
+            while True:
+                page = filtered(built, rare, limit=limit, after=after, exclude_agent=exclude)
+                joined += keys(page)
+                if page.next is None:
+                    break
+                after = page.next.key
+            assert joined == admitted
+    # A per-doc test (a wide filter) applies to the sorted members, too.
+    low = {"attribute": "n", "op": "lt", "value": 40}
+    page = filtered(built, rare, low, limit=10)
+    assert keys(page) == brute_filtered(rows, test=lambda a: a["rare"] and a["n"] < 40)
+
+
+def test_simple_ranks_one_window_of_a_sparse_restriction_at_a_time(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(search, "SIMPLE_WINDOW", 3)
+    rare_ones = {3, 8, 11, 25, 30, 44, 52}
+    rows = numbered_rows(120, rare_ones, seed=4)
+    built = index(rows)
+    rare = parse_filters([{"attribute": "rare", "value": True}])
+    admitted = brute_filtered(rows, test=lambda a: a["rare"])
+    windows = [admitted[n : n + 3] for n in range(0, len(admitted), 3)]
+    scored = {(h[0], h[1]): h[2] for h in brute_simple(rows, "match")}
+    expected = [key for window in windows for key in sorted(window, key=lambda k: (-scored[k], k))]
+    joined: list[Key] = []
+    start = Position()
+    totals: list[int | None] = []
+    while True:
+        page = built.search(
+            query="match",
+            algorithm="simple",
+            filters=rare,
+            limit=100,
+            offset=start.rank,
+            after=start.key,
+        )
+        joined += keys(page)
+        totals.append(page.total)
+        assert page.examined == len(admitted)
+        if page.next is None:
+            break
+        start = page.next
+    assert joined == expected
+    assert totals == [None] * len(windows)
+    # Exactly one window's worth: ranked at once, counted, no next page.
+    few = numbered_rows(60, {4, 17, 40}, seed=5)
+    page = index(few).search(query="match", algorithm="simple", filters=rare, limit=100)
+    assert [(h.agent_id, h.name, h.score) for h in page.hits] == brute_simple(few, "match")
+    assert (page.total, page.next) == (3, None)
