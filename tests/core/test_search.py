@@ -15,7 +15,7 @@ import pytest
 from lobby.core import search
 from lobby.core.filters import parse_filters
 from lobby.core.listing import Position, SearchPage
-from lobby.core.search import SearchIndex
+from lobby.core.search import Algorithm, SearchIndex
 from tests.test_search import Row, index, keys
 
 Key = tuple[str, str]
@@ -472,3 +472,195 @@ def test_simple_ranks_one_window_of_a_sparse_restriction_at_a_time(
     page = index(few).search(query="match", algorithm="simple", filters=rare, limit=100)
     assert [(h.agent_id, h.name, h.score) for h in page.hits] == brute_simple(few, "match")
     assert (page.total, page.next) == (3, None)
+
+
+# The plan: which restrictions are read into the allowed set, which are tested per doc
+
+RED = {0, 1, 2, 11, 20}
+BLUE = {1, 3, 12}
+
+
+def planned_rows() -> list[Row]:
+    """40 capabilities a00..a39: "big" a00-a09, "mid" a10-a14, "one" a15, the rest "other";
+    keywords Red on RED, blue on BLUE; attribute n the number."""
+    rows: list[Row] = []
+    for n in range(40):
+        name = "big" if n < 10 else "mid" if n < 15 else "one" if n == 15 else "other"
+        words = (["Red"] if n in RED else []) + (["blue"] if n in BLUE else [])
+        rows.append((f"a{n:02d}", name, "", words, {"n": n}))
+    random.Random(8).shuffle(rows)
+    return rows
+
+
+def ids(built: SearchIndex, numbers: set[int] | range) -> set[int]:
+    return {at for key, at in built._ids.items() if int(key[0][1:]) in numbers}
+
+
+def numbered_in(values: list[int]) -> dict[str, Any]:
+    return {"attribute": "n", "op": "in", "value": values}
+
+
+def test_several_keywords_are_read_as_one_set_within_the_read_budget_else_tested_per_doc(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rows = planned_rows()
+    built = index(rows)
+    words = ["RED", "Blue"]  # 5 + 3 ids to read
+    expected = brute_filtered(rows, words=words)
+    for budget, read in ((8, True), (7, False)):
+        monkeypatch.setattr(search, "READ_BUDGET", budget)
+        plan = built._plan(None, words, (), None, len(built))
+        assert plan is not None
+        if read:
+            assert (plan.allowed, plan.tests) == (ids(built, RED | BLUE), [])
+        else:
+            assert plan.allowed is None
+            assert len(plan.tests) == 1
+            assert {at for at in range(len(rows)) if plan.admits(at)} == ids(built, RED | BLUE)
+        page = built.search(query=None, algorithm="filtered", keywords=words)
+        assert keys(page) == expected
+        assert page.total == (len(expected) if read else None)
+
+
+def test_restriction_sets_are_intersected_smallest_first_within_the_read_budget(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The smallest set is allowed; each next one is intersected when the allowed set (the
+    side the intersection reads) fits in the reads left, else tested per doc."""
+    rows = planned_rows()
+    built = index(rows)
+    mid = ids(built, range(10, 15))
+
+    def plan_of(name: str, words: list[str], *raw: dict[str, Any]) -> Any:
+        plan = built._plan(name, words, parse_filters(list(raw)), None, len(built))
+        page = built.search(
+            query=None,
+            algorithm="filtered",
+            capability_name=name,
+            keywords=words,
+            filters=parse_filters(list(raw)),
+        )
+        brute = brute_filtered(
+            rows, name, words, test=lambda a: all(a["n"] in r["value"] for r in raw)
+        )
+        assert keys(page) == brute
+        return plan
+
+    # blue (3) is smaller than big (10): allowed; big is too many to intersect within 1 read.
+    monkeypatch.setattr(search, "READ_BUDGET", 1)
+    plan = plan_of("big", ["BLUE"])
+    assert plan.allowed == ids(built, BLUE)
+    assert len(plan.tests) == 1
+    # mid and red, 5 each: 5 reads intersect them, 4 do not.
+    for budget, intersected in ((5, True), (4, False)):
+        monkeypatch.setattr(search, "READ_BUDGET", budget)
+        plan = plan_of("mid", ["red"])
+        if intersected:
+            assert (plan.allowed, plan.tests) == (ids(built, {11}), [])
+        else:
+            assert plan.allowed == mid
+            assert len(plan.tests) == 1
+    # 12 reads: red and blue read (8), 4 left, too few to intersect mid (5) with them.
+    monkeypatch.setattr(search, "READ_BUDGET", 12)
+    plan = plan_of("mid", ["red", "blue"])
+    assert plan.allowed == mid
+    assert len(plan.tests) == 1
+    # 12 reads: mid and red intersected (5), 7 left: a filter of 6 is read, one of 8 is not.
+    six, eight = [11, 30, 31, 32, 33, 34], [11, 30, 31, 32, 33, 34, 35, 36]
+    plan = plan_of("mid", ["red"], numbered_in(six))
+    assert (plan.allowed, plan.checks) == (ids(built, {11}), [])
+    plan = plan_of("mid", ["red"], numbered_in(eight))
+    assert (plan.allowed, plan.checks) == (ids(built, {11}), parse_filters([numbered_in(eight)]))
+
+
+def test_a_filter_is_read_unless_wider_than_16x_the_allowed_or_the_reads_left(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    rows = planned_rows()
+    built = index(rows)
+    one = ids(built, {15})
+    # "one" allows one capability: a filter of 16 is read into the allowed set, 17 are checked.
+    sixteen, seventeen = numbered_in(list(range(15, 31))), numbered_in(list(range(15, 32)))
+    plan = built._plan("one", None, parse_filters([sixteen]), None, len(built))
+    assert plan is not None
+    assert (plan.allowed, plan.checks) == (one, [])
+    plan = built._plan("one", None, parse_filters([seventeen]), None, len(built))
+    assert plan is not None
+    assert (plan.allowed, plan.checks) == (one, parse_filters([seventeen]))
+    # The budget: the docs the algorithm visits anyway. 17 ids for a lexical query of one doc.
+    plan = built._plan(None, None, parse_filters([seventeen]), None, 1)
+    assert plan is not None
+    assert (plan.allowed, plan.checks) == (None, parse_filters([seventeen]))
+    # Reads: a filter of 6 within 6 reads is read; then 2 are left.
+    monkeypatch.setattr(search, "READ_BUDGET", 6)
+    plan = built._plan(None, None, parse_filters([numbered_in([0, 1, 2, 3, 4, 5])]), None, 40)
+    assert plan is not None
+    assert (plan.allowed, plan.checks) == (ids(built, range(6)), [])
+    monkeypatch.setattr(search, "READ_BUDGET", 12)
+    four = numbered_in([0, 1, 2, 3])
+    for more, read in ((list(range(8)), True), (list(range(9)), False)):
+        raw = [four, numbered_in(more)]
+        plan = built._plan(None, None, parse_filters(raw), None, 40)
+        assert plan is not None
+        assert plan.allowed == ids(built, range(4))
+        assert plan.checks == ([] if read else parse_filters([numbered_in(more)]))
+        page = filtered(built, *raw)
+        assert keys(page) == brute_filtered(rows, test=lambda a: a["n"] < 4)
+
+
+def test_an_unknown_name_or_an_empty_intersection_finds_nothing() -> None:
+    rows = planned_rows()
+    built = index(rows)
+    algorithms: list[Algorithm] = ["simple", "filtered", "lexical"]
+    for algorithm in algorithms:
+        page = built.search(query="a", algorithm=algorithm, capability_name="nope")
+        assert page == SearchPage([], 0)
+    assert built._plan("nope", None, (), None, 40) is None
+    assert built._plan("one", ["blue"], (), None, 40) is None
+    assert built._plan("big", None, parse_filters([numbered_in([20])]), None, 40) is None
+    assert built._plan(None, None, parse_filters([numbered_in([99])]), None, 40) is None
+
+
+# search: its arguments
+
+
+def test_search_defaults_and_refusals() -> None:
+    rows = numbered_rows(60, set())
+    built = index(rows)
+    assert len(built.search(query=None, algorithm="filtered").hits) == 50
+    ranked: list[Algorithm] = ["simple", "lexical"]
+    for algorithm in ranked:
+        page = built.search(query=None, algorithm=algorithm, limit=100)
+        assert keys(page) == sorted((row[0], row[1]) for row in rows)
+        assert {hit.score for hit in page.hits} == {0.0}
+    negative: list[dict[str, Any]] = [{"limit": -1}, {"offset": -1}]
+    for bad in negative:
+        with pytest.raises(ValueError, match=r"^limit and offset must not be negative$"):
+            built.search(query=None, algorithm="filtered", **bad)
+    sixteen = " ".join(f"w{n}" for n in range(search.MAX_QUERY_WORDS))
+    assert built.search(query=sixteen, algorithm="lexical") == SearchPage([], 0)
+    with pytest.raises(search.BadQuery):
+        built.search(query=f"{sixteen} w99", algorithm="lexical")
+
+
+def test_a_name_or_keyword_restricted_page_walks_only_that_column_from_its_start() -> None:
+    rows = planned_rows()
+    built = index(rows)
+    named = brute_filtered(rows, "big")
+    page = built.search(query=None, algorithm="filtered", capability_name="big", limit=3)
+    assert keys(page) == named[:3]
+    assert page.examined == 4
+    page = built.search(
+        query=None, algorithm="filtered", capability_name="big", after=named[4], limit=20
+    )
+    assert keys(page) == named[5:]
+    assert page.examined == len(named) - 5
+    tagged = brute_filtered(rows, words=["red", "BLUE"])
+    page = built.search(query=None, algorithm="filtered", keywords=["red", "BLUE"], limit=2)
+    assert keys(page) == tagged[:2]
+    assert page.examined == 3
+    page = built.search(
+        query=None, algorithm="filtered", keywords=["red", "BLUE"], after=tagged[1], limit=20
+    )
+    assert keys(page) == tagged[2:]
+    assert page.examined == len(tagged) - 2
