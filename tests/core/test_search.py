@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from lobby.core import search
+from lobby.core import ranking, search
 from lobby.core.filters import parse_filters
 from lobby.core.listing import Position, SearchPage
 from lobby.core.search import Algorithm, SearchIndex
@@ -664,3 +664,55 @@ def test_a_name_or_keyword_restricted_page_walks_only_that_column_from_its_start
     )
     assert keys(page) == tagged[2:]
     assert page.examined == len(tagged) - 2
+
+
+# lexical pages
+
+
+def test_a_lexical_page_goes_on_only_when_more_hits_follow() -> None:
+    built = index()  # the fixed corpus: "pizza" is in two capabilities
+    whole = built.search(query="pizza", algorithm="lexical", limit=2)
+    assert len(whole.hits) == 2
+    assert whole.next is None
+    assert whole.keyed is False
+    assert whole.exact is True
+    first = built.search(query="pizza", algorithm="lexical", limit=1)
+    assert keys(first) == keys(whole)[:1]
+    assert first.next == Position(None, 1)
+    counted = built.search(query="pizza", algorithm="lexical", limit=0)
+    assert (counted.hits, counted.total, counted.next) == ([], 2, None)
+
+
+def test_a_lexical_page_ranks_one_more_than_it_serves(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The ranking is asked for the page and one more (to know whether another follows), not
+    more: its cost and its reads (`THRESHOLD_READS` + 2 x that) follow the page."""
+    asked: list[int] = []
+    lexical = ranking.Ranking.lexical
+
+    def spy(self: ranking.Ranking, *args: Any) -> Any:
+        asked.append(args[-1])
+        return lexical(self, *args)
+
+    monkeypatch.setattr(ranking.Ranking, "lexical", spy)
+    built = index()
+    for limit, offset in ((1, 0), (2, 1), (5, 3)):
+        built.search(query="pizza order", algorithm="lexical", limit=limit, offset=offset)
+        assert asked[-1] == offset + limit + 1
+
+
+def test_a_lexical_page_cut_short_by_its_reads_says_it_is_not_exact(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(ranking, "THRESHOLD_READS", 0)
+    monkeypatch.setattr(ranking, "_MULTI", 0)
+    rng = random.Random(3)
+    rows: list[Row] = []
+    for n in range(60):
+        words = ["alpha"] * rng.randint(1, 4) + ["beta"] * rng.randint(1, 4)
+        words += [f"f{rng.randrange(90)}" for _ in range(rng.randint(1, 12))]
+        rows.append((f"a{n:02d}", f"c{n}", " ".join(words), [], {}))
+    rows += [(f"z{n}", "other", "gamma", [], {}) for n in range(60)]
+    page = index(rows).search(query="alpha beta", algorithm="lexical", limit=5)
+    assert page.exact is False
+    assert len(page.hits) == 5
+    assert page.total == 60
