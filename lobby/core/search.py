@@ -111,13 +111,12 @@ class BadQuery(ValueError):
 
 @dataclass(slots=True)
 class _Doc:
-    key: DocKey
     description: str
     keywords: tuple[str, ...]
     attributes: Mapping[str, Any]
 
 
-_FREE: Final = _Doc(("", ""), "", (), {})
+_FREE: Final = _Doc("", (), {})
 
 
 class SearchIndex:
@@ -163,7 +162,7 @@ class SearchIndex:
             self.remove(agent_id, name)
         keywords = tuple(keywords)
         text = "\x00".join([name, *keywords, description]).lower()
-        doc = _Doc(key, description, keywords, dict(attributes))
+        doc = _Doc(description, keywords, dict(attributes))
         terms = _count_terms(name, description, keywords)
         length = terms.total()
         if self._free:
@@ -248,8 +247,8 @@ class SearchIndex:
         if len(words) > MAX_QUERY_WORDS:
             raise BadQuery(f"the query has {len(words)} distinct words; at most {MAX_QUERY_WORDS}")
         terms = [self._terms[w] for w in words if w in self._terms]
-        if words and not terms:
-            return SearchPage([], 0)
+        if text and algorithm == "lexical" and not terms:
+            return SearchPage([], 0)  # no word of it is indexed ("?!" has none at all)
         budget = sum(len(t.tf) for t in terms) or len(self._ids)
         plan = self._plan(capability_name, keywords, filters or (), exclude_agent, budget)
         if plan is None:
@@ -262,7 +261,7 @@ class SearchIndex:
         if algorithm == "simple":
             return self._simple(text.lower(), plan, source, start, limit)
         want = max(offset, min(offset + limit, RANKED_WINDOW))
-        average = self._total_length / len(self._ids) or 1.0
+        average = self._total_length / len(self._ids)  # `terms`: some doc has a token
         ranking = Ranking(self._keys, self.listing.order, len(self._ids))
         # One more than the page, to know whether another follows (the total may be unknown).
         top, total, exact = ranking.lexical(terms, self._lengths, average, plan, want + 1)
@@ -404,7 +403,9 @@ class SearchIndex:
         keys = self._keys
         hits = [new_hit(Hit, (*keys[at], score)) for at in walked.found[:limit]]
         resume = None
-        if len(walked.found) > limit:
+        if not limit:  # only counted: no page to go on from
+            pass
+        elif len(walked.found) > limit:
             resume = Position(keys[walked.found[limit - 1]])
         elif walked.stopped_at is not None:
             resume = Position(keys[walked.stopped_at])

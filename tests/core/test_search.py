@@ -718,3 +718,17 @@ def test_a_lexical_page_cut_short_by_its_reads_says_it_is_not_exact(
     assert page.exact is False
     assert len(page.hits) == 5
     assert page.total == 60
+
+
+def test_a_query_with_no_indexed_word_finds_nothing_even_in_an_empty_index() -> None:
+    for built in (SearchIndex(), index(numbered_rows(3, set()))):
+        for text in ("?!", "zzqx-wvut"):
+            assert built.search(query=text, algorithm="lexical") == SearchPage([], 0)
+
+
+def test_a_lookup_that_only_counts_has_no_page_to_go_on_from() -> None:
+    built = index(numbered_rows(5, set()))
+    page = built.lookup(
+        capability_name=None, keywords=None, exclude_agent=None, after=None, limit=0
+    )
+    assert (page.hits, page.next) == ([], None)
