@@ -732,3 +732,12 @@ def test_a_lookup_that_only_counts_has_no_page_to_go_on_from() -> None:
         capability_name=None, keywords=None, exclude_agent=None, after=None, limit=0
     )
     assert (page.hits, page.next) == ([], None)
+
+
+def test_only_a_lexical_query_is_held_to_its_number_of_words() -> None:
+    built = index(numbered_rows(3, set()))
+    many = " ".join(f"w{n}" for n in range(search.MAX_QUERY_WORDS + 1))
+    with pytest.raises(search.BadQuery):
+        built.search(query=many, algorithm="lexical")
+    assert built.search(query=many, algorithm="simple") == SearchPage([], 0)
+    assert len(built.search(query=many, algorithm="filtered").hits) == 3  # text not read
