@@ -78,6 +78,7 @@ async def test_a_forward_nobody_heard_is_sent_again_and_delivered_once(
             await asyncio.sleep(2 * routing.RESEND_AFTER + 1.0)  # confirmed: never again
             assert bob.take() == []
             assert relay_a.resent == 1
+            assert not relay_a._sent_at["b"]  # what it remembers of batches sent: nothing kept
         finally:
             await relay_a.stop()
             await relay_b.stop()

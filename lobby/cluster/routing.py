@@ -214,7 +214,10 @@ class Relay:
         resent: list[tuple[str, str, str, str, bytes]] = []
         for home, queue in self.unconfirmed.items():
             sent = self._sent_at.get(home)
-            if not queue or not sent:
+            if not sent:
+                continue
+            if not queue:  # everything sent to it is confirmed
+                sent.clear()
                 continue
             while len(sent) > 1 and sent[1][0] <= queue[0][0]:
                 sent.popleft()  # batches confirmed whole
