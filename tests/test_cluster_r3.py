@@ -11,7 +11,7 @@ from pathlib import Path
 
 from agent_sdk import Agent
 from lobby.cluster.keys import AGENTS
-from lobby.store.jetstream import SNAPSHOTS, STREAM
+from lobby.store.jetstream import SNAPSHOTS, STREAM, replicated
 from tests.conftest import start_lobby_process
 from tests.natskit import NatsServer, connect, nats_cluster
 from tests.test_durability import Collector, send_numbers, stop
@@ -71,3 +71,25 @@ async def test_a_killed_jetstream_leader_loses_no_message(tmp_path: Path) -> Non
             assert collector.seen == list(range(MESSAGES))  # once each, in order
         finally:
             stop(proc)
+
+
+async def test_streams_made_with_one_copy_are_given_the_count_a_node_starts_with(
+    tmp_path: Path,
+) -> None:
+    """A deployment moving from one NATS server to three: streams and buckets that an earlier
+    node made with one copy get the count `--cluster-replicas` asks for (`replicated`)."""
+    async with nats_cluster(tmp_path) as servers:
+        client = await connect(servers[0].url)
+        try:
+            js = client.jetstream()
+            await js.add_stream(name=STREAM, subjects=["journal.*", "epoch.*"])
+            await js.create_key_value(bucket=AGENTS, history=1)
+            await js.create_object_store(SNAPSHOTS)
+            made = (STREAM, f"KV_{AGENTS}", f"OBJ_{SNAPSHOTS}")
+            assert {r for r, _ in (await placement(servers[0], made)).values()} == {1}
+            for stream in made:
+                await replicated(js, stream, 3)
+                await replicated(js, stream, 3)  # already so: nothing to change
+            assert {r for r, _ in (await placement(servers[0], made)).values()} == {3}
+        finally:
+            await client.close()
