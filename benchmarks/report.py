@@ -338,7 +338,7 @@ def targets(results: dict[str, Any]) -> list[dict[str, str]]:
             add(
                 f"cluster: a pair across two nodes, p50 round trip <= one node's "
                 f"+ {TARGET_CLUSTER_P50_EXTRA} ms",
-                f"+{across - alone:.2f} ms ({across:.2f} vs {alone:.2f} ms)",
+                f"{across - alone:+.2f} ms ({across:.2f} vs {alone:.2f} ms)",
                 across <= alone + TARGET_CLUSTER_P50_EXTRA,
             )
     pressure = results.get("discovery_pressure")

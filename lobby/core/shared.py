@@ -44,7 +44,8 @@ log = structlog.get_logger("lobby")
 PROBED_FRESH: Final = 2.0
 """Seconds an answered probe of a node lets resumes take its agents without asking again."""
 PARKED_MAX: Final = 10_000
-"""Messages held at once for receivers being looked up; past it one is refused at once."""
+"""Messages held at once for receivers being looked up; past it a message is routed or refused
+at once, as on one node."""
 
 
 @dataclass(slots=True, eq=False)
