@@ -29,11 +29,18 @@ sender's own resend after a reconnect can repair its loss. A node that leaves a 
 unconfirmed for `RESEND_AFTER` seconds (core NATS dropped it or its answer) is sent everything
 kept for it again, in order, as a new batch; its dedupe absorbs what it had.
 
+Dialogue moves, order proposals and payments are decided by the one node their dialogue or
+proposal lives on (`lobby.core.negotiation`): a move made elsewhere is forwarded there like a
+REQUEST, and what that node decided for a party on another node (the move, the lobby's notices)
+is forwarded marked decided, once the decision is committed on the deciding node; the home
+stores and delivers it without checking it again (`Router.decided`).
+
 Wire form: `lobby.fwd` and `lobby.ret` are lines of UTF-8, the first the sending node's id (on
 `lobby.fwd` followed by a space and the batch number), then pairs of lines (an agent id, a
-frame). Frames are single-line JSON (orjson writes no newline), so nothing is decoded or encoded
-again on the way. `lobby.done`: a line "<node> <batch>", then a JSON array of [sender,
-message_id] pairs left out. `lobby.ping.<node>` is answered while the node is up (a resume
+frame; on `lobby.fwd` the agent id is preceded by `=` when the frame was decided). Frames are
+single-line JSON (orjson writes no newline), so nothing is decoded or encoded again on the way.
+`lobby.done`: a line "<node> <batch>", then a JSON array of [sender, message_id] pairs left
+out. `lobby.ping.<node>` is answered while the node is up (a resume
 elsewhere asks it first: `lobby.core.shared`).
 """
 
@@ -52,8 +59,10 @@ import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from lobby.core.delivery import Forward
 from lobby.core.router import Router
 from lobby.core.session import Action, Send, Session
+from protocol.models import LOBBY_ID
 
 log = structlog.get_logger("lobby.cluster")
 
@@ -65,8 +74,12 @@ again (core NATS may drop a message: a slow consumer, a reconnect)."""
 PROBE_TIMEOUT: Final = 1.0
 """Seconds a node waits for another's answer to `lobby.ping` before counting it down."""
 
-Pending = tuple[int, str, str, str, bytes]
-"""A forwarded message not yet confirmed: (batch, receiver, sender, message_id, frame)."""
+Pending = tuple[int, str, str, str, bytes, bool]
+"""A forwarded message not yet confirmed: (batch, receiver, sender, message_id, frame,
+decided)."""
+_DECIDED: Final = b"="
+"""Marks a forwarded message's sender line when the forwarding node decided it (`=` is in no
+agent id): the home stores and delivers it without checking it again (`Router.decided`)."""
 
 
 class SilentLink:
@@ -146,6 +159,8 @@ class Relay:
         self._sent_at: dict[str, deque[tuple[int, float]]] = {}
         """Destination node -> (batch, when it was published, monotonic), oldest first."""
         self._resending: asyncio.Task[None] | None = None
+        self._deferred = 0
+        """Passes of forwards waiting for this node's commit (`kick`)."""
         self.resent = 0
         self.dropped = 0
 
@@ -180,19 +195,25 @@ class Relay:
         delivery.forwards = []
         by_node: dict[str, list[bytes]] = {}
         kept: dict[str, list[Pending]] = {}
-        for home, receiver, sender, message_id, frame in forwards:
+        decided_any = False
+        for home, receiver, sender, message_id, frame, decided in forwards:
             if home in by_node:
                 lines = by_node[home]
             else:
                 batch = self._batches[home] = self._batches.get(home, 0) + 1
                 lines = by_node[home] = [b"%s %d" % (self._header, batch)]
                 kept[home] = []
-            lines.append(sender.encode())
+            if decided:
+                decided_any = True
+                lines.append(_DECIDED + sender.encode())
+            else:
+                lines.append(sender.encode())
             lines.append(frame)
-            kept[home].append((self._batches[home], receiver, sender, message_id, frame))
+            kept[home].append((self._batches[home], receiver, sender, message_id, frame, decided))
         now = time.monotonic()
+        published: list[tuple[str, bytes]] = []
         for home, lines in by_node.items():
-            self._publish(f"lobby.fwd.{home}", b"\n".join(lines))
+            published.append((f"lobby.fwd.{home}", b"\n".join(lines)))
             sent = self._sent_at.get(home)
             if sent is None:
                 sent = self._sent_at[home] = deque()
@@ -207,11 +228,25 @@ class Relay:
                     queue.popleft()
                 self.dropped += excess
                 log.warning("CLUSTER_RESEND_DROPPED", node_id=home, messages=excess)
+        if decided_any or self._deferred:
+            # What this node decided (a dialogue move, a payment) leaves once the dialogue's or
+            # proposal's new state is committed here, so no node delivers a move its decider
+            # could lose; what follows it waits in line behind it.
+            self._deferred += 1
+            self._durable(lambda: self._publish_deferred(published))
+        else:
+            for subject, data in published:
+                self._publish(subject, data)
+
+    def _publish_deferred(self, published: list[tuple[str, bytes]]) -> None:
+        self._deferred -= 1
+        for subject, data in published:
+            self._publish(subject, data)
 
     def unanswered(self, now: float) -> None:
         """Send again everything kept for a node whose oldest batch kept is `RESEND_AFTER`
         seconds old, ahead of what is queued this pass (the next `kick` publishes it)."""
-        resent: list[tuple[str, str, str, str, bytes]] = []
+        resent: list[Forward] = []
         for home, queue in self.unconfirmed.items():
             sent = self._sent_at.get(home)
             if not sent:
@@ -225,7 +260,7 @@ class Relay:
                 continue
             log.info("CLUSTER_RESENT_UNANSWERED", node_id=home, messages=len(queue))
             self.resent += len(queue)
-            resent += [(home, r, s, m, f) for _, r, s, m, f in queue]
+            resent += [(home, r, s, m, f, d) for _, r, s, m, f, d in queue]
             queue.clear()
             sent.clear()
         if resent:
@@ -252,14 +287,14 @@ class Relay:
             if moved:
                 self.unconfirmed[old] = kept
         delivery = self.router.delivery
-        entries = [(e[1], e[2], e[3], e[4]) for e in moved]
+        entries = [(e[1], e[2], e[3], e[4], e[5]) for e in moved]
         if delivery.forwards:  # queued this pass for the old home
             queued = [f for f in delivery.forwards if f[0] == old and f[1] == agent_id]
             if queued:
                 delivery.forwards = [
                     f for f in delivery.forwards if not (f[0] == old and f[1] == agent_id)
                 ]
-                entries += [(f[1], f[2], f[3], f[4]) for f in queued]
+                entries += [(f[1], f[2], f[3], f[4], f[5]) for f in queued]
         if not entries:
             return
         self.resent += len(entries)
@@ -271,20 +306,25 @@ class Relay:
             messages=len(entries),
         )
         if new is not None:
-            delivery.forwards[:0] = [(new, r, s, m, f) for r, s, m, f in entries]
+            delivery.forwards[:0] = [(new, r, s, m, f, d) for r, s, m, f, d in entries]
             return
         router = self.router
         actions: list[Action] = []
-        for _, sender_id, _, frame in entries:
+        for _, sender_id, _, frame, decided in entries:
             sender = router.registry.get(sender_id)
             if sender is None:
+                if decided and sender_id == LOBBY_ID:
+                    actions += router.decided(None, frame) or []
                 continue
             session = sender.session
             if session is None or sender.home is not None:
                 session = router.open(remote=SilentLink.remote, link=SilentLink())
                 session.agent = sender
             try:
-                actions += router.relayed(session, frame)
+                if decided:
+                    actions += router.decided(session, frame) or []
+                else:
+                    actions += router.relayed(session, frame)
             except Exception:
                 log.exception("ROUTER_FAILED", session=session.id)
         self._execute(actions)
@@ -321,7 +361,16 @@ class Relay:
         left_out: list[tuple[str, str]] = []
         actions: list[Action] = []
         for i in range(1, len(lines) - 1, 2):
-            sender_id = lines[i].decode()
+            sender_line = lines[i]
+            decided = sender_line.startswith(_DECIDED)
+            sender_id = (sender_line[1:] if decided else sender_line).decode()
+            if decided and sender_id == LOBBY_ID:  # a notice: nobody to confirm it to
+                delivered = router.decided(None, lines[i + 1])
+                if delivered is None:
+                    left_out.append((sender_id, _message_id(lines[i + 1])))
+                else:
+                    actions += delivered
+                continue
             agent = registry.get(sender_id)
             if agent is None:
                 # The sender's registration has not reached this node yet: unanswered, the
@@ -337,13 +386,24 @@ class Relay:
             session.agent = agent
             queued = len(delivery.forwards)
             try:
-                actions += router.relayed(session, lines[i + 1])
+                if decided:
+                    delivered = router.decided(session, lines[i + 1])
+                    if delivered is None:  # its receiver is not this node's agent any more
+                        left_out.append((sender_id, _message_id(lines[i + 1])))
+                        continue
+                    actions += delivered
+                else:
+                    actions += router.relayed(session, lines[i + 1])
             except Exception:
                 log.exception("ROUTER_FAILED", session=session.id)
             if len(delivery.forwards) > queued:
-                # Its receiver's home is another node now: never a second hop.
-                left_out += [(f[2], f[3]) for f in delivery.forwards[queued:]]
-                del delivery.forwards[queued:]
+                # What this node decided (a move of a dialogue it holds, its notices) goes on;
+                # a message it would only pass on again never does (no second hop): its
+                # receiver's home is another node now.
+                passed = [f for f in delivery.forwards[queued:] if not f[5]]
+                if passed:
+                    left_out += [(f[2], f[3]) for f in passed]
+                    delivery.forwards[queued:] = [f for f in delivery.forwards[queued:] if f[5]]
         self._execute(actions)
         if batch_b:
             done = b"%s %s\n%s" % (self._header, batch_b, orjson.dumps(left_out))

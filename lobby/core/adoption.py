@@ -4,7 +4,9 @@ The node that won a dead node's recovery (`lobby.cluster.recovery`) loads that n
 plus journal (the same `Snapshot` a restart reads) and hands it to `adopt`, which rebuilds it
 as a restart would (`Delivery.restore`, `Conversations.restore`) into a scratch state and
 moves into this node's core what belongs to the agents whose home is still the dead node:
-mailboxes, sequence numbers, what they acknowledged, the dedupe window and open conversations.
+mailboxes, sequence numbers, what they acknowledged, the dedupe window and open conversations;
+and what the dead node decided (dialogues, sealed rounds, order proposals, its ledger), which
+this node decides from then on.
 They become this node's agents (offline until they resume), journaled here as a restart of
 this node needs them, and their registration is queued for the shared registry, which makes
 this node their home everywhere. Sans-I/O, like the rest of the core.
@@ -12,11 +14,15 @@ this node their home everywhere. Sans-I/O, like the rest of the core.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
+import orjson
+
 from lobby.core.conversations import Conversations
-from lobby.core.records import DELIVERED, Acked, MessageStored, Snapshot
+from lobby.core.records import DELIVERED, Acked, MessageStored, Snapshot, StateSaved
 from lobby.core.registry import AgentRecord
+from lobby.core.sealed import KIND
 from lobby.core.state import LobbyState
 
 if TYPE_CHECKING:
@@ -70,6 +76,7 @@ def adopt(router: Router, snapshot: Snapshot, dead: str) -> list[str]:
             )
         )
     delivery.journal.extend(Acked(agent_id, r.acked_seq) for agent_id, r in adopted.items())
+    _take_decisions(router, snapshot)
     delivery.seen.update(scratch.delivery.seen)
     open_here = router.requests.open
     for key, count in conversations.open.items():
@@ -80,3 +87,33 @@ def adopt(router: Router, snapshot: Snapshot, dead: str) -> list[str]:
         if requester is not None:
             requester.open_requests += count
     return list(adopted)
+
+
+def _take_decisions(router: Router, snapshot: Snapshot) -> None:
+    """The dead node's dialogues, sealed rounds, proposals and trades: it decided them (each
+    lives on its initiator's or proposer's home, `lobby.core.negotiation`), and this node,
+    now those agents' home, decides them from here on. What this node holds already is kept."""
+    state = router.state
+    documents = snapshot.state
+    known = {t["transaction_id"] for t in state.ledger.transactions}
+    trades = [orjson.loads(t) for t in documents.get("transaction", [])]
+    trades = [t for t in trades if t["transaction_id"] not in known]
+    for tx in trades:
+        state.record(tx)
+    negotiations, market = router.negotiations, router.market
+    taken = {
+        "dialogue": _new(documents.get("dialogue", []), "dialogue_id", negotiations.dialogues),
+        KIND: _new(documents.get(KIND, []), "round_id", negotiations.sealed.rounds),
+        "proposal": _new(documents.get("proposal", []), "message_id", market.proposals),
+    }
+    negotiations.restore([d for _, d in taken["dialogue"]])
+    negotiations.restore_rounds([d for _, d in taken[KIND]])
+    market.restore([d for _, d in taken["proposal"]], trades)
+    for kind, kept in taken.items():
+        state.delivery.journal.extend(StateSaved(kind, key, document) for key, document in kept)
+
+
+def _new(documents: list[bytes], field: str, held: Mapping[str, object]) -> list[tuple[str, bytes]]:
+    """(key, document) of each saved document whose key `field` names nothing held here."""
+    found = [(str(orjson.loads(d)[field]), d) for d in documents]
+    return [(key, d) for key, d in found if key not in held]

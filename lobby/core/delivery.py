@@ -34,10 +34,15 @@ DEFAULT_DEDUPE_MAX: Final = 500_000
 _REDELIVERED: Final = b',"redelivered":true}'
 _REQUEST: Final = MessageType.REQUEST
 _RESPONSE: Final = MessageType.RESPONSE
-FORWARDED: Final = frozenset({MessageType.REQUEST, MessageType.RESPONSE, MessageType.TEXT})
-"""What a cluster node forwards to an agent on another node. Dialogue moves and payments are
-not: their notices (TRANSACTION_CONFIRMED, PAYMENT_CONFIRMED, DIALOGUE_EXPIRED) would be sent
-by both nodes, which each track the dialogue."""
+RECHECKED: Final = frozenset({MessageType.REQUEST, MessageType.RESPONSE, MessageType.TEXT})
+"""What the receiver's home checks again when another node forwards it (`Router.relayed`).
+Everything else a node forwards it decided itself (a dialogue move, an order proposal, a
+payment: their state lives on one node, `lobby.core.negotiation`), and so do the lobby's
+notices: the home only stores and delivers those (`Router.decided`)."""
+
+Forward = tuple[str, str, str, str, bytes, bool]
+"""(home node, receiver, sender, message_id, frame, decided) of a message to an agent on
+another node: `decided` if this node already decided it, else the home routes it as its own."""
 
 
 class Delivery:
@@ -64,10 +69,10 @@ class Delivery:
         """Records not yet handed to the store; the I/O layer takes them (`take_journal`)."""
         self.accepted: dict[Session, str] = {}
         """Per acknowledging sender, the last message_id accepted since the last commit."""
-        self.forwards: list[tuple[str, str, str, str, bytes]] = []
-        """Cluster only: (home node, receiver, sender, message_id, frame) of messages to agents
-        on other nodes, for the I/O layer to forward (the home stamps, stores, dedupes and
-        confirms them; the I/O layer keeps each until then, to resend it if the home moves)."""
+        self.forwards: list[Forward] = []
+        """Cluster only: messages to agents on other nodes, for the I/O layer to forward (the
+        home stamps, stores, dedupes and confirms them; the I/O layer keeps each until then, to
+        resend it if the home moves)."""
         self.accepted_traces: dict[Session, str | None] = {}
         """The same, its traceparent: kept only once a traced message was accepted."""
         self.delivered: dict[str, int] = {}
@@ -116,7 +121,7 @@ class Delivery:
         (`mailbox_full`) with nothing changed, unless `force`: the lobby's own notices are never
         refused. The sender's token never leaves: it is dropped here."""
         if target.home is not None:
-            return self._forward(target, msg, sender)
+            return self.forward(target, msg, sender, msg.message_type not in RECHECKED)
         if len(target.mailbox) >= self.mailbox_limit and not force:
             raise Refusal(
                 ErrorCode.MAILBOX_FULL,
@@ -170,25 +175,28 @@ class Delivery:
             self.delivered[target.agent_id] = target.acked_seq = seq
         return [Send(session, frame)]
 
-    def _forward(self, target: AgentRecord, msg: Message, sender: Session | None) -> list[Action]:
-        """Cluster only: `target`'s connection is on another node, which routes `msg` as its
-        own (checks, stamps, stores, confirms). A lobby notice is its own node's to send."""
-        if sender is None:
-            return []
-        if msg.message_type not in FORWARDED:
-            raise Refusal(
-                ErrorCode.UNKNOWN_RECEIVER,
-                f"agent {target.agent_id!r} is connected to another lobby node; "
-                f"{msg.message_type} between nodes is not supported yet (REQUEST, RESPONSE "
-                "and TEXT are)",
-            )
+    def forward(
+        self, target: AgentRecord, msg: Message, sender: Session | None, decided: bool = False
+    ) -> list[Action]:
+        """Cluster only: `target`'s connection is on another node, its home. `decided`: this
+        node decided `msg` (or it is a lobby notice, `sender` None), and the home only stores
+        and delivers it; else the home routes it as its own (checks, stamps, stores, confirms)."""
         msg.auth_token = None
         message_id = msg.message_id
         if message_id is None:
             # Named here, so the home's dedupe absorbs a resend of it after a failover.
             message_id = msg.message_id = self.new_message_id()
-        home: str = target.home  # type: ignore[assignment]  # not None: checked by accept
-        self.forwards.append((home, target.agent_id, msg.sender_id, message_id, encode(msg)))
+        home: str = target.home  # type: ignore[assignment]  # not None: checked by the caller
+        self.forwards.append(
+            (
+                home,
+                target.agent_id,
+                msg.sender_id,
+                message_id,
+                encode(msg),
+                decided or sender is None,
+            )
+        )
         return []
 
     def acknowledge(self, agent: AgentRecord, up_to: int) -> None:

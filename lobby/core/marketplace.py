@@ -7,6 +7,9 @@ them across restarts.
 
 An invalid order or payment is refused to its sender alone (`invalid_payment`); the counterpart
 never sees it and no state changes.
+
+On a cluster of lobby nodes a proposal lives on its proposer's home; a PAYMENT made on another
+node is forwarded there to be checked (`Delivery.forward`).
 """
 
 from __future__ import annotations
@@ -86,6 +89,10 @@ class Marketplace:
         now = state.clock()
         proposal_id = msg.payload.get("proposal_message_id")
         proposal = self.proposals.get(proposal_id) if isinstance(proposal_id, str) else None
+        if proposal is None and target.home is not None:
+            # A cluster node: a proposal lives on its proposer's home, which checks every
+            # payment against it, so it is paid once; this one pays a proposer on another node.
+            return state.delivery.forward(target, msg, session)
         try:
             amount = check_payment(
                 msg.payload,

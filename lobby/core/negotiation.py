@@ -7,6 +7,11 @@ in the ledger and confirms it to both parties). Each dialogue is saved whole aft
 
 An illegal move is refused to its sender alone (`invalid_dialogue`); the counterpart never sees
 it and no state changes.
+
+On a cluster of lobby nodes a dialogue lives on one node, its initiator's home when its CFP
+was sent: that node decides every move, keeps the dialogue's deadline and records its trade.
+A move its responder makes on another node is forwarded there to be decided; a move decided
+there, and its notices, reach a party on another node already decided (`Router.decided`).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from protocol.market import transaction
 from protocol.models import LOBBY_ID, ErrorCode, Message, MessageType
 
 DEFAULT_DIALOGUE_TIMEOUT = 3600.0
+_CFP = MessageType.CFP
 
 log = structlog.get_logger("lobby")
 
@@ -78,6 +84,10 @@ class Negotiations:
         if target is None:
             return self.sealed.cfp(session, agent, msg, now)
         dialogue = self.dialogues.get(dialogue_id)
+        if dialogue is None and target.home is not None and msg.message_type is not _CFP:
+            # A cluster node: a dialogue lives on its initiator's home, which decides every
+            # move in it; this one answers that initiator, on another node.
+            return state.delivery.forward(target, msg, session)
         if dialogue is not None and dialogue.sealed_by is not None and dialogue.state in UNREVEALED:
             return self.sealed.answer(session, agent, msg, dialogue, now)
         limit = state.limits.max_open_dialogues

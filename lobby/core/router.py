@@ -26,6 +26,7 @@ import structlog
 
 from lobby.core.conversations import ConversationKey, Conversations
 from lobby.core.counters import Counters
+from lobby.core.decided import deliver_decided
 from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON, DEFAULT_DEDUPE_MAX, Delivery
 from lobby.core.limits import Limits, pause_after
 from lobby.core.marketplace import Marketplace
@@ -337,6 +338,12 @@ class Router:
             return self._handlers[msg.message_type](session, agent, msg)
         except Refusal as refusal:
             return self.state.error(session, msg, refusal.code, refusal.reason)
+
+    def decided(self, session: Session | None, frame: bytes) -> list[Action] | None:
+        """A message another node decided (a dialogue move, an order proposal, a payment, or
+        one of its notices, `session` None), for an agent of this node: stored and delivered,
+        not checked again (`lobby.core.decided`). None: the receiver's home is elsewhere now."""
+        return deliver_decided(self.state, session, frame)
 
     # -- operators ------------------------------------------------------------------------
 

@@ -9,11 +9,20 @@ import pytest
 
 from lobby.core import Router
 from lobby.core.adoption import adopt
-from lobby.core.records import DELIVERED, Acked, AgentSaved, MessageStored, Snapshot
+from lobby.core.records import (
+    DELIVERED,
+    Acked,
+    AgentSaved,
+    MessageStored,
+    Snapshot,
+    StateSaved,
+)
 from lobby.core.refusal import hash_token
 from lobby.store.journal import Folded
 from tests.core.test_shared_registry import join_shared
 from tests.routerkit import Clock, cap, frames, make_router, raw
+
+ITEM = {"id": "i1", "name": "pizza", "price": 4, "quantity": 1}
 
 
 def dead_node() -> tuple[Router, Folded, dict[str, str]]:
@@ -131,7 +140,7 @@ def three_agents_and_a_conversation_across_nodes() -> tuple[Router, Router, Snap
         (alice, b, a, "dave", "d", "kd"),
     ):
         sender.to(receiver, "REQUEST", {"capability_name": capability}, conversation_id=key)
-        ((_, _, _, _, frame),) = node.delivery.forwards
+        ((_, _, _, _, frame, _),) = node.delivery.forwards
         node.delivery.forwards.clear()
         relay = other.open(f"node of {sender.agent_id}")
         relay.agent = other.registry.get(sender.agent_id)
@@ -206,3 +215,51 @@ def test_conversations_already_tracked_here_are_not_counted_twice() -> None:
         ("alice", "bob", "k3"): 1,
     }
     assert (dave.open_requests, alice.open_requests) == (1, 5)
+
+
+def test_the_winner_takes_over_the_dead_nodes_dialogues_proposals_and_trades() -> None:
+    """On b, alice started a dialogue with bob and made him an order proposal he paid; the
+    winner a then decides the dialogue's next move and refuses a second payment."""
+    b, folded, tokens = dead_node()
+    alice, bob = b.registry.get("alice"), b.registry.get("bob")
+    assert alice is not None
+    assert alice.session is not None
+    assert bob is not None
+    assert bob.session is not None
+    for sender, receiver, mtype, payload, mid in (
+        ("alice", "bob", "CFP", {"query": {}}, "d-cfp"),
+        ("alice", "bob", "ORDER_PROPOSAL", {"items": [ITEM], "total_price": 4}, "o1"),
+        ("bob", "alice", "PAYMENT", {"proposal_message_id": "o1", "amount": 4}, "p1"),
+    ):
+        session = alice.session if sender == "alice" else bob.session
+        conversation = {"conversation_id": "d1"} if mtype == "CFP" else {}
+        assert (
+            frames(
+                raw(
+                    b,
+                    session,
+                    sender_id=sender,
+                    receiver_id=receiver,
+                    message_type=mtype,
+                    payload=payload,
+                    message_id=mid,
+                    auth_token=tokens[sender],
+                    **conversation,
+                )
+            )[0]["message_type"]
+            == mtype
+        )
+    folded.apply(b.take_journal().records)
+    (tx,) = b.ledger.transactions
+    a = survivor(b)
+    a.take_journal()
+    adopt(a, folded.snapshot(), "b")
+    assert a.negotiations.open["d1"].state == "cfp_sent"
+    assert a.market.proposals["o1"].paid_by == "p1"
+    assert a.ledger.transactions == [tx]
+    saved = {(r.kind, r.key) for r in a.take_journal().records if isinstance(r, StateSaved)}
+    assert {("dialogue", "d1"), ("proposal", "o1"), ("transaction", tx["transaction_id"])} <= saved
+    # Adopting the same state again (it is already held) changes nothing.
+    adopt(a, folded.snapshot(), "b")
+    assert a.ledger.transactions == [tx]
+    assert not [r for r in a.take_journal().records if isinstance(r, StateSaved)]

@@ -386,7 +386,7 @@ def test_a_message_to_an_agent_not_learned_yet_waits_for_its_lookup_then_goes_on
     assert router.looked_up("fresh") == []
     sent = [
         (home, receiver, message_id)
-        for home, receiver, _, message_id, _ in router.delivery.forwards
+        for home, receiver, _, message_id, _, _ in router.delivery.forwards
     ]
     assert sent == [("n2", "fresh", "m1"), ("n2", "fresh", "m2"), ("n2", "fresh", "m3")]
     assert (shared.parked, shared.parked_count) == ({}, 0)

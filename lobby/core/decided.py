@@ -1,0 +1,69 @@
+"""Cluster only: messages another lobby node decided, delivered here at their receiver's home.
+
+A dialogue lives on one node (its initiator's home), a proposal on its proposer's home
+(`lobby.core.negotiation`, `lobby.core.marketplace`). That node checks each move or payment,
+changes the dialogue or proposal, records the trade, and sends the counterpart's home the move,
+and each party's home its notices, already decided: the home neither checks them again nor
+tracks the dialogue; it stamps, stores, dedupes and delivers them as any message of its agent's,
+and confirms the sender's move (ACCEPTED travels back to the deciding node) after its commit.
+A TRANSACTION_CONFIRMED or PAYMENT_CONFIRMED also enters this node's ledger, so LIST_TRANSACTIONS
+answers a party from its own home. Sans-I/O.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from lobby.core.records import Effect
+from lobby.core.session import Action, Session
+from lobby.core.state import LobbyState
+from protocol.codec import decode
+from protocol.errors import DecodeError
+from protocol.models import MessageType
+
+_TRADES: Final = frozenset({MessageType.TRANSACTION_CONFIRMED, MessageType.PAYMENT_CONFIRMED})
+
+
+def deliver_decided(
+    state: LobbyState, session: Session | None, frame: bytes
+) -> list[Action] | None:
+    """Store and deliver `frame`, decided on another node, to its receiver here. `session`
+    stands for its sender on that node (None: a lobby notice). None: the receiver is not this
+    node's agent (any more), and the deciding node keeps the message to send to its new home."""
+    try:
+        msg = decode(frame)
+    except DecodeError:
+        return []  # never expected: a node forwards only frames it encoded itself
+    target = state.registry.agents.get(msg.receiver_id)
+    if target is None:
+        return []  # removed meanwhile: nobody left to deliver it to
+    if target.home is not None:
+        return None
+    delivery = state.delivery
+    now = state.clock()
+    message_id = msg.message_id
+    if message_id is not None:
+        key = (msg.sender_id, message_id)
+        at = delivery.seen.get(key)
+        if at is not None and now - at <= delivery.dedupe_horizon:
+            if session is not None:  # a resend: confirmed again, never delivered twice
+                delivery.confirm(session, message_id)
+            return []
+        if session is None:  # `accept` records the senders' ids, not the lobby's own
+            delivery.seen[key] = now
+    if msg.message_type in _TRADES:
+        _record(state, msg.receiver_id, msg.payload.get("transaction"))
+    return state.deliver(target, msg, session, Effect.NONE, now, force=True)
+
+
+def _record(state: LobbyState, receiver: str, tx: object) -> None:
+    """Enter a trade decided elsewhere in this node's ledger, once: from the buyer's notice,
+    or from the seller's when the buyer is not this node's agent."""
+    if not isinstance(tx, dict):
+        return
+    buyer = tx.get("buyer")
+    if receiver != buyer:
+        record = state.registry.agents.get(buyer) if isinstance(buyer, str) else None
+        if record is not None and record.home is None:
+            return  # the buyer's notice, here too, records it
+    state.record(tx)
