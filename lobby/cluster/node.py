@@ -167,6 +167,11 @@ class ClusterNode:
             for home in dict.fromkeys(probes):
                 self._spawn(self._probe(home))
             probes.clear()
+        releases = self.shared.releases
+        if releases:
+            for home, agent_id in releases:
+                self._spawn(self._hand_over(home, agent_id))
+            releases.clear()
         lookups = self.shared.lookups
         if lookups:
             for agent_id in lookups:
@@ -192,6 +197,17 @@ class ClusterNode:
         # may move on without what it holds for them, as before it had a failover.
         stopped = home not in self.liveness.heard
         self._execute(self.router.probed(home, alive or stopped))
+
+    async def _hand_over(self, home: str, agent_id: str) -> None:
+        """Have `home` hand `agent_id` over; its resumes waiting here then go ahead."""
+        data = await self.relay.ask_release(home, agent_id)
+        if data is None and home not in self.liveness.heard:
+            data = b""  # stopped cleanly: what it holds for the agent waits for its restart
+        self._execute(self.router.handed_over(home, agent_id, data))
+        if data is not None:
+            # What this node forwarded to the old home for the agent and it did not confirm
+            # is routed here now, ahead of anything sent to the agent from now on.
+            self.relay.rehome(agent_id, home, None)
 
     async def _lookup(self, agent_id: str) -> None:
         """A message here names an agent this node has not learned of: read its entry (it
@@ -337,6 +353,12 @@ class ClusterNode:
             if old is not None and old != home:
                 # It moved on: what was forwarded to its old home and not confirmed follows it.
                 self.relay.rehome(agent_id, old, None if home == self.node_id else home)
+            elif agent_id in self.relay.released and home != self.node_id:
+                # Handed over by this node, now taken there: what waited here for it goes on
+                # (and what was forwarded it and its new home could not take yet, again).
+                del self.relay.released[agent_id]
+                self.relay.rehome(agent_id, home, home)
+                actions += self.router.looked_up(agent_id)
         self._execute(actions)
 
 

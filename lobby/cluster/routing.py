@@ -73,6 +73,11 @@ RESEND_AFTER: Final = 5.0
 again (core NATS may drop a message: a slow consumer, a reconnect)."""
 PROBE_TIMEOUT: Final = 1.0
 """Seconds a node waits for another's answer to `lobby.ping` before counting it down."""
+RELEASE_TIMEOUT: Final = 2.0
+"""Seconds a node waits for an agent's old home to hand it over (`lobby.release`)."""
+UNTAKEN_AFTER: Final = 10.0
+"""Seconds after which an agent this node handed over, and whose new home has not written its
+key, is taken back (that node gave up waiting for the handover)."""
 
 Pending = tuple[int, str, str, str, bytes, bool]
 """A forwarded message not yet confirmed: (batch, receiver, sender, message_id, frame,
@@ -163,6 +168,12 @@ class Relay:
         """Passes of forwards waiting for this node's commit (`kick`)."""
         self.resent = 0
         self.dropped = 0
+        self._left_out: dict[str, set[tuple[str, str]]] = {}
+        """Destination node -> (sender, message_id) it left out (their receiver's home is
+        another node): kept in `unconfirmed` past later confirmations, until resent."""
+        self.released: dict[str, tuple[str, bytes, float]] = {}
+        """Agent this node handed over and has not yet seen its new home write its key -> (the
+        new home, the handover, when, monotonic)."""
 
     async def start(self, nc: Client) -> None:
         self._nc = nc
@@ -170,6 +181,7 @@ class Relay:
         await nc.subscribe(f"lobby.ret.{self.node_id}", cb=self._returned)
         await nc.subscribe(f"lobby.done.{self.node_id}", cb=self._done)
         await nc.subscribe(f"lobby.ping.{self.node_id}", cb=self._pinged)
+        await nc.subscribe(f"lobby.release.{self.node_id}", cb=self._release_asked)
         self._resending = asyncio.create_task(self._resend_unanswered())
 
     async def stop(self) -> None:
@@ -262,6 +274,7 @@ class Relay:
             self.resent += len(queue)
             resent += [(home, r, s, m, f, d) for _, r, s, m, f, d in queue]
             queue.clear()
+            self._left_out.pop(home, None)
             sent.clear()
         if resent:
             delivery = self.router.delivery
@@ -270,7 +283,12 @@ class Relay:
     async def _resend_unanswered(self) -> None:
         while True:
             await asyncio.sleep(1.0)
-            self.unanswered(time.monotonic())
+            now = time.monotonic()
+            self.unanswered(now)
+            for agent_id, (node_id, data, at) in list(self.released.items()):
+                if now - at > UNTAKEN_AFTER:
+                    del self.released[agent_id]
+                    self._execute(self.router.take_back(node_id, data))
             if self.router.delivery.forwards:
                 self.kick()
 
@@ -286,6 +304,9 @@ class Relay:
                 (moved if entry[1] == agent_id else kept).append(entry)
             if moved:
                 self.unconfirmed[old] = kept
+                held = self._left_out.get(old)
+                if held:
+                    held.difference_update((e[2], e[3]) for e in moved)
         delivery = self.router.delivery
         entries = [(e[1], e[2], e[3], e[4], e[5]) for e in moved]
         if delivery.forwards:  # queued this pass for the old home
@@ -338,6 +359,22 @@ class Relay:
         except (nats.errors.Error, TimeoutError):
             return False
         return True
+
+    async def ask_release(self, home: str, agent_id: str) -> bytes | None:
+        """Ask node `home` to hand `agent_id` over to this node: its handover (empty: nothing
+        there), or None if it did not answer within `RELEASE_TIMEOUT`."""
+        if self._nc is None:
+            return None
+        try:
+            reply = await self._nc.request(
+                f"lobby.release.{home}",
+                f"{agent_id} {self.node_id}".encode(),
+                timeout=RELEASE_TIMEOUT,
+            )
+        except (nats.errors.Error, TimeoutError):
+            return None
+        data: bytes = reply.data
+        return data
 
     def _publish(self, subject: str, data: bytes) -> None:
         if self._nc is None:
@@ -424,20 +461,41 @@ class Relay:
     async def _done(self, msg: Msg) -> None:
         header, _, rest = msg.data.partition(b"\n")
         home_b, _, batch_b = header.partition(b" ")
-        queue = self.unconfirmed.get(home_b.decode())
+        home = home_b.decode()
+        queue = self.unconfirmed.get(home)
         if not queue:
             return
         batch = int(batch_b)
-        left_out = {(s, m) for s, m in orjson.loads(rest)} if rest else set()
+        held = self._left_out.get(home)
+        if rest and rest != b"[]":
+            if held is None:
+                held = self._left_out[home] = set()
+            held.update((s, m) for s, m in orjson.loads(rest))
         kept: list[Pending] = []
         while queue and queue[0][0] <= batch:
             entry = queue.popleft()
-            if left_out and (entry[2], entry[3]) in left_out:
-                kept.append(entry)
+            if held and (entry[2], entry[3]) in held:
+                kept.append(entry)  # stays until its receiver's new home is known
         queue.extendleft(reversed(kept))
 
     async def _pinged(self, msg: Msg) -> None:
         await msg.respond(b"")
+
+    async def _release_asked(self, msg: Msg) -> None:
+        """Another node resumes one of this node's agents: hand it over, answering once what
+        this node gave up is committed."""
+        agent_b, _, node_b = msg.data.partition(b" ")
+        agent_id = agent_b.decode()
+        try:
+            data, actions = self.router.release(agent_id, node_b.decode())
+        except Exception:
+            log.exception("CLUSTER_RELEASE_FAILED", agent_id=agent_id)
+            return  # unanswered: the resume there is closed with 1013 and tried again
+        if data:
+            self.released[agent_id] = (node_b.decode(), data, time.monotonic())
+        self._execute(actions)
+        reply = msg.reply
+        self._durable(lambda: self._publish(reply, data))
 
 
 def _message_id(frame: bytes) -> str:

@@ -266,6 +266,15 @@ class Negotiations:
         """Bookkeeping for a dialogue that is over: no longer open, forgotten in time."""
         self._ended(dialogue)
 
+    def give_up(self, dialogue: Dialogue) -> None:
+        """Forget `dialogue` here, open or not: another node decides it from now on (its
+        initiator resumed there, `lobby.core.handover`)."""
+        dialogue_id = dialogue.dialogue_id
+        self._ended(dialogue)
+        del self.ended[dialogue_id]
+        self.dialogues.pop(dialogue_id, None)
+        self.traces.pop(dialogue_id, None)
+
     def save(self, dialogue: Dialogue) -> None:
         """Journal `dialogue` whole (after any change)."""
         self._save(dialogue)

@@ -45,7 +45,9 @@ class Registrar:
         self.attempts: dict[str, TokenBucket] = {}
         """REGISTER attempts per source address."""
 
-    def register(self, session: Session, msg: Message) -> list[Action]:
+    def register(self, session: Session, msg: Message, handed_over: bool = False) -> list[Action]:
+        """A REGISTER (new id, resume, or takeover of a revoked id). `handed_over`: a resume
+        whose agent's old home has just handed it over (`Router.handed_over`): not gated."""
         agent_id = msg.sender_id
         if not AGENT_ID_RE.match(agent_id) or agent_id == LOBBY_ID:
             raise Refusal(
@@ -61,7 +63,11 @@ class Registrar:
         self.check_capabilities(payload.capabilities)
         record = self.state.registry.get(agent_id)
         token = msg.auth_token
-        if record is not None and (instead := self._gated(session, record, msg)) is not None:
+        if (
+            record is not None
+            and not handed_over
+            and (instead := self._gated(session, record, msg)) is not None
+        ):
             return instead
         if record is not None and record.token_hash == REVOKED and token is None:
             # An operator revoked its token: this REGISTER takes the id over under a new one.

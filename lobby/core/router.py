@@ -28,6 +28,7 @@ from lobby.core.conversations import ConversationKey, Conversations
 from lobby.core.counters import Counters
 from lobby.core.decided import deliver_decided
 from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON, DEFAULT_DEDUPE_MAX, Delivery
+from lobby.core.handover import release, take_back, take_over
 from lobby.core.limits import Limits, pause_after
 from lobby.core.marketplace import Marketplace
 from lobby.core.negotiation import DEFAULT_DIALOGUE_TIMEOUT, Negotiations
@@ -295,10 +296,36 @@ class Router:
         """Node `home` answered a probe (`alive`) or not: the resumes of its agents waiting
         for it go ahead or are closed with 1013 (`SharedRegistry.gate`)."""
         assert self.state.shared is not None, "share() first"
-        waiting, actions = self.state.shared.probed(home, alive, self.state.clock())
+        shared = self.state.shared
+        waiting, actions = shared.probed(home, alive, self.state.clock())
+        for session, msg in waiting:
+            shared.release(home, session, msg)
+        return actions
+
+    def release(self, agent_id: str, to_node: str) -> tuple[bytes, list[Action]]:
+        """Node `to_node` asks this node, `agent_id`'s home, to hand the agent over: what to
+        answer (once committed) and what to do (`lobby.core.handover.release`)."""
+        return release(self, agent_id, to_node)
+
+    def take_back(self, to_node: str, data: bytes) -> list[Action]:
+        """Node `to_node` never took the agent this node handed it: it is this node's again
+        (`lobby.core.handover.take_back`)."""
+        return take_back(self, to_node, data)
+
+    def handed_over(self, home: str, agent_id: str, data: bytes | None) -> list[Action]:
+        """Node `home` answered this node's request to release `agent_id` with `data` (empty:
+        nothing of it is there), or did not answer (None): the resumes waiting for it are
+        adopted and go ahead, or are closed with 1013 (try again)."""
+        assert self.state.shared is not None, "share() first"
+        waiting = self.state.shared.releasing.pop(agent_id, [])
+        if data is None:
+            reason = f"its home node {home} did not hand it over in time: try again"
+            return [Close(session, CloseCode.TRY_AGAIN, reason) for session, _ in waiting]
+        take_over(self, home, data)
+        actions: list[Action] = []
         for session, msg in waiting:
             try:
-                actions += self.registrar.register(session, msg)
+                actions += self.registrar.register(session, msg, handed_over=True)
             except Refusal as refusal:
                 actions += self.state.error(session, msg, refusal.code, refusal.reason)
         return actions

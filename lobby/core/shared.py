@@ -15,10 +15,12 @@ to it. Instead:
   routed, or refused `unknown_receiver` if the store does not hold it either; later messages to
   the same receiver wait behind it, so none overtakes another;
 - a resume of an agent whose home is another node waits (`gate`) until that node answered a
-  probe (`probes`, answered by `probed`): if it is up, the resume takes the agent over as on
-  one node; if it is down (killed, cut off), its agents' state is in its journal, which a
-  failover is about to adopt (`lobby.core.adoption`), and the resume is closed with 1013
-  (try again) until then, so nothing is numbered twice or delivered out of order.
+  probe (`probes`, answered by `probed`): if it is up, the resume waits on (`release`) while
+  that node hands the agent over (`releases`, answered by `Router.handed_over`:
+  `lobby.core.handover`), then takes the agent over as on one node; if it is down (killed,
+  cut off), its agents' state is in its journal, which a failover is about to adopt
+  (`lobby.core.adoption`), and the resume is closed with 1013 (try again) until then, so
+  nothing is numbered twice or delivered out of order.
 
 A single-node lobby has no `SharedRegistry` (`LobbyState.shared` is None): nothing here runs.
 """
@@ -89,6 +91,11 @@ class SharedRegistry:
         self.lookups: list[str] = []
         """Agent ids the I/O layer is to read from the shared store (then call
         `Router.looked_up`)."""
+        self.releasing: dict[str, list[tuple[Session, Message]]] = {}
+        """Agent id -> resumes of it waiting for its old home's handover, in order."""
+        self.releases: list[tuple[str, str]] = []
+        """(home, agent id): the I/O layer is to ask that node to release that agent (then
+        call `Router.handed_over`)."""
 
     def take(self) -> tuple[list[Claim], list[AgentSaved | AgentRemoved]]:
         """What the I/O layer must write to the shared store now; call after each batch."""
@@ -119,7 +126,7 @@ class SharedRegistry:
         for claim in self.claims.values():
             if claim.session is session:
                 claim.session = None
-        for waiting in self.waiting.values():
+        for waiting in (*self.waiting.values(), *self.releasing.values()):
             waiting[:] = [w for w in waiting if w[0] is not session]
 
     def park(self, session: Session, msg: Message) -> bool:
@@ -150,14 +157,16 @@ class SharedRegistry:
 
     def gate(self, home: str, session: Session, msg: Message, now: float) -> list[Action] | None:
         """A resume on this node of an agent whose home is node `home`: None if it may go
-        ahead now, else what to do instead (nothing yet: it waits for `home`'s probe; or a
-        close with 1013 while `home` is down and its agents wait for their failover)."""
+        ahead now, else what to do instead (nothing yet: it waits for `home`'s probe or
+        handover; or a close with 1013 while `home` is down and its agents wait for their
+        failover)."""
         if home in self.held:
             reason = f"its home node {home} is down and being failed over: try again"
             return [Close(session, CloseCode.TRY_AGAIN, reason)]
         at = self.answered.get(home)
         if at is not None and 0 <= now - at <= PROBED_FRESH:
-            return None
+            self.release(home, session, msg)
+            return []
         waiting = self.waiting.get(home)
         if waiting is None:
             self.waiting[home] = [(session, msg)]
@@ -165,6 +174,17 @@ class SharedRegistry:
         else:
             waiting.append((session, msg))
         return []
+
+    def release(self, home: str, session: Session, msg: Message) -> None:
+        """A resume on this node of an agent whose home is `home`, a node that is up: it waits
+        for `home` to hand the agent over (`lobby.core.handover`)."""
+        agent_id = msg.sender_id
+        waiting = self.releasing.get(agent_id)
+        if waiting is None:
+            self.releasing[agent_id] = [(session, msg)]
+            self.releases.append((home, agent_id))
+        else:
+            waiting.append((session, msg))
 
     def probed(
         self, home: str, alive: bool, now: float

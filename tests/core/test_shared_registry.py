@@ -158,7 +158,9 @@ def test_a_resume_on_another_node_closes_the_connection_here_with_4001() -> None
     # Its home is node "there": the resume waits until "there" is known up.
     assert record.session is None
     assert shared.probes == ["there"]
-    actions = router.probed("there", alive=True)
+    assert router.probed("there", alive=True) == []  # then "there" hands it over
+    assert shared.releases == [("there", "me")]
+    actions = router.handed_over("there", "me", b"")
     assert [frame["message_type"] for frame in frames(actions)] == ["REGISTER_ACK"]
     assert record.session is again
     _, changes = shared.take()
