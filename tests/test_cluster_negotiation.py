@@ -104,20 +104,22 @@ async def test_a_proposal_is_paid_once_whichever_node_its_payments_come_through(
     tmp_path: Path,
 ) -> None:
     """Sam (on a) makes an order proposal to Bea (on b). Bea's payments are checked on a,
-    where the proposal lives: a wrong amount is refused; her payment through b is confirmed to
-    both; a second payment, made through a after she moved there, is refused as already paid."""
+    where the proposal lives: a wrong amount is refused, a right one confirmed to both. Then a
+    second proposal is paid twice at once: once through b, and again through a, where Bea
+    resumes without waiting for the first answer. One payment wins; the other is refused."""
     async with nats_server(tmp_path) as nats:
         a, b = node(tmp_path / "a", nats, "a"), node(tmp_path / "b", nats, "b")
         try:
             async with agent(a, "sam", acks=False, capabilities=TRADES) as sam:
                 async with agent(b, "bea", acks=False, capabilities=TRADES) as bea:
                     await sam.until_discovered({"bea": ["trade"]})
-                    await send(sam, "bea", "ORDER_PROPOSAL", order(12), message_id="o1")
-                    offered = await reply(bea.ws)
-                    assert (offered["message_type"], offered["message_id"]) == (
-                        "ORDER_PROPOSAL",
-                        "o1",
-                    )
+                    for proposal_id in ("o1", "o2"):
+                        await send(sam, "bea", "ORDER_PROPOSAL", order(12), message_id=proposal_id)
+                        offered = await reply(bea.ws)
+                        assert (offered["message_type"], offered["message_id"]) == (
+                            "ORDER_PROPOSAL",
+                            proposal_id,
+                        )
                     pay = {"proposal_message_id": "o1", "amount": 11}
                     await send(bea, "sam", "PAYMENT", pay, message_id="p0")
                     wrong = await reply(bea.ws)
@@ -132,17 +134,28 @@ async def test_a_proposal_is_paid_once_whichever_node_its_payments_come_through(
                     assert confirmed[1]["payload"]["transaction"] == tx
                     assert (tx["buyer"], tx["seller"], tx["amount"]) == ("bea", "sam", "12.00")
                     assert await transactions(bea) == [tx]
+                    # o2, paid through b ...
+                    twice = {"proposal_message_id": "o2", "amount": 12}
+                    await send(bea, "sam", "PAYMENT", twice, message_id="p2")
                     token = bea.token
-                # Bea resumes on a, the proposal's node, and pays again with a new id.
+                # ... and at once through a, where Bea resumes.
                 async with connect(a.url) as ws:
                     await ws.send(frame("bea", "REGISTER", {"acks": False}, auth_token=token))
                     assert (await reply(ws))["message_type"] == "REGISTER_ACK"
-                    again = Agent(ws, "bea", token)
-                    await send(again, "sam", "PAYMENT", {**pay, "amount": 12}, message_id="p2")
-                    twice = await reply(again.ws)
-                    assert twice["payload"]["code"] == "invalid_payment"
-                    assert "already_paid" in twice["payload"]["error"]
-                    assert await transactions(sam) == [tx]
+                    await send(Agent(ws, "bea", token), "sam", "PAYMENT", twice, message_id="p3")
+                    won = await reply(sam.ws)
+                    assert won["message_type"] == "PAYMENT"
+                    assert won["message_id"] in {"p2", "p3"}
+                    second = await reply(sam.ws)
+                    assert second["message_type"] == "PAYMENT_CONFIRMED"
+                    if won["message_id"] == "p2":  # then p3, made here, is refused here
+                        refused = await reply(ws)
+                        while refused["message_type"] != "ERROR":
+                            refused = await reply(ws)  # the confirmation of p2
+                        assert refused["in_reply_to"] == "p3"
+                        assert "already_paid" in refused["payload"]["error"]
+                    trades = await transactions(sam)
+                    assert [t["reference"] for t in trades] == ["o1", "o2"]
         finally:
             stop(a)
             stop(b)

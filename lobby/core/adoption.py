@@ -95,7 +95,7 @@ def _take_decisions(router: Router, snapshot: Snapshot) -> None:
     now those agents' home, decides them from here on. What this node holds already is kept."""
     state = router.state
     documents = snapshot.state
-    known = {t["transaction_id"] for t in state.ledger.transactions}
+    known = state.ledger.ids
     trades = [orjson.loads(t) for t in documents.get("transaction", [])]
     trades = [t for t in trades if t["transaction_id"] not in known]
     for tx in trades:

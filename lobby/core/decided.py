@@ -52,18 +52,7 @@ def deliver_decided(
         if session is None:  # `accept` records the senders' ids, not the lobby's own
             delivery.seen[key] = now
     if msg.message_type in _TRADES:
-        _record(state, msg.receiver_id, msg.payload.get("transaction"))
+        tx = msg.payload.get("transaction")
+        if isinstance(tx, dict):
+            state.record(tx)  # once: both parties' notices may come here
     return state.deliver(target, msg, session, Effect.NONE, now, force=True)
-
-
-def _record(state: LobbyState, receiver: str, tx: object) -> None:
-    """Enter a trade decided elsewhere in this node's ledger, once: from the buyer's notice,
-    or from the seller's when the buyer is not this node's agent."""
-    if not isinstance(tx, dict):
-        return
-    buyer = tx.get("buyer")
-    if receiver != buyer:
-        record = state.registry.agents.get(buyer) if isinstance(buyer, str) else None
-        if record is not None and record.home is None:
-            return  # the buyer's notice, here too, records it
-    state.record(tx)

@@ -181,7 +181,7 @@ class Router:
         self.delivery.restore(snapshot, self.registry.agents)
         self.requests.restore(snapshot)
         transactions = [orjson.loads(t) for t in snapshot.state.get("transaction", [])]
-        self.ledger.transactions = transactions
+        self.ledger.load(transactions)
         self.negotiations.restore(snapshot.state.get("dialogue", []))
         self.negotiations.restore_rounds(snapshot.state.get("sealed_round", []))
         self.market.restore(snapshot.state.get("proposal", []), transactions)

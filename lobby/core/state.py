@@ -42,8 +42,14 @@ class Ledger:
 
     def __init__(self) -> None:
         self.transactions: list[dict[str, Any]] = []
+        self.ids: set[str] = set()
+        """The transaction_id of each transaction held (one held twice is recorded once)."""
         self._ids = itertools.count(1)
         self._prefix = uuid.uuid4().hex[:8]
+
+    def load(self, transactions: list[dict[str, Any]]) -> None:
+        self.transactions = transactions
+        self.ids = {t["transaction_id"] for t in transactions}
 
     def new_id(self) -> str:
         return f"tx-{self._prefix}-{next(self._ids)}"
@@ -170,7 +176,10 @@ class LobbyState:
 
     def record(self, tx: dict[str, Any]) -> None:
         """Add a transaction to the ledger, durably."""
+        if tx["transaction_id"] in self.ledger.ids:
+            return  # known already: a trade decided on another node reaches it more than once
         self.ledger.transactions.append(tx)
+        self.ledger.ids.add(tx["transaction_id"])
         data = orjson.dumps(tx)
         self.delivery.journal.append(StateSaved("transaction", tx["transaction_id"], data))
 

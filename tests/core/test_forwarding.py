@@ -166,7 +166,7 @@ def test_a_trade_notice_from_another_node_enters_this_nodes_ledger_once() -> Non
             "message_id": f"n{min(n, 1)}",
         }
         sent.append(frames(b.decided(None, orjson.dumps(notice)) or []))
-    assert b.ledger.transactions == [tx]  # from the buyer's notice, the buyer being here
+    assert b.ledger.transactions == [tx]  # both parties here: recorded once
     assert [[f["receiver_id"] for f in each] for each in sent] == [["sam"], ["bea"], []]
 
 
