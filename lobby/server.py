@@ -98,7 +98,7 @@ class LobbyServer:
                 settings.cluster_urls(),
                 settings.node_id,
                 self.router,
-                self.execute,
+                self.execute_now,
                 durable=self.committer.after_durable,
                 flush=self.committer.flush,
                 replicas=settings.cluster_replicas,
@@ -370,6 +370,12 @@ class LobbyServer:
         """Carry out actions decided outside a read (an /admin command), then flush."""
         self._execute(actions)
         self._batch()
+
+    def execute_now(self, actions: Iterable[Action]) -> None:
+        """Carry out actions decided outside a read and flush them at once, as a read does:
+        what another cluster node forwarded goes out without waiting a turn of the loop."""
+        self._execute(actions)
+        self.end_of_batch()
 
     def send(self, session: Session, frame: bytes) -> None:
         """Write one frame to `session` (flushed at the end of this batch)."""
