@@ -84,3 +84,44 @@ async def test_a_forward_nobody_heard_is_sent_again_and_delivered_once(
             await relay_b.stop()
             await nc_a.close()
             await nc_b.close()
+
+
+async def test_a_forward_left_out_is_kept_past_later_confirmations_until_its_receiver_moves(
+    tmp_path: Path,
+) -> None:
+    """b leaves out a's message to bob (bob's home is c now, as b has learned), then confirms
+    a's next batch: a still keeps the first, and sends it to c once it learns bob is there."""
+    a, b = make_router(), make_router()
+    a.share("a")
+    b.share("b")
+    alice = join_shared(a, "alice", acks=True)
+    join_shared(b, "bob")
+    carol = join_shared(b, "carol")
+    for name in ("bob", "carol"):
+        learns(a, name, b, "b")
+    learns(b, "alice", a, "a")
+    learns(b, "bob", b, "c")  # bob resumed on c: b knows, a not yet
+    async with nats_server(tmp_path) as nats:
+        nc_a, nc_b = await connect(nats.url), await connect(nats.url)
+        relay_a = Relay("a", a, execute, lambda then: then())
+        relay_b = Relay("b", b, execute, lambda then: then())
+        try:
+            await relay_a.start(nc_a)
+            await relay_b.start(nc_b)
+            alice.to("bob", "TEXT", {"content": "to bob"}, message_id="m1")
+            relay_a.kick()
+            await until(lambda: relay_a._left_out.get("b"), "b left m1 out")
+            alice.to("carol", "TEXT", {"content": "to carol"}, message_id="m2")
+            relay_a.kick()
+            await until(lambda: carol.inbox, "carol got m2")
+            await until(
+                lambda: all(e[3] != "m2" for e in relay_a.unconfirmed["b"]), "b confirmed m2"
+            )
+            assert [e[3] for e in relay_a.unconfirmed["b"]] == ["m1"]
+            relay_a.rehome("bob", "b", "c")
+            assert [(f[0], f[3]) for f in a.delivery.forwards] == [("c", "m1")]
+        finally:
+            await relay_a.stop()
+            await relay_b.stop()
+            await nc_a.close()
+            await nc_b.close()
