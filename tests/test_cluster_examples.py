@@ -19,6 +19,7 @@ EXPECTED = {
     "echo": "echo answered: 'hi' (2 characters)",
     "fipa_haggle": "TRANSACTION_CONFIRMED: b buys {'r': 1} from s at 15.00",
     "marketplace": "bob paid napoli_express 6.60",
+    "agora": "Winner: summarizer",
     "failover": "received 20 of 20 ticks, each once, in order",
 }
 """Each example (agents alternating between the nodes) and a line its output must hold."""

@@ -18,6 +18,7 @@ import os
 from typing import Any, ClassVar
 
 from agent_sdk import Agent, Bidder, BidResponse, TaskResult, TaskRFP
+from examples import spread
 
 
 class Specialist(Bidder):
@@ -66,11 +67,12 @@ RFP = TaskRFP(
 
 
 async def main(lobby_url: str, rfp: TaskRFP = RFP, **auction: Any) -> TaskResult:
+    # With several lobby nodes, the agents alternate between them (`examples.spread`).
     agents = [
-        Summarizer(lobby_url=lobby_url),
-        Analyzer(lobby_url=lobby_url),
-        Writer(lobby_url=lobby_url),
-        Agent("requester", lobby_url=lobby_url),
+        Summarizer(lobby_url=spread(lobby_url, 0)),
+        Analyzer(lobby_url=spread(lobby_url, 1)),
+        Writer(lobby_url=spread(lobby_url, 2)),
+        Agent("requester", lobby_url=spread(lobby_url, 3)),
     ]
     async with contextlib.AsyncExitStack() as stack:
         for agent in agents:
