@@ -5,11 +5,16 @@
 several frames routes them all in one go, and what they produced is flushed when the read is
 done, one `transport.write` per receiver. Control frames (ping, pong, close), the handshake,
 `max_size` over a whole fragmented message and keepalive stay websockets' own.
+
+Outgoing text frames are framed here (no extension is negotiated and a server does not mask):
+a header and the payload appended to a list cost far less than websockets' `Frame` objects
+and their serialization, and the list is written in one piece at the end of the batch.
 """
 
 from __future__ import annotations
 
 import asyncio
+import struct
 from typing import Any
 
 from websockets.asyncio.server import Server, ServerConnection, serve
@@ -22,6 +27,11 @@ from lobby.transport.base import HttpAnswer, Lobby, tls_context
 
 _OPEN = State.OPEN
 _TEXT, _BINARY, _CONT = Opcode.TEXT, Opcode.BINARY, Opcode.CONT
+
+# RFC 6455 5.2 headers of an unmasked, final text frame, by payload length.
+_SHORT = tuple(bytes((0x81, n)) for n in range(126))
+_MEDIUM = struct.Struct("!BBH").pack
+_LONG = struct.Struct("!BBQ").pack
 
 
 class LobbyConnection(ServerConnection):
@@ -41,11 +51,15 @@ class LobbyConnection(ServerConnection):
         """Set once the lobby knows this connection is no longer open."""
         self._abort: asyncio.TimerHandle | None = None
         self._paused = False
+        self._out: list[bytes] = []
+        """Frames put and not yet written: they go out before anything websockets queues."""
+        self._own_framing = False
 
     def attach(self, lobby: Lobby) -> Session:
         address = self.remote_address
         self.remote = f"{address[0]}:{address[1]}" if address else ""
         path = self.request.path if self.request is not None else "/"
+        self._own_framing = not self.protocol.extensions
         self.session = session = lobby.connected(self, address[0] if address else "", path)
         self._lobby = lobby
         early, self._early = self._early, []
@@ -59,16 +73,34 @@ class LobbyConnection(ServerConnection):
     def put(self, frame: bytes) -> bool:
         if self.protocol.state is not _OPEN:
             return False
-        self.protocol.send_text(frame)
+        if not self._own_framing:  # an extension would transform the frame: websockets frames it
+            self.protocol.send_text(frame)
+            return True
+        n = len(frame)
+        out = self._out
+        out.append(
+            _SHORT[n] if n < 126 else _MEDIUM(0x81, 126, n) if n < 65536 else _LONG(0x81, 127, n)
+        )
+        out.append(frame)
         return True
 
     def flush(self) -> int:
         if self.protocol.state is not _OPEN:
             self.send_data()  # websockets' own path also handles the end of the stream
             return 0
+        out, self._out = self._out, []
+        out += self.protocol.data_to_send()
         transport = self.transport
-        transport.write(b"".join(self.protocol.data_to_send()))
+        transport.write(b"".join(out))
         return transport.get_write_buffer_size()
+
+    def send_data(self) -> None:
+        """websockets writes what it queued (pong, close frame, a frame sent through its own
+        API) here: the frames put before it go first."""
+        if self._out:
+            out, self._out = self._out, []
+            self.transport.write(b"".join(out))
+        super().send_data()
 
     def shut(self, code: int, reason: str) -> asyncio.Task[None] | None:
         """Send the close frame; the connection is aborted if it is not gone within

@@ -1,0 +1,157 @@
+"""Frames the lobby writes reach a plain websockets client intact, at each length where the
+RFC 6455 header changes form (7-bit, 16-bit, 64-bit), and in order with the frames websockets
+itself writes (pong, close)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import pytest
+from websockets.asyncio.client import connect
+from websockets.client import ClientProtocol
+from websockets.frames import Close, Frame, Opcode
+from websockets.protocol import State
+from websockets.uri import parse_uri
+
+from lobby.server import LobbyServer
+from lobby.transport.base import Link
+from tests.conftest import TRANSPORTS
+from tests.wsclient import frame, reply, running, token_of
+
+LENGTHS = [0, 1, 125, 126, 127, 65535, 65536, 70000]
+
+
+def text_of(length: int, seed: int) -> bytes:
+    """`length` bytes of ASCII text, different for each seed."""
+    pattern = bytes(range(ord("a") + seed % 20, ord("z") + 1)) + b"0123456789"
+    return (pattern * (length // len(pattern) + 1))[:length]
+
+
+def link_of(lobby: LobbyServer, agent_id: str) -> Link:
+    record = lobby.router.registry.get(agent_id)
+    assert record is not None
+    assert record.session is not None
+    link: Link = record.session.link  # type: ignore[assignment]
+    return link
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_frames_of_every_header_length_arrive_intact(tmp_path: Path, transport: str) -> None:
+    async with (
+        running(tmp_path, transport=transport) as lobby,
+        connect(lobby.url, max_size=None) as ws,
+    ):
+        token = await token_of(ws, "reader")
+        record = lobby.router.registry.get("reader")
+        assert record is not None
+        session = record.session
+        assert session is not None
+        texts = [text_of(n, i) for i, n in enumerate(LENGTHS)]
+        for text in texts:  # one batch: one write
+            lobby.send(session, text)
+        for text in texts:
+            assert await asyncio.wait_for(ws.recv(decode=False), 5) == text
+        # One at a time, each in its own write.
+        for text in texts:
+            lobby.send(session, text)
+            assert await asyncio.wait_for(ws.recv(decode=False), 5) == text
+        # The stream is still in step: the lobby's own answers come through.
+        await ws.send(frame("reader", "DISCOVER_SERVICES", {}, auth_token=token))
+        assert (await reply(ws))["message_type"] == "SERVICES_AVAILABLE"
+
+
+class RawClient:
+    """A sans-I/O websockets client that records every frame it gets, control frames too, in
+    the order they came."""
+
+    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self.reader, self.writer = reader, writer
+        self.protocol: ClientProtocol | None = None
+        self.frames: list[Frame] = []
+
+    @classmethod
+    @asynccontextmanager
+    async def connect(cls, lobby: LobbyServer) -> AsyncIterator[RawClient]:
+        reader, writer = await asyncio.open_connection(lobby.settings.host, lobby.port)
+        client = cls(reader, writer)
+        client.protocol = ClientProtocol(parse_uri(lobby.url), max_size=None)
+        client.protocol.send_request(client.protocol.connect())
+        client.write()
+        try:
+            while client.protocol.state is not State.OPEN:
+                await client.read()
+            yield client
+        finally:
+            writer.close()
+
+    def write(self) -> None:
+        assert self.protocol is not None
+        self.writer.write(b"".join(self.protocol.data_to_send()))
+
+    async def read(self) -> bool:
+        assert self.protocol is not None
+        data = await asyncio.wait_for(self.reader.read(1 << 20), 5)
+        if not data:
+            return False
+        self.protocol.receive_data(data)
+        self.frames += [e for e in self.protocol.events_received() if isinstance(e, Frame)]
+        self.write()
+        return True
+
+    async def until(self, opcode: Opcode) -> list[Frame]:
+        """Read until a frame with `opcode` came; every frame so far."""
+        while not any(f.opcode is opcode for f in self.frames):
+            assert await self.read(), "the stream ended first"
+        return self.frames
+
+    async def register(self, agent_id: str) -> None:
+        assert self.protocol is not None
+        self.protocol.send_text(frame(agent_id, "REGISTER", {}).encode())
+        self.write()
+        await self.until(Opcode.TEXT)
+        self.frames.clear()
+
+
+def texts(frames: list[Frame]) -> list[bytes]:
+    return [bytes(f.data) for f in frames if f.opcode is Opcode.TEXT]
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_close_goes_out_after_the_frames_put_before_it(
+    tmp_path: Path, transport: str
+) -> None:
+    async with running(tmp_path, transport=transport) as lobby, RawClient.connect(lobby) as client:
+        await client.register("closed")
+        link = link_of(lobby, "closed")
+        queued = [text_of(n, i) for i, n in enumerate([10, 200, 70000])]
+        for text in queued:
+            assert link.put(text)  # not flushed: the close must still come after them
+        closing = link.shut(4000, "bye")
+        if closing is not None:
+            await closing
+        frames = await client.until(Opcode.CLOSE)
+        assert texts(frames) == queued
+        assert frames[-1].opcode is Opcode.CLOSE
+        assert Close.parse(bytes(frames[-1].data)).code == 4000
+
+
+async def test_a_pong_goes_out_after_the_frames_put_before_it(tmp_path: Path) -> None:
+    # websockets only: picows answers a ping on its own, ahead of what waits for a flush
+    # (RFC 6455 lets a control frame come between messages, so it is no error there).
+    async with (
+        running(tmp_path, transport="websockets") as lobby,
+        RawClient.connect(lobby) as client,
+    ):
+        await client.register("pinger")
+        queued = [text_of(n, i) for i, n in enumerate([5, 300])]
+        for text in queued:
+            assert link_of(lobby, "pinger").put(text)  # not flushed
+        assert client.protocol is not None
+        client.protocol.send_ping(b"p")
+        client.write()
+        frames = await client.until(Opcode.PONG)
+        assert texts(frames) == queued
+        assert frames[-1].opcode is Opcode.PONG
