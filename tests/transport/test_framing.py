@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
 
+import orjson
 import pytest
 from websockets.asyncio.client import connect
 from websockets.client import ClientProtocol
@@ -107,12 +108,14 @@ class RawClient:
             assert await self.read(), "the stream ended first"
         return self.frames
 
-    async def register(self, agent_id: str) -> None:
+    async def register(self, agent_id: str) -> str:
+        """REGISTER `agent_id`; its token."""
         assert self.protocol is not None
         self.protocol.send_text(frame(agent_id, "REGISTER", {}).encode())
         self.write()
-        await self.until(Opcode.TEXT)
+        (ack,) = texts(await self.until(Opcode.TEXT))
         self.frames.clear()
+        return str(orjson.loads(ack)["payload"]["auth_token"])
 
 
 def texts(frames: list[Frame]) -> list[bytes]:
@@ -155,3 +158,129 @@ async def test_a_pong_goes_out_after_the_frames_put_before_it(tmp_path: Path) ->
         frames = await client.until(Opcode.PONG)
         assert texts(frames) == queued
         assert frames[-1].opcode is Opcode.PONG
+
+
+def masked(opcode: Opcode, data: bytes, fin: bool = True) -> bytes:
+    return Frame(opcode, data, fin).serialize(mask=True, extensions=[])
+
+
+def text_to(receiver: str, token: str, size: int) -> str:
+    """A TEXT from "raw" to `receiver` whose frame payload is exactly `size` bytes."""
+    bare = frame("raw", "TEXT", {"content": ""}, auth_token=token, receiver_id=receiver)
+    padding = size - len(bare.encode())
+    assert padding >= 0
+    return frame("raw", "TEXT", {"content": "p" * padding}, auth_token=token, receiver_id=receiver)
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_frames_split_anywhere_or_packed_together_are_routed_whole(
+    tmp_path: Path, transport: str
+) -> None:
+    """Frames of each header length (REGISTER is under 126 bytes; a TEXT is longer), a ping
+    and a fragmented message among them, written in pieces that end anywhere in a header or a
+    payload: each message arrives whole, in order."""
+    async with (
+        running(tmp_path, transport=transport) as lobby,
+        RawClient.connect(lobby) as raw,
+        connect(lobby.url, max_size=None) as reader,
+    ):
+        token = await raw.register("raw")
+        await token_of(reader, "reader")
+        texts = [text_to("reader", token, n) for n in [160, 65535, 65536, 65537, 200, 300]]
+        split = texts[5].encode()
+        wire = b"".join(
+            [
+                masked(Opcode.TEXT, texts[0].encode()),
+                masked(Opcode.PING, b"between"),
+                *(masked(Opcode.TEXT, t.encode()) for t in texts[1:5]),
+                masked(Opcode.TEXT, split[:100], fin=False),
+                masked(Opcode.CONT, split[100:]),
+            ]
+        )
+        sizes = [1, 2, 3, 5, 7, 11, 4000, 1, 70000]
+        at = 0
+        for size in sizes * (len(wire) // sum(sizes) + 1):
+            raw.writer.write(wire[at : at + size])
+            await raw.writer.drain()
+            await asyncio.sleep(0)
+            at += size
+            if at >= len(wire):
+                break
+        for text in texts:
+            got = orjson.loads(await asyncio.wait_for(reader.recv(), 5))
+            assert got["payload"] == orjson.loads(text)["payload"]
+        pongs = [f for f in await raw.until(Opcode.PONG) if f.opcode is Opcode.PONG]
+        assert [bytes(p.data) for p in pongs] == [b"between"]
+
+
+async def test_a_frame_begun_with_the_handshake_is_routed(tmp_path: Path) -> None:
+    """The handshake may come with the start of a frame, which websockets' parser then holds:
+    the rest of it, and what follows, are routed all the same."""
+    async with running(tmp_path) as lobby:
+        client = ClientProtocol(parse_uri(lobby.url))
+        client.send_request(client.connect())
+        register = masked(Opcode.TEXT, frame("begun", "REGISTER", {}).encode())
+        reader, writer = await asyncio.open_connection(lobby.settings.host, lobby.port)
+        try:
+            # Two bytes: websockets takes the header and waits for the rest, buffering nothing.
+            writer.write(b"".join(client.data_to_send()) + register[:2])
+            await writer.drain()
+            while client.state is not State.OPEN:
+                client.receive_data(await asyncio.wait_for(reader.read(65536), 5))
+            writer.write(register[2:])
+            got: list[Frame] = []
+            while not got:
+                client.receive_data(await asyncio.wait_for(reader.read(65536), 5))
+                got = [e for e in client.events_received() if isinstance(e, Frame)]
+            ack = orjson.loads(got[0].data)
+            assert ack["payload"]["status"] == "success_registered_finalized"
+            token = ack["payload"]["auth_token"]
+            discover = frame("begun", "DISCOVER_SERVICES", {}, auth_token=token)
+            writer.write(masked(Opcode.TEXT, discover.encode()))
+            got = []
+            while not got:
+                client.receive_data(await asyncio.wait_for(reader.read(65536), 5))
+                got = [e for e in client.events_received() if isinstance(e, Frame)]
+            assert orjson.loads(got[0].data)["message_type"] == "SERVICES_AVAILABLE"
+        finally:
+            writer.close()
+
+
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_what_follows_a_close_frame_in_the_same_read_is_not_routed(
+    tmp_path: Path, transport: str
+) -> None:
+    async with (
+        running(tmp_path, transport=transport) as lobby,
+        RawClient.connect(lobby) as raw,
+        connect(lobby.url) as reader,
+    ):
+        token = await raw.register("raw")
+        reader_token = await token_of(reader, "reader")
+        before, after = text_to("reader", token, 150), text_to("reader", token, 170)
+        close = Frame(Opcode.CLOSE, Close(1000, "").serialize())
+        raw.writer.write(
+            masked(Opcode.TEXT, before.encode())
+            + close.serialize(mask=True, extensions=[])
+            + masked(Opcode.TEXT, after.encode())
+        )
+        frames = await raw.until(Opcode.CLOSE)
+        assert Close.parse(bytes(frames[-1].data)).code == 1000
+        got = orjson.loads(await asyncio.wait_for(reader.recv(), 5))
+        assert got["payload"] == orjson.loads(before)["payload"]
+        # Had `after` been routed, it would have come before this answer.
+        await reader.send(frame("reader", "DISCOVER_SERVICES", {}, auth_token=reader_token))
+        assert (await reply(reader))["message_type"] == "SERVICES_AVAILABLE"
+
+
+async def test_a_whole_message_inside_a_fragmented_one_closes_with_1002(tmp_path: Path) -> None:
+    # websockets only: picows does not check this (RFC 6455 5.4).
+    async with running(tmp_path) as lobby, RawClient.connect(lobby) as raw:
+        token = await raw.register("raw")
+        discover = frame("raw", "DISCOVER_SERVICES", {}, auth_token=token).encode()
+        raw.writer.write(
+            masked(Opcode.TEXT, discover[:10], fin=False) + masked(Opcode.TEXT, discover)
+        )
+        frames = await raw.until(Opcode.CLOSE)
+        assert texts(frames) == []
+        assert Close.parse(bytes(frames[-1].data)).code == 1002
