@@ -153,6 +153,11 @@ class LobbyConnection(ServerConnection):
         if lobby is None:
             super().data_received(data)
             return
+        if self._direct and self.protocol.state is not _OPEN:
+            # Closing (websockets may discard what comes now): websockets reads on from the
+            # frame boundary where the parsing here stopped.
+            self._direct = False
+            data, self._pending = bytes(self._pending) + data, bytearray()
         if self._direct or self._parser_waits_for_frame():
             self._read_frames(data)
         else:

@@ -19,6 +19,7 @@ from websockets.uri import parse_uri
 
 from lobby.server import LobbyServer
 from lobby.transport.base import Link
+from lobby.transport.websockets import LobbyConnection
 from tests.conftest import TRANSPORTS
 from tests.wsclient import frame, reply, running, token_of
 
@@ -284,3 +285,28 @@ async def test_a_whole_message_inside_a_fragmented_one_closes_with_1002(tmp_path
         frames = await raw.until(Opcode.CLOSE)
         assert texts(frames) == []
         assert Close.parse(bytes(frames[-1].data)).code == 1002
+
+
+async def test_websockets_reads_on_from_where_the_lobby_stopped_once_closing(
+    tmp_path: Path,
+) -> None:
+    """The lobby sends a close while the start of a frame waits here: websockets takes over
+    from there, reads that frame and then the client's answering close frame."""
+    async with running(tmp_path) as lobby, RawClient.connect(lobby) as raw:
+        token = await raw.register("raw")
+        connection = link_of(lobby, "raw")
+        assert isinstance(connection, LobbyConnection)
+        discover = masked(Opcode.TEXT, frame("raw", "PING", {}, auth_token=token).encode())
+        raw.writer.write(discover[:5])
+        await raw.writer.drain()
+        while not connection._pending:  # the start of the frame is held by the lobby
+            await asyncio.sleep(0.01)
+        assert connection.shut(4000, "bye") is not None
+        while connection.protocol.state is State.OPEN:  # the close frame is sent
+            await asyncio.sleep(0.01)
+        raw.writer.write(discover[5:])
+        frames = await raw.until(Opcode.CLOSE)  # and answered
+        assert Close.parse(bytes(frames[-1].data)).code == 4000
+        await asyncio.wait_for(connection.wait_closed(), 5)
+        assert connection.protocol.close_rcvd is not None
+        assert connection.protocol.close_rcvd.code == 4000
