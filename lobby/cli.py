@@ -14,6 +14,7 @@ import argparse
 import asyncio
 import contextlib
 import errno
+import gc
 import os
 import resource
 import shutil
@@ -208,6 +209,11 @@ async def _serve(settings: Settings) -> None:
         raise StartFailed(_listen_failure(settings, exc)) from None
     except StoreUnavailable as exc:  # --cluster: the shared registry
         raise StartFailed(str(exc)) from None
+    # What exists once the lobby is up lives as long as the process: the collector need not
+    # walk it again. Routing allocates dozens of objects per message, few of them in cycles:
+    # a young generation of 20,000 instead of 700 runs the collector far less often.
+    gc.freeze()
+    gc.set_threshold(20_000, *gc.get_threshold()[1:])
     try:
         await stop.wait()
     finally:

@@ -56,9 +56,10 @@ from protocol.models import LOBBY_ID, CloseCode
 
 log = structlog.get_logger("lobby.server")
 
-FLUSH_EVERY = 8
+FLUSH_EVERY = 16
 """A long read is flushed every this many messages, not only at its end: its first messages
-go out (and their answers start) while the rest are routed."""
+go out (and their answers start) while the rest are routed. Fewer means more write() calls
+per message; more leaves a lone peer idle while a long read is routed."""
 
 
 class LobbyServer:
