@@ -21,6 +21,7 @@ from lobby.server import LobbyServer
 from lobby.transport.base import Link
 from lobby.transport.websockets import LobbyConnection
 from tests.conftest import TRANSPORTS
+from tests.waiting import until
 from tests.wsclient import frame, reply, running, token_of
 
 LENGTHS = [0, 1, 125, 126, 127, 65535, 65536, 70000]
@@ -299,11 +300,9 @@ async def test_websockets_reads_on_from_where_the_lobby_stopped_once_closing(
         discover = masked(Opcode.TEXT, frame("raw", "PING", {}, auth_token=token).encode())
         raw.writer.write(discover[:5])
         await raw.writer.drain()
-        while not connection._pending:  # the start of the frame is held by the lobby
-            await asyncio.sleep(0.01)
+        await until(lambda: connection._pending, "the start of the frame held by the lobby")
         assert connection.shut(4000, "bye") is not None
-        while connection.protocol.state is State.OPEN:  # the close frame is sent
-            await asyncio.sleep(0.01)
+        await until(lambda: connection.protocol.state is not State.OPEN, "the close frame sent")
         raw.writer.write(discover[5:])
         frames = await raw.until(Opcode.CLOSE)  # and answered
         assert Close.parse(bytes(frames[-1].data)).code == 4000
