@@ -40,7 +40,7 @@ from nats.js.kv import KeyValue
 from lobby.cluster.keys import AGENTS, agent_id_of, agent_key, decode_agent, encode_agent
 from lobby.cluster.liveness import NODES, Liveness
 from lobby.cluster.recovery import RECOVERIES, Recovery
-from lobby.cluster.routing import Relay
+from lobby.cluster.routing import HANDOVERS, Relay
 from lobby.core.records import AgentRemoved, AgentSaved
 from lobby.core.router import Router
 from lobby.core.session import Action
@@ -108,6 +108,7 @@ class ClusterNode:
         """Which nodes are alive (KV bucket `nodes`)."""
         self.relay = Relay(node_id, router, execute, durable)
         """Messages to and from agents on other nodes."""
+        self.relay.replicas = replicas
         self.recovery = Recovery(
             node_id, servers, router, self.liveness, execute, self.relay.rehome, flush
         )
@@ -138,6 +139,7 @@ class ClusterNode:
             await self.recovery.start(js, replicas)
             for bucket in (AGENTS, NODES, RECOVERIES):
                 await replicated(js, f"KV_{bucket}", replicas)
+            await replicated(js, f"OBJ_{HANDOVERS}", replicas)
         except (OSError, *_FAILED) as exc:
             await self.stop()
             raise ClusterUnavailable(f"cannot set up the agents bucket at {where}: {exc}") from None

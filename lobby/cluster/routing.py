@@ -49,11 +49,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+import uuid
 from collections import deque
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Final
 
 import nats.errors
+import nats.js.errors
 import orjson
 import structlog
 from nats.aio.client import Client
@@ -75,6 +77,13 @@ PROBE_TIMEOUT: Final = 1.0
 """Seconds a node waits for another's answer to `lobby.ping` before counting it down."""
 RELEASE_TIMEOUT: Final = 2.0
 """Seconds a node waits for an agent's old home to hand it over (`lobby.release`)."""
+HANDOVER_INLINE_MAX: Final = 256 * 1024
+"""Bytes of a handover sent in the answer itself; a larger one (a full mailbox) goes through
+the object store `HANDOVERS` (NATS refuses messages over its `max_payload`, 1 MiB by default)
+and the answer names the object."""
+HANDOVERS: Final = "LOBBY_HANDOVERS"
+_STORED: Final = b"@"
+"""Starts an answer to `lobby.release` that names an object in `HANDOVERS`."""
 UNTAKEN_AFTER: Final = 10.0
 """Seconds after which an agent this node handed over, and whose new home has not written its
 key, is taken back (that node gave up waiting for the handover)."""
@@ -165,6 +174,8 @@ class Relay:
         """Destination node -> (batch, when it was published, monotonic), oldest first."""
         self._resending: asyncio.Task[None] | None = None
         self._deferred = 0
+        self.replicas = 1
+        """Copies NATS keeps of the object store `HANDOVERS` (`--cluster-replicas`)."""
         """Passes of forwards waiting for this node's commit (`kick`)."""
         self.resent = 0
         self.dropped = 0
@@ -177,6 +188,11 @@ class Relay:
 
     async def start(self, nc: Client) -> None:
         self._nc = nc
+        js = nc.jetstream()
+        try:  # made now: at the first large handover, making it could outlast the wait
+            await js.object_store(HANDOVERS)
+        except nats.js.errors.BucketNotFoundError:
+            await js.create_object_store(HANDOVERS, replicas=self.replicas)
         await nc.subscribe(f"lobby.fwd.{self.node_id}", cb=self._forwarded)
         await nc.subscribe(f"lobby.ret.{self.node_id}", cb=self._returned)
         await nc.subscribe(f"lobby.done.{self.node_id}", cb=self._done)
@@ -362,7 +378,8 @@ class Relay:
 
     async def ask_release(self, home: str, agent_id: str) -> bytes | None:
         """Ask node `home` to hand `agent_id` over to this node: its handover (empty: nothing
-        there), or None if it did not answer within `RELEASE_TIMEOUT`."""
+        there, fetched from the object store `HANDOVERS` when the answer names an object), or
+        None if it did not answer within `RELEASE_TIMEOUT` or its handover could not be read."""
         if self._nc is None:
             return None
         try:
@@ -371,9 +388,16 @@ class Relay:
                 f"{agent_id} {self.node_id}".encode(),
                 timeout=RELEASE_TIMEOUT,
             )
+            data: bytes = reply.data
+            if data.startswith(_STORED):
+                name = data[len(_STORED) :].decode()
+                store = await self._nc.jetstream().object_store(HANDOVERS)
+                found = await store.get(name)
+                data = found.data or b""
+                with contextlib.suppress(nats.errors.Error, TimeoutError):
+                    await store.delete(name)
         except (nats.errors.Error, TimeoutError):
             return None
-        data: bytes = reply.data
         return data
 
     def _publish(self, subject: str, data: bytes) -> None:
@@ -495,7 +519,22 @@ class Relay:
             self.released[agent_id] = (node_b.decode(), data, time.monotonic())
         self._execute(actions)
         reply = msg.reply
-        self._durable(lambda: self._publish(reply, data))
+        self._durable(lambda: self._spawn(self._answer_release(reply, data)))
+
+    async def _answer_release(self, reply: str, data: bytes) -> None:
+        """Answer a `lobby.release`: the handover itself, or the name of the object holding it
+        when it is too large for one NATS message. Unanswered if that fails: the node that
+        asked closes its resume with 1013, and this node takes the agent back."""
+        assert self._nc is not None
+        try:
+            if len(data) > HANDOVER_INLINE_MAX:
+                store = await self._nc.jetstream().object_store(HANDOVERS)
+                name = uuid.uuid4().hex
+                await store.put(name, data)
+                data = _STORED + name.encode()
+            await self._nc.publish(reply, data)
+        except (nats.errors.Error, TimeoutError) as exc:
+            log.warning("CLUSTER_HANDOVER_UNSENT", error=repr(exc))
 
 
 def _message_id(frame: bytes) -> str:
