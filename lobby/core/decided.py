@@ -41,16 +41,11 @@ def deliver_decided(
         return None
     delivery = state.delivery
     now = state.clock()
-    message_id = msg.message_id
-    if message_id is not None:
-        key = (msg.sender_id, message_id)
-        at = delivery.seen.get(key)
-        if at is not None and now - at <= delivery.dedupe_horizon:
-            if session is not None:  # a resend: confirmed again, never delivered twice
-                delivery.confirm(session, message_id)
-            return []
-        if session is None:  # `accept` records the senders' ids, not the lobby's own
-            delivery.seen[key] = now
+    if delivery.is_duplicate(msg, session, now):
+        return []  # a resend: confirmed again, never delivered twice
+    if session is None and msg.message_id is not None:
+        # `accept` records the senders' ids, not the lobby's own notices'.
+        delivery.seen[(msg.sender_id, msg.message_id)] = now
     if msg.message_type in _TRADES:
         tx = msg.payload.get("transaction")
         if isinstance(tx, dict):

@@ -89,8 +89,9 @@ class Delivery:
     def new_message_id(self) -> str:
         return f"{self._id_prefix}-{next(self._ids)}"
 
-    def is_duplicate(self, msg: Message, session: Session, now: float) -> bool:
-        """True (and the resend confirmed) if the sender already sent this message_id."""
+    def is_duplicate(self, msg: Message, session: Session | None, now: float) -> bool:
+        """True (and the resend confirmed, to `session` if any) if the sender already sent this
+        message_id."""
         message_id = msg.message_id
         if message_id is None:
             return False
@@ -98,7 +99,8 @@ class Delivery:
         at = self.seen.get(key)
         if at is None or now - at > self.dedupe_horizon:
             return False
-        self.confirm(session, message_id)
+        if session is not None:
+            self.confirm(session, message_id)
         return True
 
     def confirm(self, session: Session, message_id: str, traceparent: str | None = None) -> None:

@@ -89,9 +89,8 @@ def release(router: Router, agent_id: str, to_node: str) -> tuple[bytes, list[Ac
     # sent to it here from now on waits (`SharedRegistry.park`) until its new home has taken
     # it (`Router.looked_up`, once that node wrote its key), so nothing overtakes it there.
     record.home = to_node
-    shared = state.shared
-    if shared is not None:
-        shared.parked.setdefault(agent_id, [])
+    if state.shared is not None:
+        state.shared.hold(agent_id)
     record.mailbox.clear()
     record.acked_seq = record.delivered_seq = record.next_seq
     journal = state.delivery.journal

@@ -149,6 +149,11 @@ class SharedRegistry:
         self.parked_count += 1
         return True
 
+    def hold(self, agent_id: str) -> None:
+        """From now on, messages to `agent_id` wait (`park`) until `Router.looked_up`: this
+        node handed it over, and its new home has not taken it yet (`lobby.core.handover`)."""
+        self.parked.setdefault(agent_id, [])
+
     def unpark(self, agent_id: str) -> list[tuple[Session, Message]]:
         """The messages held for `agent_id`, in order; none is held for it any more."""
         waiting = self.parked.pop(agent_id, [])
