@@ -6,11 +6,13 @@ has gone unconfirmed for `RESEND_AFTER`, and reaches its receiver on b once."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterable
+from collections.abc import AsyncIterator, Iterable
+from contextlib import asynccontextmanager
 from pathlib import Path
 
 import orjson
 import pytest
+from nats.aio.client import Client
 from nats.js.errors import NotFoundError
 
 from lobby.cluster import routing
@@ -41,6 +43,25 @@ def learns(router: Router, agent_id: str, router_there: Router, home: str) -> No
     router.learned(AgentSaved(agent_id, record.token_hash, b"[]", True), home)
 
 
+@asynccontextmanager
+async def relays(
+    tmp_path: Path, a: Router, b: Router
+) -> AsyncIterator[tuple[Relay, Relay, Client, Client]]:
+    """Node a's and node b's relays, not started, each on its own connection to one real
+    `nats-server -js`; stopped and disconnected at the end."""
+    async with nats_server(tmp_path) as nats:
+        nc_a, nc_b = await connect(nats.url), await connect(nats.url)
+        relay_a = Relay("a", a, execute, lambda then: then())
+        relay_b = Relay("b", b, execute, lambda then: then())
+        try:
+            yield relay_a, relay_b, nc_a, nc_b
+        finally:
+            await relay_a.stop()
+            await relay_b.stop()
+            await nc_a.close()
+            await nc_b.close()
+
+
 async def test_a_forward_nobody_heard_is_sent_again_and_delivered_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -51,41 +72,32 @@ async def test_a_forward_nobody_heard_is_sent_again_and_delivered_once(
     alice, bob = join_shared(a, "alice", acks=True), join_shared(b, "bob")
     learns(a, "bob", b, "b")
     learns(b, "alice", a, "a")
-    async with nats_server(tmp_path) as nats:
-        nc_a, nc_b = await connect(nats.url), await connect(nats.url)
-        relay_a = Relay("a", a, execute, lambda then: then())
-        relay_b = Relay("b", b, execute, lambda then: then())
-        try:
-            await relay_a.start(nc_a)
-            alice.to("bob", "TEXT", {"content": "lost once"}, message_id="m1")
-            relay_a.kick()  # published to lobby.fwd.b, which nobody reads yet
-            await nc_a.flush()
-            assert relay_a.unconfirmed["b"]
-            await relay_b.start(nc_b)
-            await nc_b.flush()
-            await until(lambda: bob.inbox, "bob got the resend")
-            await until(lambda: not relay_a.unconfirmed["b"], "b confirmed it")
-            execute(b.committed(b.take_journal()))  # b's commit: ACCEPTED goes back to a
-            relay_b.kick()
-            await until(lambda: alice.inbox, "alice got ACCEPTED")
-            (text,) = bob.take()
-            assert (text["sender_id"], text["payload"], text["seq"]) == (
-                "alice",
-                {"content": "lost once"},
-                1,
-            )
-            accepted = [f for f in alice.take() if f["message_type"] == "ACCEPTED"]
-            assert [f["payload"]["message_id"] for f in accepted] == ["m1"]
-            assert relay_a.resent == 1
-            await asyncio.sleep(2 * routing.RESEND_AFTER + 1.0)  # confirmed: never again
-            assert bob.take() == []
-            assert relay_a.resent == 1
-            assert not relay_a._sent_at["b"]  # what it remembers of batches sent: nothing kept
-        finally:
-            await relay_a.stop()
-            await relay_b.stop()
-            await nc_a.close()
-            await nc_b.close()
+    async with relays(tmp_path, a, b) as (relay_a, relay_b, nc_a, nc_b):
+        await relay_a.start(nc_a)
+        alice.to("bob", "TEXT", {"content": "lost once"}, message_id="m1")
+        relay_a.kick()  # published to lobby.fwd.b, which nobody reads yet
+        await nc_a.flush()
+        assert relay_a.unconfirmed["b"]
+        await relay_b.start(nc_b)
+        await nc_b.flush()
+        await until(lambda: bob.inbox, "bob got the resend")
+        await until(lambda: not relay_a.unconfirmed["b"], "b confirmed it")
+        execute(b.committed(b.take_journal()))  # b's commit: ACCEPTED goes back to a
+        relay_b.kick()
+        await until(lambda: alice.inbox, "alice got ACCEPTED")
+        (text,) = bob.take()
+        assert (text["sender_id"], text["payload"], text["seq"]) == (
+            "alice",
+            {"content": "lost once"},
+            1,
+        )
+        accepted = [f for f in alice.take() if f["message_type"] == "ACCEPTED"]
+        assert [f["payload"]["message_id"] for f in accepted] == ["m1"]
+        assert relay_a.resent == 1
+        await asyncio.sleep(2 * routing.RESEND_AFTER + 1.0)  # confirmed: never again
+        assert bob.take() == []
+        assert relay_a.resent == 1
+        assert not relay_a._sent_at["b"]  # what it remembers of batches sent: nothing kept
 
 
 async def test_a_forward_left_out_is_kept_past_later_confirmations_until_its_receiver_moves(
@@ -103,30 +115,19 @@ async def test_a_forward_left_out_is_kept_past_later_confirmations_until_its_rec
         learns(a, name, b, "b")
     learns(b, "alice", a, "a")
     learns(b, "bob", b, "c")  # bob resumed on c: b knows, a not yet
-    async with nats_server(tmp_path) as nats:
-        nc_a, nc_b = await connect(nats.url), await connect(nats.url)
-        relay_a = Relay("a", a, execute, lambda then: then())
-        relay_b = Relay("b", b, execute, lambda then: then())
-        try:
-            await relay_a.start(nc_a)
-            await relay_b.start(nc_b)
-            alice.to("bob", "TEXT", {"content": "to bob"}, message_id="m1")
-            relay_a.kick()
-            await until(lambda: relay_a._left_out.get("b"), "b left m1 out")
-            alice.to("carol", "TEXT", {"content": "to carol"}, message_id="m2")
-            relay_a.kick()
-            await until(lambda: carol.inbox, "carol got m2")
-            await until(
-                lambda: all(e[3] != "m2" for e in relay_a.unconfirmed["b"]), "b confirmed m2"
-            )
-            assert [e[3] for e in relay_a.unconfirmed["b"]] == ["m1"]
-            relay_a.rehome("bob", "b", "c")
-            assert [(f[0], f[3]) for f in a.delivery.forwards] == [("c", "m1")]
-        finally:
-            await relay_a.stop()
-            await relay_b.stop()
-            await nc_a.close()
-            await nc_b.close()
+    async with relays(tmp_path, a, b) as (relay_a, relay_b, nc_a, nc_b):
+        await relay_a.start(nc_a)
+        await relay_b.start(nc_b)
+        alice.to("bob", "TEXT", {"content": "to bob"}, message_id="m1")
+        relay_a.kick()
+        await until(lambda: relay_a._left_out.get("b"), "b left m1 out")
+        alice.to("carol", "TEXT", {"content": "to carol"}, message_id="m2")
+        relay_a.kick()
+        await until(lambda: carol.inbox, "carol got m2")
+        await until(lambda: all(e[3] != "m2" for e in relay_a.unconfirmed["b"]), "b confirmed m2")
+        assert [e[3] for e in relay_a.unconfirmed["b"]] == ["m1"]
+        relay_a.rehome("bob", "b", "c")
+        assert [(f[0], f[3]) for f in a.delivery.forwards] == [("c", "m1")]
 
 
 async def test_a_handover_too_large_for_one_nats_message_goes_through_the_object_store(
@@ -140,23 +141,14 @@ async def test_a_handover_too_large_for_one_nats_message_goes_through_the_object
     for n in range(12):
         alice.to("bob", "TEXT", {"content": "x" * 100_000}, message_id=f"m{n}")
     learns(b, "bob", a, "a")
-    async with nats_server(tmp_path) as nats:
-        nc_a, nc_b = await connect(nats.url), await connect(nats.url)
-        relay_a = Relay("a", a, execute, lambda then: then())
-        relay_b = Relay("b", b, execute, lambda then: then())
-        try:
-            await relay_a.start(nc_a)
-            await relay_b.start(nc_b)
-            data = await relay_b.ask_release("a", "bob")
-            assert data is not None
-            assert [m[3] for m in orjson.loads(data)["messages"]] == [f"m{n}" for n in range(12)]
-            store = await nc_b.jetstream().object_store(routing.HANDOVERS)
-            with pytest.raises(NotFoundError):  # fetched, then deleted: none left
-                await store.list(ignore_deletes=True)
-            assert b.handed_over("a", "bob", data) == []  # adopted; no resume waited for it
-            assert [seq for seq, _ in b.registry.agents["bob"].mailbox] == list(range(1, 13))
-        finally:
-            await relay_a.stop()
-            await relay_b.stop()
-            await nc_a.close()
-            await nc_b.close()
+    async with relays(tmp_path, a, b) as (relay_a, relay_b, nc_a, nc_b):
+        await relay_a.start(nc_a)
+        await relay_b.start(nc_b)
+        data = await relay_b.ask_release("a", "bob")
+        assert data is not None
+        assert [m[3] for m in orjson.loads(data)["messages"]] == [f"m{n}" for n in range(12)]
+        store = await nc_b.jetstream().object_store(routing.HANDOVERS)
+        with pytest.raises(NotFoundError):  # fetched, then deleted: none left
+            await store.list(ignore_deletes=True)
+        assert b.handed_over("a", "bob", data) == []  # adopted; no resume waited for it
+        assert [seq for seq, _ in b.registry.agents["bob"].mailbox] == list(range(1, 13))
