@@ -26,10 +26,10 @@ from lobby.core.sealed import KIND
 from lobby.core.state import LobbyState
 
 if TYPE_CHECKING:
-    from lobby.core.router import Router
+    from lobby.core.between_nodes import BetweenNodes
 
 
-def adopt(router: Router, snapshot: Snapshot, dead: str) -> list[str]:
+def adopt(router: BetweenNodes, snapshot: Snapshot, dead: str) -> list[str]:
     """Take over the agents of node `dead` whose home it still is, from its `snapshot`; returns
     their ids. Call once per dead node, from the node that won its recovery."""
     state = router.state
@@ -89,7 +89,7 @@ def adopt(router: Router, snapshot: Snapshot, dead: str) -> list[str]:
     return list(adopted)
 
 
-def _take_decisions(router: Router, snapshot: Snapshot) -> None:
+def _take_decisions(router: BetweenNodes, snapshot: Snapshot) -> None:
     """The dead node's dialogues, sealed rounds, proposals and trades: it decided them (each
     lives on its initiator's or proposer's home, `lobby.core.negotiation`), and this node,
     now those agents' home, decides them from here on. What this node holds already is kept."""

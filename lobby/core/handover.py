@@ -31,12 +31,12 @@ from lobby.core.session import Action, Close
 from protocol.models import CloseCode
 
 if TYPE_CHECKING:
-    from lobby.core.router import Router
+    from lobby.core.between_nodes import BetweenNodes
 
 log = structlog.get_logger("lobby")
 
 
-def release(router: Router, agent_id: str, to_node: str) -> tuple[bytes, list[Action]]:
+def release(router: BetweenNodes, agent_id: str, to_node: str) -> tuple[bytes, list[Action]]:
     """Give `agent_id` up to node `to_node`: the handover (empty if it is not this node's
     agent) and the close of its connection here. Answer with it only once the journal is
     committed."""
@@ -115,7 +115,7 @@ def release(router: Router, agent_id: str, to_node: str) -> tuple[bytes, list[Ac
     return data, actions
 
 
-def take_over(router: Router, home: str, data: bytes) -> list[str]:
+def take_over(router: BetweenNodes, home: str, data: bytes) -> list[str]:
     """Adopt what node `home` handed over (`release`) for an agent whose home it still is
     here; returns the agent's id if it was adopted."""
     if not data:
@@ -148,7 +148,7 @@ def take_over(router: Router, home: str, data: bytes) -> list[str]:
     return adopt(router, snapshot, home)
 
 
-def take_back(router: Router, to_node: str, data: bytes) -> list[Action]:
+def take_back(router: BetweenNodes, to_node: str, data: bytes) -> list[Action]:
     """Node `to_node` never took the agent this node handed it (`release`): adopt the handover
     here again and route what waited for it."""
     agent_id = orjson.loads(data)["agent"][0]

@@ -1,0 +1,149 @@
+"""The router's entry points for a cluster node (`lobby serve --cluster`). Sans-I/O.
+
+The cluster layer (`lobby.cluster`) drives these: the shared registry's verdicts and what other
+nodes changed (`lobby.core.shared`), messages other nodes forwarded (`relayed`) or decided
+(`decided`, `lobby.core.decided`), agents handed over between live nodes (`release`,
+`handed_over`, `take_back`: `lobby.core.handover`). A single-node lobby calls none of them.
+`Router` inherits them; they work on its state, registrar and dispatch table.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from lobby.core.conversations import Conversations
+from lobby.core.decided import deliver_decided
+from lobby.core.handover import release, take_back, take_over
+from lobby.core.marketplace import Marketplace
+from lobby.core.negotiation import Negotiations
+from lobby.core.records import AgentRemoved, AgentSaved
+from lobby.core.refusal import Refusal
+from lobby.core.registration import Registrar
+from lobby.core.registry import AgentRecord
+from lobby.core.session import Action, Close, Session
+from lobby.core.shared import SharedRegistry
+from lobby.core.state import LobbyState
+from protocol.codec import decode
+from protocol.errors import DecodeError
+from protocol.models import CloseCode, ErrorCode, Message, MessageType
+
+Handler = Callable[[Session, AgentRecord, Message], list[Action]]
+
+
+class BetweenNodes:
+    """What a cluster node's core adds to `Router` (whose `__init__` sets these fields)."""
+
+    state: LobbyState
+    registrar: Registrar
+    requests: Conversations
+    negotiations: Negotiations
+    market: Marketplace
+    _handlers: dict[MessageType, Handler]
+    _parked: dict[str, list[tuple[Session, Message]]]
+
+    def share(self, node_id: str) -> SharedRegistry:
+        """Make this core one node of a cluster: new ids are claimed in the shared registry
+        before REGISTER_ACK, and registration changes are queued for it (`lobby.core.shared`).
+        Call once, before any connection."""
+        self.state.shared = SharedRegistry(self.state.registry, node_id)
+        self._parked = self.state.shared.parked
+        return self.state.shared
+
+    def claimed(self, agent_id: str, won: bool | None) -> list[Action]:
+        """The shared registry's verdict on this node's claim of `agent_id` (see
+        `SharedRegistry.claimed`): REGISTER_ACK, or the ERROR that refuses the REGISTER."""
+        return self.registrar.claimed(agent_id, won)
+
+    def learned(self, saved: AgentSaved, home: str) -> list[Action]:
+        """Another node (`home`) registered an agent, changed its registration or took its
+        connection (`SharedRegistry.learned`): known here, not journaled here."""
+        assert self.state.shared is not None, "share() first"
+        return self.state.shared.learned(saved, home)
+
+    def forgot(self, agent_id: str) -> list[Action]:
+        """Another node removed an agent: gone here too (journaled, so a restart agrees)."""
+        assert self.state.shared is not None, "share() first"
+        actions, known = self.state.shared.forgot(agent_id)
+        if known:
+            self.state.journaled(AgentRemoved(agent_id))
+        return actions
+
+    def probed(self, home: str, alive: bool) -> list[Action]:
+        """Node `home` answered a probe (`alive`) or not: the resumes of its agents waiting
+        for it go ahead or are closed with 1013 (`SharedRegistry.gate`)."""
+        assert self.state.shared is not None, "share() first"
+        shared = self.state.shared
+        waiting, actions = shared.probed(home, alive, self.state.clock())
+        for session, msg in waiting:
+            shared.release(home, session, msg)
+        return actions
+
+    def release(self, agent_id: str, to_node: str) -> tuple[bytes, list[Action]]:
+        """Node `to_node` asks this node, `agent_id`'s home, to hand the agent over: what to
+        answer (once committed) and what to do (`lobby.core.handover.release`)."""
+        return release(self, agent_id, to_node)
+
+    def take_back(self, to_node: str, data: bytes) -> list[Action]:
+        """Node `to_node` never took the agent this node handed it: it is this node's again
+        (`lobby.core.handover.take_back`)."""
+        return take_back(self, to_node, data)
+
+    def handed_over(self, home: str, agent_id: str, data: bytes | None) -> list[Action]:
+        """Node `home` answered this node's request to release `agent_id` with `data` (empty:
+        nothing of it is there), or did not answer (None): the resumes waiting for it are
+        adopted and go ahead, or are closed with 1013 (try again)."""
+        assert self.state.shared is not None, "share() first"
+        waiting = self.state.shared.releasing.pop(agent_id, [])
+        if data is None:
+            reason = f"its home node {home} did not hand it over in time: try again"
+            return [Close(session, CloseCode.TRY_AGAIN, reason) for session, _ in waiting]
+        take_over(self, home, data)
+        actions: list[Action] = []
+        for session, msg in waiting:
+            try:
+                actions += self.registrar.register(session, msg, handed_over=True)
+            except Refusal as refusal:
+                actions += self.state.error(session, msg, refusal.code, refusal.reason)
+        return actions
+
+    def looked_up(self, agent_id: str) -> list[Action]:
+        """The shared store was read for `agent_id` (and what it holds learned): the messages
+        held for it (`SharedRegistry.park`) are routed now, in order, or refused if it is still
+        unknown. One whose sender's connection closed meanwhile is dropped: never confirmed,
+        it is resent after the sender reconnects."""
+        assert self.state.shared is not None, "share() first"
+        actions: list[Action] = []
+        for session, msg in self.state.shared.unpark(agent_id):
+            agent = session.agent
+            if agent is None:
+                continue
+            try:
+                actions += self._handlers[msg.message_type](session, agent, msg)
+            except Refusal as refusal:
+                actions += self.state.error(session, msg, refusal.code, refusal.reason)
+        return actions
+
+    def _park(self, session: Session, msg: Message) -> bool:
+        shared = self.state.shared
+        return shared is not None and shared.park(session, msg)
+
+    def relayed(self, session: Session, frame: bytes) -> list[Action]:
+        """A message another node authenticated and forwarded here, its receiver's home:
+        routed as if sent here, by `session`, which stands for its sender on that node (what
+        it is answered, ERROR or ACCEPTED, goes back there)."""
+        agent = session.agent
+        assert agent is not None, "a relay session stands for a known agent"
+        try:
+            msg = decode(frame)
+        except DecodeError as exc:
+            return self.state.error(session, None, ErrorCode.MALFORMED, exc.reason)
+        try:
+            return self._handlers[msg.message_type](session, agent, msg)
+        except Refusal as refusal:
+            return self.state.error(session, msg, refusal.code, refusal.reason)
+
+    def decided(self, session: Session | None, frame: bytes) -> list[Action] | None:
+        """A message another node decided (a dialogue move, an order proposal, a payment, or
+        one of its notices, `session` None), for an agent of this node: stored and delivered,
+        not checked again (`lobby.core.decided`). None: the receiver's home is elsewhere now."""
+        return deliver_decided(self.state, session, frame)
