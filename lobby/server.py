@@ -487,7 +487,7 @@ class LobbyServer:
             "node_id": cluster.node_id,
             "nodes": cluster.liveness.alive(),
             "recovered": cluster.recovery.recovered,
-            "unconfirmed_forwards": sum(len(q) for q in cluster.relay.unconfirmed.values()),
+            "unconfirmed_forwards": sum(len(link.kept) for link in cluster.relay.links.values()),
         }
 
 

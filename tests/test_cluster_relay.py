@@ -6,6 +6,7 @@ has gone unconfirmed for `RESEND_AFTER`, and reaches its receiver on b once."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -77,11 +78,11 @@ async def test_a_forward_nobody_heard_is_sent_again_and_delivered_once(
         alice.to("bob", "TEXT", {"content": "lost once"}, message_id="m1")
         relay_a.kick()  # published to lobby.fwd.b, which nobody reads yet
         await nc_a.flush()
-        assert relay_a.unconfirmed["b"]
+        assert relay_a.links["b"].kept
         await relay_b.start(nc_b)
         await nc_b.flush()
         await until(lambda: bob.inbox, "bob got the resend")
-        await until(lambda: not relay_a.unconfirmed["b"], "b confirmed it")
+        await until(lambda: not relay_a.links["b"].kept, "b confirmed it")
         execute(b.committed(b.take_journal()))  # b's commit: ACCEPTED goes back to a
         relay_b.kick()
         await until(lambda: alice.inbox, "alice got ACCEPTED")
@@ -97,7 +98,8 @@ async def test_a_forward_nobody_heard_is_sent_again_and_delivered_once(
         await asyncio.sleep(2 * routing.RESEND_AFTER + 1.0)  # confirmed: never again
         assert bob.take() == []
         assert relay_a.resent == 1
-        assert not relay_a._sent_at["b"]  # what it remembers of batches sent: nothing kept
+        relay_a.unanswered(time.monotonic())
+        assert not relay_a.links["b"].sent  # what it remembers of batches sent: nothing kept
 
 
 async def test_a_forward_left_out_is_kept_past_later_confirmations_until_its_receiver_moves(
@@ -120,12 +122,13 @@ async def test_a_forward_left_out_is_kept_past_later_confirmations_until_its_rec
         await relay_b.start(nc_b)
         alice.to("bob", "TEXT", {"content": "to bob"}, message_id="m1")
         relay_a.kick()
-        await until(lambda: relay_a._left_out.get("b"), "b left m1 out")
+        await until(lambda: relay_a.links["b"].left_out, "b left m1 out")
         alice.to("carol", "TEXT", {"content": "to carol"}, message_id="m2")
         relay_a.kick()
         await until(lambda: carol.inbox, "carol got m2")
-        await until(lambda: all(e[3] != "m2" for e in relay_a.unconfirmed["b"]), "b confirmed m2")
-        assert [e[3] for e in relay_a.unconfirmed["b"]] == ["m1"]
+        kept = relay_a.links["b"].kept
+        await until(lambda: all(e.message_id != "m2" for e in kept), "b confirmed m2")
+        assert [e.message_id for e in relay_a.links["b"].kept] == ["m1"]
         relay_a.rehome("bob", "b", "c")
         assert [(f[0], f[3]) for f in a.delivery.forwards] == [("c", "m1")]
 
@@ -152,3 +155,68 @@ async def test_a_handover_too_large_for_one_nats_message_goes_through_the_object
             await store.list(ignore_deletes=True)
         assert b.handed_over("a", "bob", data) == []  # adopted; no resume waited for it
         assert [seq for seq, _ in b.registry.agents["bob"].mailbox] == list(range(1, 13))
+
+
+async def test_a_batch_core_nats_dropped_is_asked_for_and_routed_before_what_followed_it(
+    tmp_path: Path,
+) -> None:
+    """Of a's three batches to b, the second never arrives: b routes the first, refuses the
+    third (a gap), asks a for everything from the second, and bob gets all three in order."""
+    a, b = make_router(), make_router()
+    a.share("a")
+    b.share("b")
+    alice, bob = join_shared(a, "alice", acks=True), join_shared(b, "bob")
+    learns(a, "bob", b, "b")
+    learns(b, "alice", a, "a")
+    async with relays(tmp_path, a, b) as (relay_a, relay_b, nc_a, nc_b):
+        await relay_a.start(nc_a)
+        await relay_b.start(nc_b)
+        for n in (1, 2, 3):
+            alice.to("bob", "TEXT", {"content": f"m{n}"}, message_id=f"m{n}")
+            if n == 2:
+                lost = relay_a._nc
+                relay_a._nc = None  # this publish goes nowhere, as in a NATS outage
+                relay_a.kick()
+                relay_a._nc = lost
+            else:
+                relay_a.kick()
+            await nc_a.flush()
+        await until(lambda: len(bob.inbox) == 3, "bob got all three")
+        assert [f["payload"]["content"] for f in bob.take()] == ["m1", "m2", "m3"]
+        await until(lambda: not relay_a.links["b"].kept, "b confirmed all three")
+        assert relay_a.resent >= 2  # batches 2 and 3, at b's request, not after RESEND_AFTER
+
+
+async def test_a_sender_the_home_has_not_learned_is_read_and_its_messages_keep_their_place(
+    tmp_path: Path,
+) -> None:
+    """b has not learned alice when her messages arrive, nor carol's behind them: b reads
+    alice's entry, then routes hers and carol's in order; nothing is left out."""
+    a, b = make_router(), make_router()
+    a.share("a")
+    b.share("b")
+    alice, carol = join_shared(a, "alice", acks=True), join_shared(a, "carol", acks=True)
+    bob = join_shared(b, "bob")
+    learns(a, "bob", b, "b")
+    learns(b, "carol", a, "a")
+    read: list[str] = []
+
+    async def learn(agent_id: str) -> None:
+        await asyncio.sleep(0.2)  # a registry read that takes a while: carol's batch waits
+        read.append(agent_id)
+        learns(b, agent_id, a, "a")
+
+    async with relays(tmp_path, a, b) as (relay_a, relay_b, nc_a, nc_b):
+        relay_b.learn = learn
+        await relay_a.start(nc_a)
+        await relay_b.start(nc_b)
+        alice.to("bob", "TEXT", {"content": "alice 1"}, message_id="a1")
+        alice.to("bob", "TEXT", {"content": "alice 2"}, message_id="a2")
+        relay_a.kick()
+        carol.to("bob", "TEXT", {"content": "carol 1"}, message_id="c1")
+        relay_a.kick()
+        await until(lambda: len(bob.inbox) == 3, "bob got all three")
+        assert [f["payload"]["content"] for f in bob.take()] == ["alice 1", "alice 2", "carol 1"]
+        assert read == ["alice"]
+        await until(lambda: not relay_a.links["b"].kept, "b confirmed them")
+        assert not relay_a.links["b"].left_out

@@ -109,6 +109,7 @@ class ClusterNode:
         self.relay = Relay(node_id, router, execute, durable)
         """Messages to and from agents on other nodes."""
         self.relay.replicas = replicas
+        self.relay.learn = self.learn
         self.recovery = Recovery(
             node_id, servers, router, self.liveness, execute, self.relay.rehome, flush
         )
@@ -214,6 +215,12 @@ class ClusterNode:
     async def _lookup(self, agent_id: str) -> None:
         """A message here names an agent this node has not learned of: read its entry (it
         may have registered on another node a moment ago), then route or refuse what waits."""
+        await self.learn(agent_id)
+        self._execute(self.router.looked_up(agent_id))
+
+    async def learn(self, agent_id: str) -> None:
+        """Read `agent_id`'s entry from the bucket into the core, if it holds one (a failed
+        read is logged: the caller goes on as if it held none)."""
         assert self._kv is not None
         try:
             entry: KeyValue.Entry | None = await self._kv.get(agent_key(agent_id))
@@ -224,7 +231,6 @@ class ClusterNode:
             entry = None
         if entry is not None:
             self._apply(entry)
-        self._execute(self.router.looked_up(agent_id))
 
     def _release(self, key: str) -> None:
         """No write of `key` in flight any more: apply what the watch brought meanwhile."""

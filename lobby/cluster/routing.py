@@ -14,20 +14,27 @@ an ERROR at once or ACCEPTED after the home's commit, is published back on
 connection there. So a cross-node message is ACCEPTED only once its home has committed it,
 and a resend after a lost answer is absorbed by the home's dedupe.
 
-Resending (failover, a receiver that moved): the sender's node keeps every message it
-forwarded, per destination node and in order, until that node says it committed or refused it:
-after each commit that covers a forwarded batch the home publishes `lobby.done.<sender's node>`
-("batch N and all before it, except these (sender, message_id)": the ones it would have had to
-forward again because their receiver is not its agent any more). When a receiver's home changes
-(a resume on another node, a failover's adoption), what is kept for it is sent again, in order,
-to its new home, or routed here when that is this node; the new home's (sender, message_id)
-dedupe absorbs repeats. A forwarded message is never forwarded a second time (no loops between
-nodes whose views differ for a moment): it stays with its sender's node until that node learns
-where its receiver is. At most `RESEND_LIMIT` messages are kept per destination node; past that
-the oldest is dropped from the resend buffer (logged CLUSTER_RESEND_DROPPED) and only its
-sender's own resend after a reconnect can repair its loss. A node that leaves a batch
-unconfirmed for `RESEND_AFTER` seconds (core NATS dropped it or its answer) is sent everything
-kept for it again, in order, as a new batch; its dedupe absorbs what it had.
+Resending (failover, a receiver that moved, a message core NATS dropped): the sender's node
+keeps every message it forwarded, per destination node and in order, until that node says it
+committed or refused it. The link is numbered (`lobby.cluster.links`): each batch forwarded to
+a node has the next number, the home routes a node's batches only without a gap, asks for a
+gap to be resent (`lobby.gap.<sender's node>`), and after each commit publishes
+`lobby.done.<sender's node>`: "everything up to batch N, except these (sender, message_id)"
+(the ones whose receiver is not its agent any more: kept past later confirmations until their
+receiver's new home is known). When a receiver's home changes (a resume on another node, a
+failover's adoption), what is kept for it is sent again, in order, to its new home, or routed
+here when that is this node; the new home's (sender, message_id) dedupe absorbs repeats. A
+forwarded message is never forwarded a second time (no loops between nodes whose views differ
+for a moment): it stays with its sender's node until that node learns where its receiver is.
+At most `RESEND_LIMIT` messages are kept per destination node; past that the oldest is dropped
+from the resend buffer (logged CLUSTER_RESEND_DROPPED) and only its sender's own resend after a
+reconnect can repair its loss. A node that leaves a batch unconfirmed for `RESEND_AFTER`
+seconds (the last message before an outage, or its confirmation, lost) is sent everything kept
+for it again; its dedupe absorbs what it had.
+
+A message from a sender the home has not learned yet (it registered on another node a moment
+ago) stops that node's link there: the home reads the sender's entry from the shared registry
+(`learn`), then routes the rest, and what that node forwarded meanwhile, in order.
 
 Dialogue moves, order proposals and payments are decided by the one node their dialogue or
 proposal lives on (`lobby.core.negotiation`): a move made elsewhere is forwarded there like a
@@ -36,11 +43,13 @@ is forwarded marked decided, once the decision is committed on the deciding node
 stores and delivers it without checking it again (`Router.decided`).
 
 Wire form: `lobby.fwd` and `lobby.ret` are lines of UTF-8, the first the sending node's id (on
-`lobby.fwd` followed by a space and the batch number), then pairs of lines (an agent id, a
+`lobby.fwd` followed by its incarnation and the batch numbers first, last and low, space
+separated: `lobby.cluster.links`), then pairs of lines (an agent id, a
 frame; on `lobby.fwd` the agent id is preceded by `=` when the frame was decided). Frames are
 single-line JSON (orjson writes no newline), so nothing is decoded or encoded again on the way.
-`lobby.done`: a line "<node> <batch>", then a JSON array of [sender, message_id] pairs left
-out. `lobby.ping.<node>` is answered while the node is up (a resume
+`lobby.done`: a line "<node> <incarnation> <first> <last>", then a JSON array of [sender,
+message_id] pairs left out. `lobby.gap`: "<node> <incarnation> <batch to resend from>".
+`lobby.ping.<node>` is answered while the node is up (a resume
 elsewhere asks it first: `lobby.core.shared`).
 """
 
@@ -50,8 +59,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections import deque
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, Final
 
 import nats.errors
@@ -61,7 +69,7 @@ import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from lobby.core.delivery import Forward
+from lobby.cluster.links import BATCH_BYTES, Chunk, Inbound, Outbound, Pending
 from lobby.core.router import Router
 from lobby.core.session import Action, Send, Session
 from protocol.models import LOBBY_ID
@@ -88,9 +96,6 @@ UNTAKEN_AFTER: Final = 10.0
 """Seconds after which an agent this node handed over, and whose new home has not written its
 key, is taken back (that node gave up waiting for the handover)."""
 
-Pending = tuple[int, str, str, str, bytes, bool]
-"""A forwarded message not yet confirmed: (batch, receiver, sender, message_id, frame,
-decided)."""
 _DECIDED: Final = b"="
 """Marks a forwarded message's sender line when the forwarding node decided it (`=` is in no
 agent id): the home stores and delivers it without checking it again (`Router.decided`)."""
@@ -166,22 +171,24 @@ class Relay:
         self._header = node_id.encode()
         self.returns: dict[str, list[bytes]] = {}
         """Node -> (agent id, frame) lines answering its agents, published by `kick`."""
-        self._batches: dict[str, int] = {}
-        """Destination node -> the number of the last batch forwarded to it."""
-        self.unconfirmed: dict[str, deque[Pending]] = {}
-        """Destination node -> what was forwarded to it and not yet confirmed, oldest first."""
-        self._sent_at: dict[str, deque[tuple[int, float]]] = {}
-        """Destination node -> (batch, when it was published, monotonic), oldest first."""
+        self.incarnation = uuid.uuid4().hex[:12]
+        """This process's id on the links it forwards on: a restarted node numbers anew."""
+        self.links: dict[str, Outbound] = {}
+        """Destination node -> what was forwarded to it and not yet confirmed."""
+        self._inbound: dict[str, Inbound] = {}
+        """Forwarding node -> the batch number expected from it next."""
+        self._stalled: dict[str, list[bytes]] = {}
+        """Forwarding node -> what it forwarded while this node reads the registration of a
+        sender it did not know (its link waits, in order, until that is learned)."""
+        self.learn: Callable[[str], Awaitable[None]] | None = None
+        """Reads an agent's entry from the shared registry into the core (the node's)."""
         self._resending: asyncio.Task[None] | None = None
         self._deferred = 0
+        """Passes of forwards waiting for this node's commit (`kick`)."""
         self.replicas = 1
         """Copies NATS keeps of the object store `HANDOVERS` (`--cluster-replicas`)."""
-        """Passes of forwards waiting for this node's commit (`kick`)."""
         self.resent = 0
         self.dropped = 0
-        self._left_out: dict[str, set[tuple[str, str]]] = {}
-        """Destination node -> (sender, message_id) it left out (their receiver's home is
-        another node): kept in `unconfirmed` past later confirmations, until resent."""
         self.released: dict[str, tuple[str, bytes, float]] = {}
         """Agent this node handed over and has not yet seen its new home write its key -> (the
         new home, the handover, when, monotonic)."""
@@ -196,6 +203,7 @@ class Relay:
         await nc.subscribe(f"lobby.fwd.{self.node_id}", cb=self._forwarded)
         await nc.subscribe(f"lobby.ret.{self.node_id}", cb=self._returned)
         await nc.subscribe(f"lobby.done.{self.node_id}", cb=self._done)
+        await nc.subscribe(f"lobby.gap.{self.node_id}", cb=self._gap)
         await nc.subscribe(f"lobby.ping.{self.node_id}", cb=self._pinged)
         await nc.subscribe(f"lobby.release.{self.node_id}", cb=self._release_asked)
         self._resending = asyncio.create_task(self._resend_unanswered())
@@ -221,41 +229,42 @@ class Relay:
         if not forwards:
             return
         delivery.forwards = []
-        by_node: dict[str, list[bytes]] = {}
+        by_node: dict[str, list[list[bytes]]] = {}
+        sizes: dict[str, int] = {}
         kept: dict[str, list[Pending]] = {}
         decided_any = False
         for home, receiver, sender, message_id, frame, decided in forwards:
-            if home in by_node:
-                lines = by_node[home]
-            else:
-                batch = self._batches[home] = self._batches.get(home, 0) + 1
-                lines = by_node[home] = [b"%s %d" % (self._header, batch)]
-                kept[home] = []
+            link = self.links.get(home)
+            if link is None:
+                link = self.links[home] = Outbound()
+            batches = by_node.get(home)
+            if batches is None or sizes[home] + len(frame) > BATCH_BYTES:
+                lines = [b"%d" % link.number()]  # the header's place; see `_batch`
+                if batches is None:
+                    batches = by_node[home] = []
+                    kept[home] = []
+                batches.append(lines)
+                sizes[home] = 0
+            lines = batches[-1]
+            sizes[home] += len(frame)
             if decided:
                 decided_any = True
                 lines.append(_DECIDED + sender.encode())
             else:
                 lines.append(sender.encode())
             lines.append(frame)
-            kept[home].append((self._batches[home], receiver, sender, message_id, frame, decided))
-        now = time.monotonic()
-        published: list[tuple[str, bytes]] = []
-        for home, lines in by_node.items():
-            published.append((f"lobby.fwd.{home}", b"\n".join(lines)))
-            sent = self._sent_at.get(home)
-            if sent is None:
-                sent = self._sent_at[home] = deque()
-            sent.append((self._batches[home], now))
-            queue = self.unconfirmed.get(home)
-            if queue is None:
-                queue = self.unconfirmed[home] = deque()
-            queue.extend(kept[home])
-            if len(queue) > RESEND_LIMIT:
-                excess = len(queue) - RESEND_LIMIT
-                for _ in range(excess):
-                    queue.popleft()
-                self.dropped += excess
-                log.warning("CLUSTER_RESEND_DROPPED", node_id=home, messages=excess)
+            kept[home].append(Pending(link.last, receiver, sender, message_id, frame, decided))
+        published: list[tuple[str, int, bytes]] = []
+        for home, batches in by_node.items():
+            link = self.links[home]
+            dropped = link.keep(kept[home], RESEND_LIMIT)
+            if dropped:
+                self.dropped += dropped
+                log.warning("CLUSTER_RESEND_DROPPED", node_id=home, messages=dropped)
+            for lines in batches:
+                batch = int(lines[0])
+                lines[0] = self._batch_header(link, batch, batch)
+                published.append((home, batch, b"\n".join(lines)))
         if decided_any or self._deferred:
             # What this node decided (a dialogue move, a payment) leaves once the dialogue's or
             # proposal's new state is committed here, so no node delivers a move its decider
@@ -263,38 +272,45 @@ class Relay:
             self._deferred += 1
             self._durable(lambda: self._publish_deferred(published))
         else:
-            for subject, data in published:
-                self._publish(subject, data)
+            self._publish_batches(published)
 
-    def _publish_deferred(self, published: list[tuple[str, bytes]]) -> None:
+    def _batch_header(self, link: Outbound, first: int, last: int) -> bytes:
+        incarnation = self.incarnation.encode()
+        return b"%s %s %d %d %d" % (self._header, incarnation, first, last, link.low())
+
+    def _publish_batches(self, published: list[tuple[str, int, bytes]]) -> None:
+        now = time.monotonic()
+        for home, batch, data in published:
+            self.links[home].went_out(batch, now)
+            self._publish(f"lobby.fwd.{home}", data)
+
+    def _publish_deferred(self, published: list[tuple[str, int, bytes]]) -> None:
         self._deferred -= 1
-        for subject, data in published:
-            self._publish(subject, data)
+        self._publish_batches(published)
+
+    def _resend(self, home: str, first: int) -> None:
+        """Publish again what is kept for `home` from batch `first` on (`Outbound.resend`)."""
+        link = self.links[home]
+        chunks: list[Chunk] = link.resend(first)
+        for chunk in chunks:
+            lines = [self._batch_header(link, chunk.first, chunk.last)]
+            for entry in chunk.entries:
+                sender = entry.sender.encode()
+                lines.append(_DECIDED + sender if entry.decided else sender)
+                lines.append(entry.frame)
+            self._publish(f"lobby.fwd.{home}", b"\n".join(lines))
+            self.resent += len(chunk.entries)
+        if chunks:
+            link.resent(time.monotonic())
 
     def unanswered(self, now: float) -> None:
-        """Send again everything kept for a node whose oldest batch kept is `RESEND_AFTER`
-        seconds old, ahead of what is queued this pass (the next `kick` publishes it)."""
-        resent: list[Forward] = []
-        for home, queue in self.unconfirmed.items():
-            sent = self._sent_at.get(home)
-            if not sent:
-                continue
-            if not queue:  # everything sent to it is confirmed
-                sent.clear()
-                continue
-            while len(sent) > 1 and sent[1][0] <= queue[0][0]:
-                sent.popleft()  # batches confirmed whole
-            if sent[0][0] > queue[0][0] or now - sent[0][1] < RESEND_AFTER:
-                continue
-            log.info("CLUSTER_RESENT_UNANSWERED", node_id=home, messages=len(queue))
-            self.resent += len(queue)
-            resent += [(home, r, s, m, f, d) for _, r, s, m, f, d in queue]
-            queue.clear()
-            self._left_out.pop(home, None)
-            sent.clear()
-        if resent:
-            delivery = self.router.delivery
-            delivery.forwards[:0] = resent
+        """Send again everything kept for a node whose oldest batch kept went out
+        `RESEND_AFTER` seconds ago without a confirmation."""
+        for home, link in self.links.items():
+            first = link.overdue(now, RESEND_AFTER)
+            if first is not None:
+                log.info("CLUSTER_RESENT_UNANSWERED", node_id=home, messages=len(link.kept))
+                self._resend(home, first)
 
     async def _resend_unanswered(self) -> None:
         while True:
@@ -312,17 +328,8 @@ class Relay:
         """`agent_id`'s home moved from node `old` to `new` (None: this node): what was
         forwarded to it and not confirmed goes to the new home, in order, ahead of anything
         sent to it from now on."""
-        moved: list[Pending] = []
-        queue = self.unconfirmed.get(old)
-        if queue:
-            kept: deque[Pending] = deque()
-            for entry in queue:
-                (moved if entry[1] == agent_id else kept).append(entry)
-            if moved:
-                self.unconfirmed[old] = kept
-                held = self._left_out.get(old)
-                if held:
-                    held.difference_update((e[2], e[3]) for e in moved)
+        link = self.links.get(old)
+        moved = link.moved(agent_id) if link is not None else []
         delivery = self.router.delivery
         entries = [(e[1], e[2], e[3], e[4], e[5]) for e in moved]
         if delivery.forwards:  # queued this pass for the old home
@@ -413,15 +420,45 @@ class Relay:
     # -- what other nodes send -----------------------------------------------------------
 
     async def _forwarded(self, msg: Msg) -> None:
-        lines = msg.data.split(b"\n")
-        origin_b, _, batch_b = lines[0].partition(b" ")
-        origin = origin_b.decode()
+        data = msg.data
+        origin = data[: data.find(b" ")].decode()
+        stalled = self._stalled.get(origin)
+        if stalled is not None:
+            stalled.append(data)  # behind a sender being looked up: in order, after it
+        else:
+            self._route_forwarded(origin, data)
+
+    def _route_forwarded(
+        self,
+        origin: str,
+        data: bytes,
+        start: int = 0,
+        looked_up: str | None = None,
+        left_out: list[tuple[str, str]] | None = None,
+    ) -> None:
+        """Route what node `origin` forwarded (`data`; resumed from its line `start`, with
+        what it `left_out` so far, once `looked_up` was read from the shared registry)."""
+        lines = data.split(b"\n")
+        header = lines[0].split(b" ")
+        first, last = int(header[2]), int(header[3])
+        if start == 0:
+            inbound = self._inbound.get(origin)
+            if inbound is None:
+                inbound = self._inbound[origin] = Inbound()
+            if not inbound.take(header[1].decode(), first, last, int(header[4])):
+                if inbound.ask(time.monotonic()):
+                    log.info("CLUSTER_GAP", node_id=origin, expected=inbound.expect, got=first)
+                    gap = b"%s %s %d" % (self._header, header[1], inbound.expect)
+                    self._publish(f"lobby.gap.{origin}", gap)
+                return
+            start = 1
+        if left_out is None:
+            left_out = []
         router = self.router
         registry = router.registry
         delivery = router.delivery
-        left_out: list[tuple[str, str]] = []
         actions: list[Action] = []
-        for i in range(1, len(lines) - 1, 2):
+        for i in range(start, len(lines) - 1, 2):
             sender_line = lines[i]
             decided = sender_line.startswith(_DECIDED)
             sender_id = (sender_line[1:] if decided else sender_line).decode()
@@ -434,8 +471,13 @@ class Relay:
                 continue
             agent = registry.get(sender_id)
             if agent is None:
-                # The sender's registration has not reached this node yet: unanswered, the
-                # message stays with the sender's node.
+                if sender_id != looked_up and self.learn is not None:
+                    # Registered elsewhere a moment ago, not yet watched here: this node's
+                    # link waits while its entry is read, so nothing overtakes this message.
+                    self._execute(actions)
+                    self._stalled[origin] = []
+                    self._spawn(self._learn_then_route(origin, data, i, sender_id, left_out))
+                    return
                 log.warning("CLUSTER_SENDER_UNKNOWN", agent_id=sender_id, node_id=origin)
                 left_out.append((sender_id, _message_id(lines[i + 1])))
                 continue
@@ -466,9 +508,26 @@ class Relay:
                     left_out += [(f[2], f[3]) for f in passed]
                     delivery.forwards[queued:] = [f for f in delivery.forwards[queued:] if f[5]]
         self._execute(actions)
-        if batch_b:
-            done = b"%s %s\n%s" % (self._header, batch_b, orjson.dumps(left_out))
-            self._durable(lambda: self._publish(f"lobby.done.{origin}", done))
+        done = b"%s %s %d %d\n%s" % (self._header, header[1], first, last, orjson.dumps(left_out))
+        self._durable(lambda: self._publish(f"lobby.done.{origin}", done))
+
+    async def _learn_then_route(
+        self, origin: str, data: bytes, start: int, sender_id: str, left_out: list[tuple[str, str]]
+    ) -> None:
+        """Read `sender_id`'s entry, then route the rest of `data` and what `origin`
+        forwarded meanwhile, in order (stopping again at the next sender not known)."""
+        assert self.learn is not None
+        try:
+            await self.learn(sender_id)
+        except Exception:  # NATS away: routed as unknown, kept by its node and resent
+            log.exception("CLUSTER_LOOKUP_FAILED", agent_id=sender_id)
+        waiting = self._stalled.pop(origin)
+        self._route_forwarded(origin, data, start, sender_id, left_out)
+        for n, later in enumerate(waiting):
+            if origin in self._stalled:  # stopped again: the rest waits behind that one
+                self._stalled[origin][:0] = waiting[n:]
+                return
+            self._route_forwarded(origin, later)
 
     async def _returned(self, msg: Msg) -> None:
         lines = msg.data.split(b"\n")
@@ -484,23 +543,19 @@ class Relay:
 
     async def _done(self, msg: Msg) -> None:
         header, _, rest = msg.data.partition(b"\n")
-        home_b, _, batch_b = header.partition(b" ")
+        home_b, incarnation, first, last = header.split(b" ")
+        link = self.links.get(home_b.decode())
+        if link is None or incarnation.decode() != self.incarnation:
+            return  # meant for an earlier process of this node
+        left_out = orjson.loads(rest) if rest and rest != b"[]" else ()
+        link.confirmed(int(first), int(last), ((s, m) for s, m in left_out))
+
+    async def _gap(self, msg: Msg) -> None:
+        home_b, incarnation, first = msg.data.split(b" ")
         home = home_b.decode()
-        queue = self.unconfirmed.get(home)
-        if not queue:
-            return
-        batch = int(batch_b)
-        held = self._left_out.get(home)
-        if rest and rest != b"[]":
-            if held is None:
-                held = self._left_out[home] = set()
-            held.update((s, m) for s, m in orjson.loads(rest))
-        kept: list[Pending] = []
-        while queue and queue[0][0] <= batch:
-            entry = queue.popleft()
-            if held and (entry[2], entry[3]) in held:
-                kept.append(entry)  # stays until its receiver's new home is known
-        queue.extendleft(reversed(kept))
+        if home in self.links and incarnation.decode() == self.incarnation:
+            log.info("CLUSTER_GAP_RESENT", node_id=home, from_batch=int(first))
+            self._resend(home, int(first))
 
     async def _pinged(self, msg: Msg) -> None:
         await msg.respond(b"")
