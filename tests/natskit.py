@@ -30,6 +30,19 @@ class NatsServer:
     process: asyncio.subprocess.Process
     store_dir: Path
     log: Path
+    command: list[str]
+    """What started it (`restart` runs it again: the same port, the same store)."""
+
+
+async def restart(server: NatsServer) -> None:
+    """Start `server` again as it was started, once its process has ended (killed, say);
+    returns once it answers clients."""
+    await server.process.wait()
+    with server.log.open("ab") as out:
+        server.process = await asyncio.create_subprocess_exec(
+            *server.command, stdout=out, stderr=subprocess.STDOUT
+        )
+    await _until_it_answers(server)
 
 
 async def connect(url: str) -> Client:
@@ -72,14 +85,13 @@ async def nats_cluster(directory: Path, size: int = 3) -> AsyncIterator[list[Nat
 async def _start(directory: Path, name: str, extra: list[str]) -> NatsServer:
     port = free_port()
     store_dir, log = directory / name, directory / f"{name}.log"
+    command = [sys.executable, "-m", "lobby", "nats", "--port", str(port)]
+    command += ["--store-dir", str(store_dir), *extra]
     with log.open("wb") as out:
         process = await asyncio.create_subprocess_exec(
-            *(sys.executable, "-m", "lobby", "nats", "--port", str(port)),
-            *("--store-dir", str(store_dir), *extra),
-            stdout=out,
-            stderr=subprocess.STDOUT,
+            *command, stdout=out, stderr=subprocess.STDOUT
         )
-    return NatsServer(f"nats://127.0.0.1:{port}", process, store_dir, log)
+    return NatsServer(f"nats://127.0.0.1:{port}", process, store_dir, log, command)
 
 
 async def _stop(server: NatsServer) -> None:
