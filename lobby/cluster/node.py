@@ -37,6 +37,7 @@ import structlog
 from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
+from lobby.cluster import steps
 from lobby.cluster.keys import AGENTS, agent_id_of, agent_key, decode_agent, encode_agent
 from lobby.cluster.liveness import NODES, Liveness
 from lobby.cluster.recovery import RECOVERIES, Recovery
@@ -111,7 +112,14 @@ class ClusterNode:
         self.relay.replicas = replicas
         self.relay.learn = self.learn
         self.recovery = Recovery(
-            node_id, servers, router, self.liveness, execute, self.relay.rehome, flush
+            node_id,
+            servers,
+            router,
+            self.liveness,
+            execute,
+            self.relay.rehome,
+            flush,
+            reclaim=self.relay.reclaim,
         )
         """Failover of dead nodes (KV bucket `recoveries`)."""
 
@@ -206,7 +214,11 @@ class ClusterNode:
         data = await self.relay.ask_release(home, agent_id)
         if data is None and home not in self.liveness.heard:
             data = b""  # stopped cleanly: what it holds for the agent waits for its restart
-        self._execute(self.router.handed_over(home, agent_id, data))
+        actions = self.router.handed_over(home, agent_id, data)
+        if data:
+            steps.reached("handover_adopted")
+            self.relay.adopted(home, agent_id)
+        self._execute(actions)
         if data is not None:
             # What this node forwarded to the old home for the agent and it did not confirm
             # is routed here now, ahead of anything sent to the agent from now on.

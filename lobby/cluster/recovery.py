@@ -62,6 +62,8 @@ class Recovery:
         execute: Callable[[Iterable[Action]], None],
         rehome: Callable[[str, str, str | None], None],
         flush: Callable[[], Awaitable[None]],
+        *,
+        reclaim: Callable[[str, list[str]], None] = lambda dead, adopted: None,
     ) -> None:
         self.node_id = node_id
         self.servers = servers
@@ -70,6 +72,7 @@ class Recovery:
         self._execute = execute
         self._rehome = rehome
         self._flush = flush
+        self._reclaim = reclaim
         self.recovered: dict[str, int] = {}
         """Node -> how many of its agents this node adopted."""
         self._settled: set[str] = set()
@@ -153,6 +156,9 @@ class Recovery:
         adopted = adopt(self.router, snapshot, dead)
         for agent_id in adopted:
             self._rehome(agent_id, dead, None)
+        # Agents this node handed to the dead node, which died before its adoption of them
+        # was committed (not in its journal): this node's again (the handover's two phases).
+        self._reclaim(dead, adopted)
         self._execute([])  # the server's pass: the adoption's records and writes go out
         await self._flush()
         await self._purge(dead, upto)

@@ -69,6 +69,7 @@ import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
+from lobby.cluster import steps
 from lobby.cluster.links import BATCH_BYTES, Chunk, Inbound, Outbound, Pending
 from lobby.core.router import Router
 from lobby.core.session import Action, Send, Session
@@ -206,6 +207,7 @@ class Relay:
         await nc.subscribe(f"lobby.gap.{self.node_id}", cb=self._gap)
         await nc.subscribe(f"lobby.ping.{self.node_id}", cb=self._pinged)
         await nc.subscribe(f"lobby.release.{self.node_id}", cb=self._release_asked)
+        await nc.subscribe(f"lobby.adopted.{self.node_id}", cb=self._adopted)
         self._resending = asyncio.create_task(self._resend_unanswered())
 
     async def stop(self) -> None:
@@ -320,7 +322,10 @@ class Relay:
             for agent_id, (node_id, data, at) in list(self.released.items()):
                 if now - at > UNTAKEN_AFTER:
                     del self.released[agent_id]
-                    self._execute(self.router.take_back(node_id, data))
+                    if agent_id in self.router.given_up:
+                        self._execute(self.router.take_back(node_id, data))
+                    else:  # adopted there, its key not seen yet: route what waited
+                        self._execute(self.router.looked_up(agent_id))
             if self.router.delivery.forwards:
                 self.kick()
 
@@ -572,15 +577,35 @@ class Relay:
             return  # unanswered: the resume there is closed with 1013 and tried again
         if data:
             self.released[agent_id] = (node_b.decode(), data, time.monotonic())
+        steps.reached("handover_released")
         self._execute(actions)
         reply = msg.reply
         self._durable(lambda: self._spawn(self._answer_release(reply, data)))
+
+    def adopted(self, home: str, agent_id: str) -> None:
+        """This node adopted `agent_id` from node `home`: tell it once that is committed, so
+        it journals the agent as given up (the handover's second phase)."""
+        self._durable(lambda: self._publish(f"lobby.adopted.{home}", agent_id.encode()))
+
+    async def _adopted(self, msg: Msg) -> None:
+        self.router.released(msg.data.decode())
+        self._execute([])  # the server's pass: the records go to the committer
+
+    def reclaim(self, dead: str, adopted: Iterable[str]) -> None:
+        """Node `dead` died (its failover adopted `adopted` here) before confirming its
+        adoption of agents this node handed it: they are this node's again."""
+        taken = set(adopted)
+        for agent_id, (node_id, data, _) in list(self.released.items()):
+            if node_id == dead and agent_id in self.router.given_up and agent_id not in taken:
+                del self.released[agent_id]
+                self._execute(self.router.take_back(node_id, data))
 
     async def _answer_release(self, reply: str, data: bytes) -> None:
         """Answer a `lobby.release`: the handover itself, or the name of the object holding it
         when it is too large for one NATS message. Unanswered if that fails: the node that
         asked closes its resume with 1013, and this node takes the agent back."""
         assert self._nc is not None
+        steps.reached("handover_committed")
         try:
             if len(data) > HANDOVER_INLINE_MAX:
                 store = await self._nc.jetstream().object_store(HANDOVERS)
@@ -588,6 +613,8 @@ class Relay:
                 await store.put(name, data)
                 data = _STORED + name.encode()
             await self._nc.publish(reply, data)
+            await self._nc.flush()
+            steps.reached("handover_answered")
         except (nats.errors.Error, TimeoutError) as exc:
             log.warning("CLUSTER_HANDOVER_UNSENT", error=repr(exc))
 

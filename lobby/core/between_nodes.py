@@ -13,10 +13,10 @@ from collections.abc import Callable
 
 from lobby.core.conversations import Conversations
 from lobby.core.decided import deliver_decided
-from lobby.core.handover import release, take_back, take_over
+from lobby.core.handover import release, released, take_back, take_over
 from lobby.core.marketplace import Marketplace
 from lobby.core.negotiation import Negotiations
-from lobby.core.records import AgentRemoved, AgentSaved
+from lobby.core.records import AgentRemoved, AgentSaved, Record
 from lobby.core.refusal import Refusal
 from lobby.core.registration import Registrar
 from lobby.core.registry import AgentRecord
@@ -40,6 +40,9 @@ class BetweenNodes:
     market: Marketplace
     _handlers: dict[MessageType, Handler]
     _parked: dict[str, list[tuple[Session, Message]]]
+    given_up: dict[str, list[Record]]
+    """Agent handed over to another node that has not yet confirmed its adoption -> the
+    records saying this node gave it up, journaled once it has (`released`)."""
 
     def share(self, node_id: str) -> SharedRegistry:
         """Make this core one node of a cluster: new ids are claimed in the shared registry
@@ -82,6 +85,11 @@ class BetweenNodes:
         """Node `to_node` asks this node, `agent_id`'s home, to hand the agent over: what to
         answer (once committed) and what to do (`lobby.core.handover.release`)."""
         return release(self, agent_id, to_node)
+
+    def released(self, agent_id: str) -> None:
+        """The node `agent_id` was handed to committed its adoption: journal that this node
+        gave it up (`lobby.core.handover.released`)."""
+        released(self, agent_id)
 
     def take_back(self, to_node: str, data: bytes) -> list[Action]:
         """Node `to_node` never took the agent this node handed it: it is this node's again

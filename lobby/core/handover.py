@@ -11,10 +11,18 @@ journals that, and answers, once that is committed, with a `Snapshot` of the age
 - the dialogues and sealed rounds it started, the order proposals it made (the old home
   forgets them: they are decided by their initiator's or proposer's home) and its trades.
 The new node adopts it as a failover adopts a dead node's agents (`lobby.core.adoption`), then
-lets the resume go ahead, which replays the mailbox in order. From the release on, the old home
-holds what is sent to the agent there until the new home has written the agent's key, then
-forwards it; should the new home never take the agent (it gave up waiting), the old home takes
-its own handover back (`take_back`).
+lets the resume go ahead, which replays the mailbox in order.
+
+Two phases: the old home stops serving the agent at the release, but journals that it gave
+the agent up only once the new home says its adoption is committed (`released`). Until then
+the old home's journal still holds the mailbox, so a failover of the old home at any step
+finds the agent's messages either there or on the new home, never on neither (an agent the
+new home adopted is that node's, and the failover leaves it alone).
+
+From the release on, the old home holds what is sent to the agent there until the new home has
+written the agent's key, then forwards it. Should the new home never take the agent (it gave
+up waiting), or die before confirming its adoption, the old home takes its own handover back
+(`take_back`).
 """
 
 from __future__ import annotations
@@ -25,7 +33,15 @@ import orjson
 import structlog
 
 from lobby.core.adoption import adopt
-from lobby.core.records import Acked, AgentSaved, Effect, MessageStored, Snapshot, StateRemoved
+from lobby.core.records import (
+    Acked,
+    AgentSaved,
+    Effect,
+    MessageStored,
+    Record,
+    Snapshot,
+    StateRemoved,
+)
 from lobby.core.sealed import KIND
 from lobby.core.session import Action, Close
 from protocol.models import CloseCode
@@ -85,25 +101,25 @@ def release(router: BetweenNodes, agent_id: str, to_node: str) -> tuple[bytes, l
             },
         }
     )
-    # Given up here, durably: a restart of this node holds none of it for the agent. What is
-    # sent to it here from now on waits (`SharedRegistry.park`) until its new home has taken
-    # it (`Router.looked_up`, once that node wrote its key), so nothing overtakes it there.
+    # Given up here; journaled so once the new home's adoption is committed (`released`). What
+    # is sent to it here from now on waits (`SharedRegistry.park`) until its new home has
+    # taken it (`Router.looked_up`, once that node wrote its key), so nothing overtakes it there.
     record.home = to_node
     if state.shared is not None:
         state.shared.hold(agent_id)
     record.mailbox.clear()
     record.acked_seq = record.delivered_seq = record.next_seq
-    journal = state.delivery.journal
-    journal.append(Acked(agent_id, record.next_seq))
+    given_up: list[Record] = [Acked(agent_id, record.next_seq)]
     for dialogue in dialogues:
         negotiations.give_up(dialogue)
-        journal.append(StateRemoved("dialogue", dialogue.dialogue_id))
+        given_up.append(StateRemoved("dialogue", dialogue.dialogue_id))
     for sealed in rounds:
         del negotiations.sealed.rounds[sealed.round_id]
-        journal.append(StateRemoved(KIND, sealed.round_id))
+        given_up.append(StateRemoved(KIND, sealed.round_id))
     for proposal in proposals:
         del market.proposals[proposal.message_id]
-        journal.append(StateRemoved("proposal", proposal.message_id))
+        given_up.append(StateRemoved("proposal", proposal.message_id))
+    router.given_up[agent_id] = given_up
     log.info(
         "AGENT_RELEASED",
         agent_id=agent_id,
@@ -113,6 +129,14 @@ def release(router: BetweenNodes, agent_id: str, to_node: str) -> tuple[bytes, l
         proposals=len(proposals),
     )
     return data, actions
+
+
+def released(router: BetweenNodes, agent_id: str) -> None:
+    """The node `agent_id` was handed to has committed its adoption: what this node gave up
+    (`release`) is journaled as gone, and a restart or failover of this node holds none of it."""
+    given_up = router.given_up.pop(agent_id, None)
+    if given_up is not None:
+        router.state.delivery.journal.extend(given_up)
 
 
 def take_over(router: BetweenNodes, home: str, data: bytes) -> list[str]:
@@ -152,6 +176,7 @@ def take_back(router: BetweenNodes, to_node: str, data: bytes) -> list[Action]:
     """Node `to_node` never took the agent this node handed it (`release`): adopt the handover
     here again and route what waited for it."""
     agent_id = orjson.loads(data)["agent"][0]
+    released(router, agent_id)  # its journal then holds the handover once, as adopted here
     if take_over(router, to_node, data):
         log.warning("AGENT_TAKEN_BACK", agent_id=agent_id, node_id=to_node)
     return router.looked_up(agent_id)  # here again, or wherever its key now says

@@ -31,7 +31,7 @@ from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON, DEFAULT_DEDUPE_MAX, Deli
 from lobby.core.limits import Limits, pause_after
 from lobby.core.marketplace import Marketplace
 from lobby.core.negotiation import DEFAULT_DIALOGUE_TIMEOUT, Negotiations
-from lobby.core.records import Batch, Compaction, Snapshot
+from lobby.core.records import Batch, Compaction, Record, Snapshot
 from lobby.core.refusal import Refusal, error_payload, hash_token
 from lobby.core.registration import Registrar
 from lobby.core.registry import REVOKED, AgentRecord, Registry
@@ -104,6 +104,8 @@ class Router(BetweenNodes):
         self.to_lobby = ToLobby(state, self.registrar)
         self._parked: dict[str, list[tuple[Session, Message]]] = {}
         """A cluster node's messages waiting for their receiver's lookup (`looked_up`)."""
+        self.given_up: dict[str, list[Record]] = {}
+        """A cluster node's agents handed over, not yet confirmed adopted (`released`)."""
         move, to_lobby = self.negotiations.move, self.to_lobby
         # The one dispatch table: every message type a registered agent may send, and a
         # refusal for each one it may not.

@@ -7,8 +7,10 @@ from __future__ import annotations
 import orjson
 
 from lobby.core import Router
+from lobby.core.adoption import adopt
 from lobby.core.records import Acked, AgentSaved, StateRemoved, StateSaved
 from lobby.core.session import Close
+from lobby.store.journal import Folded
 from tests.core.test_shared_registry import join_shared
 from tests.routerkit import Peer, cap, frames, make_router, raw
 
@@ -40,7 +42,7 @@ def busy_node() -> tuple[Router, Peer, Peer]:
     return a, alice, bob
 
 
-def test_the_old_home_gives_the_agent_up_durably_and_closes_its_connection() -> None:
+def test_the_old_home_gives_the_agent_up_and_journals_it_once_its_adoption_is_confirmed() -> None:
     a, alice, bob = busy_node()
     data, actions = a.release("bob", "b")
     assert actions == [Close(bob.session, 4001, "replaced by a newer connection on node b")]
@@ -50,6 +52,12 @@ def test_the_old_home_gives_the_agent_up_durably_and_closes_its_connection() -> 
     assert "d1" not in a.negotiations.dialogues  # decided by bob's new home from now on
     assert "o1" not in a.market.proposals
     assert set(a.conversations) == {("alice", "bob", "k1"), ("alice", "bob", "k2")}  # copied
+    # Journaled only once the new home says its adoption is committed: until then a failover
+    # of this node still finds bob's messages in its journal.
+    assert a.take_journal().records == []
+    assert set(a.given_up) == {"bob"}
+    a.released("bob")
+    assert a.given_up == {}
     records = a.take_journal().records
     assert Acked("bob", 2) in records
     assert StateRemoved("dialogue", "d1") in records
@@ -128,3 +136,37 @@ def test_the_new_node_adopts_the_handover_and_the_resume_replays_it_in_order() -
     }
     assert b.relayed(relay, orjson.dumps(request)) == []
     assert record.next_seq == 2
+
+
+def test_a_failover_of_the_old_home_before_the_adoption_is_confirmed_finds_the_mailbox() -> None:
+    """The old home dies after handing bob over, before node b confirmed its adoption (b
+    never got the handover, say): the survivor c adopts bob from a's journal, messages and
+    all. Once confirmed, a's journal holds none of them."""
+    a = make_router()
+    a.share("a")
+    folded = Folded()
+    bob = join_shared(a, "bob", capabilities=[cap("c")], acks=True)
+    alice = join_shared(a, "alice", acks=True)
+    for n in (1, 2):
+        alice.to("bob", "TEXT", {"content": f"m{n}"}, message_id=f"m{n}")
+    for name in ("alice", "bob"):
+        record = a.registry.get(name)
+        assert record is not None
+        folded.apply([AgentSaved(name, record.token_hash, b"[]", True)])
+    folded.apply(a.take_journal().records)
+    a.release("bob", "b")
+    folded.apply(a.take_journal().records)
+
+    def failover() -> list[int]:
+        c = make_router()
+        c.share("c")
+        learn(c, bob, "a")
+        assert adopt(c, folded.snapshot(), "a") == ["bob"]
+        record = c.registry.get("bob")
+        assert record is not None
+        return [seq for seq, _ in record.mailbox]
+
+    assert failover() == [1, 2]
+    a.released("bob")
+    folded.apply(a.take_journal().records)
+    assert failover() == []
