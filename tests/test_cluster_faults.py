@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import itertools
 import signal
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,20 +17,66 @@ import websockets.asyncio.client
 from websockets.exceptions import ConnectionClosed
 
 from agent_sdk import Agent
-from tests.conftest import LobbyProcess
-from tests.natskit import nats_server
+from tests.conftest import LobbyProcess, start_lobby_process
+from tests.natskit import nats_cluster, nats_server, restart
 from tests.test_cluster_failover import agents_known
 from tests.test_cluster_handover import until_all
 from tests.test_cluster_node import node
 from tests.test_cluster_registry import agent, healthz
 from tests.test_cluster_routing import send
-from tests.test_durability import Collector, stop
+from tests.test_durability import Collector, send_numbers, stop
 from tests.waiting import BOUND, until
 from tests.wsclient import frame, reply
+
+PER_ROUND = 300
+"""Messages each sender streams per round; the fault falls a third of the way in."""
 
 
 def events(proc: LobbyProcess, name: str) -> list[dict[str, object]]:
     return [e for e in proc.events() if e.get("event") == name]
+
+
+class CrossStreams:
+    """Two nodes, a collector and a sender on each, each sender streaming numbered REQUESTs
+    to the collector on the other node; every agent knows both nodes, its own first."""
+
+    def __init__(self, a: LobbyProcess, b: LobbyProcess, prefix: str = "") -> None:
+        self.nodes = (a, b)
+        self.on_a = Collector([a.url, b.url], agent_id=f"{prefix}collector-a")
+        self.on_b = Collector([b.url, a.url], agent_id=f"{prefix}collector-b")
+        self.sender_a = Agent(
+            f"{prefix}sender-a", lobby_url=[a.url, b.url], reconnect_max_delay=0.3
+        )
+        self.sender_b = Agent(
+            f"{prefix}sender-b", lobby_url=[b.url, a.url], reconnect_max_delay=0.3
+        )
+        self.sent = 0
+
+    async def __aenter__(self) -> CrossStreams:
+        for agent_ in (self.on_a, self.on_b, self.sender_a, self.sender_b):
+            await agent_.__aenter__()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        for agent_ in (self.sender_a, self.sender_b, self.on_a, self.on_b):
+            await agent_.__aexit__(None, None, None)
+
+    async def round(self, fault: Callable[[], Awaitable[None]], count: int = PER_ROUND) -> None:
+        """Stream `count` more from each sender, `fault` a third of the way in; then check
+        the invariant: every number once to the application, in order, nothing else."""
+        numbers = range(self.sent, self.sent + count)
+        self.sent = numbers.stop
+        to_b = send_numbers(self.sender_a, numbers, to=self.on_b.agent_id, pause=0.01)
+        to_a = send_numbers(self.sender_b, numbers, to=self.on_a.agent_id, pause=0.01)
+        streams = [asyncio.create_task(to_b), asyncio.create_task(to_a)]
+        await past(numbers[count // 3], self.on_a, self.on_b)
+        await fault()
+        await asyncio.gather(*streams)
+        for sender in (self.sender_a, self.sender_b):  # every one ACCEPTED in the end
+            await until(lambda s=sender: len(s._dispatcher.outbound) == 0, "confirmed")  # type: ignore[misc]
+        await past(self.sent - 1, self.on_a, self.on_b)
+        assert self.on_b.seen == list(range(self.sent))
+        assert self.on_a.seen == list(range(self.sent))
 
 
 async def past(n: int, *collectors: Collector) -> None:
@@ -37,8 +84,60 @@ async def past(n: int, *collectors: Collector) -> None:
     await until(lambda: all(len(c.seen) > n for c in collectors), f"past {n}")
 
 
-async def confirmed(sender: Agent) -> None:
-    await until(lambda: len(sender._dispatcher.outbound) == 0, f"{sender.agent_id} confirmed")
+async def test_one_server_of_three_killed_mid_stream_loses_nothing_accepted(
+    tmp_path: Path,
+) -> None:
+    """Each node on its own server of a 3-server R3 cluster; the first node's server is
+    SIGKILLed mid-stream (the node reconnects to another), then restarted."""
+    async with nats_cluster(tmp_path) as servers:
+        urls = [s.url for s in servers]
+        a = node_on(tmp_path / "a", "a", [urls[0], *urls[1:]])
+        b = node_on(tmp_path / "b", "b", [urls[1], urls[2], urls[0]])
+
+        async def server_killed() -> None:
+            servers[0].process.kill()
+            await servers[0].process.wait()
+
+        async def server_back() -> None:
+            await restart(servers[0])
+
+        try:
+            async with CrossStreams(a, b) as streams:
+                await streams.round(server_killed)
+                await streams.round(server_back)
+            for proc in (a, b):
+                assert events(proc, "CLUSTER_RECOVERY_STARTED") == []
+        finally:
+            stop(a)
+            stop(b)
+
+
+async def test_a_node_killed_just_after_new_agents_first_messages_loses_nothing_accepted(
+    tmp_path: Path,
+) -> None:
+    """Agents registered a moment ago on b stream to agents on a; b is SIGKILLed as soon as
+    their first messages arrive. The senders resume on a, which failed b over, and resend
+    what was not ACCEPTED."""
+    async with nats_server(tmp_path) as nats:
+        a, b = node(tmp_path / "a", nats, "a"), node(tmp_path / "b", nats, "b")
+
+        async def b_killed() -> None:
+            b.signal(signal.SIGKILL)
+            b.wait(10)
+
+        try:
+            async with CrossStreams(a, b) as streams:
+                await streams.round(b_killed, count=90)
+        finally:
+            stop(a)
+            stop(b)
+
+
+def node_on(data_dir: Path, node_id: str, urls: list[str]) -> LobbyProcess:
+    """A lobby node on a 3-server NATS cluster, `urls` in the order it tries them."""
+    return start_lobby_process(
+        data_dir, "--cluster", ",".join(urls), "--node-id", node_id, "--cluster-replicas", "3"
+    )
 
 
 HELD = 1_500
