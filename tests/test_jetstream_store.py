@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import nats.js.errors
 import orjson
 import pytest
 
@@ -20,7 +21,7 @@ from lobby.core.records import (
     StateSaved,
 )
 from lobby.store.base import StoreUnavailable
-from lobby.store.jetstream import STREAM, JetStreamStore, StoreFenced
+from lobby.store.jetstream import STREAM, JetStreamStore, StoreFenced, transient
 from lobby.store.journal import Folded, decode_records, encode_records
 from tests.natskit import connect, free_port, nats_server
 from tests.routerkit import Clock, join, make_router
@@ -219,3 +220,14 @@ def test_a_snapshot_keeps_no_more_acknowledged_messages_than_the_core_remembers(
         (4, frame),
         (5, frame),
     ]
+
+
+def test_a_publish_refused_for_a_while_is_retried_and_one_refused_for_good_is_not() -> None:
+    """Within the write deadline a commit retries what JetStream refuses while it stalls or
+    elects a leader; a bad request or a missing stream fails it at once."""
+    assert transient(nats.js.errors.ServiceUnavailableError(code=503, description="x"))
+    assert transient(nats.js.errors.ServerError(code=500, description="x"))
+    assert transient(nats.js.errors.APIError())  # no code at all: seen during a NATS stall
+    assert not transient(nats.js.errors.BadRequestError(code=400, description="x"))
+    assert not transient(nats.js.errors.NotFoundError(code=404, description="x"))
+    assert not transient(nats.js.errors.APIError(code=409, err_code=10071, description="x"))

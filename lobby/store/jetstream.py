@@ -68,7 +68,24 @@ STREAM = "LOBBY"
 SNAPSHOTS = "LOBBY_SNAPSHOTS"
 _WRONG_LAST_SEQUENCE = 10071
 """JetStream's error code for a failed Nats-Expected-Last-* check: this node was fenced."""
-_RETRYABLE = (nats.errors.TimeoutError, nats.js.errors.NoStreamResponseError, TimeoutError)
+_RETRYABLE = (
+    nats.errors.TimeoutError,
+    nats.errors.NoRespondersError,
+    nats.js.errors.NoStreamResponseError,
+    TimeoutError,
+)
+"""What a publish raises while NATS reconnects or a restarted server's JetStream starts."""
+
+
+def transient(exc: nats.js.errors.APIError) -> bool:
+    """Whether JetStream refused a publish for a while only (unavailable, electing a leader,
+    an error without a code during a stall), not for good (a bad request, no such stream)."""
+    if isinstance(exc, nats.js.errors.ServiceUnavailableError | nats.js.errors.ServerError):
+        return True
+    return not isinstance(exc, nats.js.errors.BadRequestError | nats.js.errors.NotFoundError) and (
+        exc.err_code is None and exc.code is None
+    )
+
 
 T = TypeVar("T")
 
@@ -296,7 +313,10 @@ class JetStreamStore:
                         f"(this one's epoch {self.epoch} is over): it may not write any more"
                     )
                     raise StoreFenced(self._fenced) from None
-                raise
+                if not transient(exc) or self._loop.time() > deadline:
+                    raise
+                await asyncio.sleep(0.1)
+                continue
             except _RETRYABLE:
                 # NATS reconnecting or JetStream electing a leader: the same Nats-Msg-Id
                 # makes a repeat of a publish that did land harmless.
