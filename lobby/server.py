@@ -35,15 +35,13 @@ from collections.abc import Coroutine, Iterable
 from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
-import orjson
 import structlog
 
-from lobby import admin_endpoint, dashboard
+from lobby import admin_endpoint, dashboard, stepdown
 from lobby.admin_endpoint import AdminEndpoint
 from lobby.committer import Committer
 from lobby.config import Settings
 from lobby.core.counters import SECONDS, Buckets
-from lobby.core.refusal import error_payload
 from lobby.core.router import Router
 from lobby.core.session import Action, Close, Send, Session
 from lobby.discovery_worker import DiscoveryWorker
@@ -54,13 +52,9 @@ from lobby.transport.base import HttpAnswer, Link, Transport
 
 if TYPE_CHECKING:
     from lobby.cluster.node import ClusterNode
-from protocol.codec import encode
-from protocol.models import LOBBY_ID, CloseCode, ErrorCode, Message, MessageType
+from protocol.models import LOBBY_ID, CloseCode
 
 log = structlog.get_logger("lobby.server")
-
-_REJOINING = "this lobby node is rejoining the cluster: connect to another node"
-"""The close reason (1012) and ERROR sentence (`node_unavailable`) of a fenced node."""
 
 FLUSH_EVERY = 16
 """A long read is flushed every this many messages, not only at its end: its first messages
@@ -441,23 +435,15 @@ class LobbyServer:
         log.error("CLUSTER_FENCED", node_id=self.settings.node_id, reason=reason)
         for agent in list(self.router.registry.agents.values()):
             if agent.session is not None:
-                self._close(agent.session, CloseCode.SERVICE_RESTART, _REJOINING)
+                self._close(agent.session, CloseCode.SERVICE_RESTART, stepdown.REJOINING)
         self.stepped_down.set()
 
     def _refuse_fenced(self, session: Session, data: bytes) -> None:
         """While fenced: an ERROR `node_unavailable` to a connection that has not registered
         (a registered one is being closed: what it sends now is not ACCEPTED, so it is resent
         after its resume elsewhere)."""
-        if session.agent is not None:
-            return
-        try:
-            sent = orjson.loads(data)
-            message_type = sent.get("message_type") if isinstance(sent, dict) else None
-        except orjson.JSONDecodeError:
-            message_type = None
-        original = message_type if message_type in MessageType.__members__ else None
-        payload = error_payload(ErrorCode.NODE_UNAVAILABLE, _REJOINING, original, None)
-        self._send(session, encode(Message(LOBBY_ID, "", MessageType.ERROR, payload)))
+        if session.agent is None:
+            self._send(session, stepdown.refusal(data))
 
     def _registration_deadline(self, session: Session) -> None:
         self._deadlines.pop(session, None)
