@@ -4,7 +4,9 @@
 exponential backoff on network errors, moving on to the next of the lobby's addresses after each
 failed attempt), registers or resumes with the agent's token, and yields one registered `Link`
 per successful connection. When the caller is done with a link (the connection dropped),
-iterating again reconnects.
+iterating again reconnects: to the same address first, unless the lobby closed it with 1012
+(a cluster node stepping down to rejoin) or refused REGISTER with `node_unavailable`; then to
+the next address.
 """
 
 from __future__ import annotations
@@ -26,7 +28,14 @@ from agent_sdk.errors import LobbyUnreachableError, RegistrationError
 from agent_sdk.logs import log
 from protocol.codec import decode, encode
 from protocol.errors import DecodeError
-from protocol.models import LOBBY_ID, ErrorCode, Message, MessageType, RegisterStatus
+from protocol.models import (
+    LOBBY_ID,
+    CloseCode,
+    ErrorCode,
+    Message,
+    MessageType,
+    RegisterStatus,
+)
 
 WRITE_HIGH = 64 * 1024
 """Bytes waiting in the transport past which `Link.send` waits for them to drain."""
@@ -206,6 +215,8 @@ async def registered_links(
             yield link, registration
         finally:
             await link.close()
+        if link.close_code == CloseCode.SERVICE_RESTART:
+            at += 1  # that node is rejoining its cluster: another one serves meanwhile
 
 
 async def _register(
@@ -231,6 +242,6 @@ async def _register(
         return Registration(new_token, resumed=status == RegisterStatus.RESUMED)
     code = str(reply.payload.get("code", "error"))
     message = str(reply.payload.get("error", "REGISTER was refused"))
-    if code == ErrorCode.RATE_LIMITED:
+    if code in (ErrorCode.RATE_LIMITED, ErrorCode.NODE_UNAVAILABLE):
         raise _RetryLater(message)
     raise RegistrationError(code, message)

@@ -24,7 +24,7 @@ from lobby.core.counters import SECONDS, SIZES, Buckets
 from lobby.core.records import Batch, Compaction
 from lobby.core.router import Router
 from lobby.core.session import Action
-from lobby.store.base import Store
+from lobby.store.base import Store, StoreFenced
 
 log = structlog.get_logger("lobby.store")
 
@@ -37,9 +37,17 @@ class Committer:
     written, and what is done once it is durable."""
 
     def __init__(
-        self, store: Store, router: Router, execute: Execute, *, interval: float = 0.002
+        self,
+        store: Store,
+        router: Router,
+        execute: Execute,
+        *,
+        interval: float = 0.002,
+        fenced: Callable[[str], None] = lambda reason: None,
     ) -> None:
         self.store = store
+        self._fenced = fenced
+        """Called when a commit is refused because another process claimed this node."""
         self.interval = interval
         """At most one commit starts per interval: rows gather into bigger batches, since a
         commit's fixed cost (rewriting the last pages in the WAL) dwarfs a row's."""
@@ -116,9 +124,10 @@ class Committer:
         if done.cancelled() or done.exception() is not None:
             # Nothing in this batch is confirmed; senders resend after reconnecting.
             self.failed = True
-            log.error(
-                "STORE_WRITE_FAILED", records=len(batch.records), error=repr(done.exception())
-            )
+            error = None if done.cancelled() else done.exception()
+            log.error("STORE_WRITE_FAILED", records=len(batch.records), error=repr(error))
+            if isinstance(error, StoreFenced):
+                self._fenced(str(error))
         else:
             self.batches += 1
             self.records += len(batch.records)

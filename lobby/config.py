@@ -68,6 +68,14 @@ class Settings:
         "3-server NATS cluster (survives losing one server), at most 5",
         minimum=1,
     )
+    cluster_dead_after: float = _setting(
+        10.0,
+        "seconds a node's heartbeat must have lapsed, while this node was itself connected to "
+        "NATS, before it may be failed over (with --cluster; it must also not answer a ping, "
+        "and NATS must have expired its key): longer rides out NATS blips, shorter fails a "
+        "dead node's agents over sooner",
+        above=3.0,  # NODE_TTL: by then NATS has expired a dead node's key
+    )
     fsync: bool = _setting(False, "sync every commit to disk (survives power loss)")
     max_message_bytes: int = _setting(
         256 * 1024, "largest accepted frame; a larger one closes its connection with 1009", above=0

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from lobby import admin_endpoint, dashboard
+from lobby import admin_endpoint, dashboard, stepdown
 from lobby.admin_endpoint import AdminEndpoint
 from lobby.committer import Committer
 from lobby.config import Settings
@@ -87,7 +87,11 @@ class LobbyServer:
         )
         self.store: Store = store or open_store(settings)
         self.committer = Committer(
-            self.store, self.router, self._execute, interval=settings.commit_interval
+            self.store,
+            self.router,
+            self._execute,
+            interval=settings.commit_interval,
+            fenced=self.fence,
         )
         self.transport = transport or _transport(settings.transport)
         self.cluster: ClusterNode | None = None
@@ -103,7 +107,15 @@ class LobbyServer:
                 durable=self.committer.after_durable,
                 flush=self.committer.flush,
                 replicas=settings.cluster_replicas,
+                fenced=self.fence,
+                epoch=int(getattr(self.store, "epoch", 0)),
+                dead_after=settings.cluster_dead_after,
             )
+        self.fenced: str | None = None
+        """Why this node stepped down (`fence`): it serves nobody until `lobby serve` starts
+        it again under a new epoch."""
+        self.stepped_down = asyncio.Event()
+        """Set by `fence`: what `lobby serve` waits for, besides a signal."""
         self._running = False
         self._port: int | None = None
         """The bound port; None before start, and for a transport without one (memory)."""
@@ -201,7 +213,7 @@ class LobbyServer:
                     await background
         self.observers.close()
         if self.cluster is not None:
-            await self.cluster.stop()
+            await self.cluster.stop(clean=self.fenced is None)
         await self.committer.close()
         self._running = self._stopping = False
         self._port = None
@@ -268,6 +280,9 @@ class LobbyServer:
         if session.agent is None and session in self._admin_sessions:
             assert self.admin is not None
             self.admin.received(session, binary, data)
+            return
+        if self.fenced is not None:
+            self._refuse_fenced(session, data)
             return
         router = self.router
         try:
@@ -409,6 +424,27 @@ class LobbyServer:
         self._written[link] = session
         self._batch()
 
+    def fence(self, reason: str) -> None:
+        """Another node claimed this one (it failed it over, or a second process took its node
+        id): stop serving at once. Every agent's connection is closed with 1012 (the SDK
+        resumes on another node), REGISTER is refused with `node_unavailable`, /readyz says
+        why; `lobby serve` then stops this server and starts a new one (`lobby.cli`)."""
+        if self.fenced is not None or not self._running or self._stopping:
+            return
+        self.fenced = reason
+        log.error("CLUSTER_FENCED", node_id=self.settings.node_id, reason=reason)
+        for agent in list(self.router.registry.agents.values()):
+            if agent.session is not None:
+                self._close(agent.session, CloseCode.SERVICE_RESTART, stepdown.REJOINING)
+        self.stepped_down.set()
+
+    def _refuse_fenced(self, session: Session, data: bytes) -> None:
+        """While fenced: an ERROR `node_unavailable` to a connection that has not registered
+        (a registered one is being closed: what it sends now is not ACCEPTED, so it is resent
+        after its resume elsewhere)."""
+        if session.agent is None:
+            self._send(session, stepdown.refusal(data))
+
     def _registration_deadline(self, session: Session) -> None:
         self._deadlines.pop(session, None)
         if session.agent is None:
@@ -454,8 +490,10 @@ class LobbyServer:
 
     def readiness(self) -> HttpAnswer:
         """/readyz: 200 while listening with a writable store, else 503 and why."""
-        if not self._running or self._stopping:
-            problem: str | None = "not listening: the lobby is starting or stopping"
+        if self.fenced is not None:
+            problem: str | None = f"fenced, serving nobody: {self.fenced}"
+        elif not self._running or self._stopping:
+            problem = "not listening: the lobby is starting or stopping"
         else:
             problem = self.store.unwritable()
         if problem is None:

@@ -86,6 +86,7 @@ class ErrorCode(StrEnum):
     RATE_LIMITED = "rate_limited"
     INTERNAL = "internal"
     LIMIT_EXCEEDED = "limit_exceeded"
+    NODE_UNAVAILABLE = "node_unavailable"
 
 
 class CloseCode:
@@ -98,6 +99,8 @@ class CloseCode:
     POLICY_VIOLATION: Final = 1008
     """No REGISTER within the handshake timeout."""
     MESSAGE_TOO_BIG: Final = 1009
+    SERVICE_RESTART: Final = 1012
+    """A cluster node steps down (it was fenced) and rejoins: resume on another node."""
     TRY_AGAIN: Final = 1013
     """A cluster node cannot take the agent now (its home node is down, being failed over)."""
     REPLACED: Final = 4001
@@ -115,6 +118,7 @@ CLOSE_CODE_NAMES: Final[dict[int, str]] = {
     1008: "policy_violation",
     1009: "message_too_big",
     1011: "internal_error",
+    1012: "service_restart",
     1013: "try_again_later",
     4001: "replaced",
     4002: "too_slow",

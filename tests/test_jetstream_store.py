@@ -20,8 +20,8 @@ from lobby.core.records import (
     Record,
     StateSaved,
 )
-from lobby.store.base import StoreUnavailable
-from lobby.store.jetstream import STREAM, JetStreamStore, StoreFenced, transient
+from lobby.store.base import StoreFenced, StoreUnavailable
+from lobby.store.jetstream import STREAM, JetStreamStore, transient
 from lobby.store.journal import Folded, decode_records, encode_records
 from tests.natskit import connect, free_port, nats_server
 from tests.routerkit import Clock, join, make_router

@@ -39,7 +39,7 @@ from nats.js.kv import KeyValue
 
 from lobby.cluster import steps
 from lobby.cluster.keys import AGENTS, agent_id_of, agent_key, decode_agent, encode_agent
-from lobby.cluster.liveness import NODES, Liveness
+from lobby.cluster.liveness import DEAD_AFTER, NODES, Liveness
 from lobby.cluster.recovery import RECOVERIES, Recovery
 from lobby.cluster.routing import HANDOVERS, Relay
 from lobby.core.records import AgentRemoved, AgentSaved
@@ -82,6 +82,9 @@ class ClusterNode:
         flush: Callable[[], Awaitable[None]],
         connect_timeout: float = 2.0,
         replicas: int = 1,
+        fenced: Callable[[str], None] = lambda reason: None,
+        epoch: int = 0,
+        dead_after: float = DEAD_AFTER,
     ) -> None:
         self.servers = servers
         self.replicas = replicas
@@ -105,7 +108,8 @@ class ClusterNode:
         """Key -> changes waiting to be written, the first one in flight."""
         self._tasks: set[asyncio.Task[None]] = set()
         self._watching: asyncio.Task[None] | None = None
-        self.liveness = Liveness(node_id)
+        self._stopping = False
+        self.liveness = Liveness(node_id, dead_after)
         """Which nodes are alive (KV bucket `nodes`)."""
         self.relay = Relay(node_id, router, execute, durable)
         """Messages to and from agents on other nodes."""
@@ -119,9 +123,12 @@ class ClusterNode:
             execute,
             self.relay.rehome,
             flush,
+            probe=self.relay.probe,
+            fenced=fenced,
+            epoch=epoch,
             reclaim=self.relay.reclaim,
         )
-        """Failover of dead nodes (KV bucket `recoveries`)."""
+        """Failover of dead nodes (KV bucket `recoveries`), and noticing this one fenced."""
 
     async def start(self) -> None:
         """Connect, open (or create) the bucket and read it to its end into the core."""
@@ -134,6 +141,7 @@ class ClusterNode:
                 max_reconnect_attempts=-1,
                 reconnect_time_wait=0.5,
                 error_cb=_quiet,
+                disconnected_cb=self._disconnected,
             )
             js = self._nc.jetstream()
             try:
@@ -155,8 +163,14 @@ class ClusterNode:
         self._watching = asyncio.create_task(self._watch(watcher))
         log.info("CLUSTER_JOINED", node_id=self.node_id, agents=len(self.router.registry))
 
-    async def stop(self) -> None:
-        """Finish the writes in flight (bounded by the server's shutdown), then disconnect."""
+    async def _disconnected(self) -> None:
+        if not self._stopping:
+            self.liveness.lost()
+
+    async def stop(self, clean: bool = True) -> None:
+        """Finish the writes in flight (bounded by the server's shutdown), then disconnect;
+        `clean` False (stepping down to rejoin) keeps this node's key in `nodes`."""
+        self._stopping = True
         if self._watching is not None:
             self._watching.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -165,7 +179,7 @@ class ClusterNode:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.relay.stop()
-        await self.liveness.stop()
+        await self.liveness.stop(clean)
         if self._nc is not None and not self._nc.is_closed:
             with contextlib.suppress(*_FAILED):
                 await self._nc.close()

@@ -23,6 +23,11 @@ class StoreUnavailable(Exception):
     saying what and why, for `lobby serve` to print."""
 
 
+class StoreFenced(Exception):
+    """Another process claimed this node id (a restart of it, or a node failing it over):
+    this one may not write any more (`lobby.store.jetstream`)."""
+
+
 class Store(Protocol):
     """Persistence behind the lobby. `write` and `compact` run in one writer thread, one call
     at a time; `load` runs once, before serving."""

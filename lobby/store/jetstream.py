@@ -7,11 +7,14 @@ max_payload (1 MiB by default) goes out as several messages, one after another: 
 them keeps the first part, whose senders were not yet told ACCEPTED and resend (dedupe absorbs
 the repeats).
 
-Fencing: at start the store publishes to `epoch.<node>`; that message's stream sequence is this
-process's epoch. Every journal publish carries `Nats-Expected-Last-Subject-Sequence: <epoch>`
+Fencing: at start the store publishes to `epoch.<node>` (`{"at": ..., "by": <claimant>}`: the
+node itself, or the node failing it over); that message's stream sequence is this process's
+epoch. Every journal publish carries `Nats-Expected-Last-Subject-Sequence: <epoch>`
 for subject `epoch.<node>`, so once a second process claims the same node id, every write of
 the first is refused by the server. The first then fails each commit (the committer logs
-STORE_WRITE_FAILED and confirms nothing more), says why on /readyz (503), and never compacts.
+STORE_WRITE_FAILED and confirms nothing more), says why on /readyz (503), and never compacts;
+the committer reports the `StoreFenced` to the server, which steps down and rejoins
+(`lobby.cluster.recovery`).
 
 Snapshots: a JetStream Object Store (bucket `LOBBY_SNAPSHOTS`), one object `<node>.<seq>` per
 compaction, `seq` being the last journal sequence it includes. An object store, because a
@@ -53,13 +56,14 @@ from typing import Any, TypeVar
 import nats
 import nats.errors
 import nats.js.errors
+import orjson
 import structlog
 from nats.aio.client import Client
 from nats.js import api
 
 from lobby.core.delivery import DEFAULT_DEDUPE_MAX
 from lobby.core.records import Compaction, Record, Snapshot
-from lobby.store.base import StoreUnavailable
+from lobby.store.base import StoreFenced, StoreUnavailable
 from lobby.store.journal import Folded, decode_records, encode_records
 
 log = structlog.get_logger("lobby.store")
@@ -90,10 +94,6 @@ def transient(exc: nats.js.errors.APIError) -> bool:
 T = TypeVar("T")
 
 
-class StoreFenced(Exception):
-    """Another process claimed this node id: this one may not write any more."""
-
-
 async def replicated(js: Any, stream: str, replicas: int) -> None:
     """Make `stream` (the journal, or a bucket's: `KV_<bucket>`, `OBJ_<bucket>`) keep
     `replicas` copies, as this node was started with (`--cluster-replicas`): the first node
@@ -121,8 +121,12 @@ class JetStreamStore:
         write_deadline: float = 10.0,
         dedupe_max: int = DEFAULT_DEDUPE_MAX,
         replicas: int = 1,
+        claimant: str | None = None,
     ) -> None:
         self.node_id = node_id
+        self.claimant = claimant or node_id
+        """Who claims the node's epoch: the node itself, or a node failing it over (the claim
+        says which, so the fenced process knows whether to rejoin: `lobby.cluster.recovery`)."""
         self.servers = servers
         self.write_deadline = write_deadline
         """Seconds a commit may keep retrying (NATS reconnecting, a leader election) before
@@ -207,7 +211,8 @@ class JetStreamStore:
             for stream in (STREAM, f"OBJ_{SNAPSHOTS}"):
                 await replicated(js, stream, self.replicas)
             # Claim the node: from here on, a process still writing as this node is refused.
-            claimed = await js.publish(self._epoch_subject, str(time.time()).encode())
+            claim = orjson.dumps({"at": time.time(), "by": self.claimant})
+            claimed = await js.publish(self._epoch_subject, claim)
             self.epoch = claimed.seq
             await js.purge_stream(STREAM, subject=self._epoch_subject, keep=1)
         except nats.js.errors.ServiceUnavailableError:
