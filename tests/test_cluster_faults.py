@@ -28,6 +28,8 @@ from tests.test_durability import Collector, send_numbers, stop
 from tests.waiting import BOUND, until
 from tests.wsclient import frame, reply
 
+OUTAGE = 3.0
+"""Seconds the nats-server stays down (a restart by an operator or a supervisor)."""
 PER_ROUND = 300
 """Messages each sender streams per round; the fault falls a third of the way in."""
 
@@ -82,6 +84,30 @@ class CrossStreams:
 async def past(n: int, *collectors: Collector) -> None:
     """Until each collector has seen more than `n` messages."""
     await until(lambda: all(len(c.seen) > n for c in collectors), f"past {n}")
+
+
+async def test_a_nats_restart_mid_stream_loses_nothing_accepted_and_fails_over_nobody(
+    tmp_path: Path,
+) -> None:
+    async with nats_server(tmp_path) as nats:
+        a, b = node(tmp_path / "a", nats, "a"), node(tmp_path / "b", nats, "b")
+
+        async def nats_restarted() -> None:
+            nats.process.kill()
+            await nats.process.wait()
+            await asyncio.sleep(OUTAGE)  # the outage itself, not a wait for a result
+            await restart(nats)
+
+        try:
+            async with CrossStreams(a, b) as streams:
+                for _ in range(2):
+                    await streams.round(nats_restarted)
+            for proc in (a, b):  # a blip of NATS is not a dead node
+                assert events(proc, "CLUSTER_RECOVERY_STARTED") == []
+                assert (await healthz(proc))["recovered"] == {}
+        finally:
+            stop(a)
+            stop(b)
 
 
 async def test_one_server_of_three_killed_mid_stream_loses_nothing_accepted(
