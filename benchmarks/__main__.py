@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from benchmarks import cluster_store, harness, report, suite
+from benchmarks import cluster_store, faults, harness, report, suite
 
 RESULTS = Path(__file__).parent / "results" / "latest.json"
 QUIET_BUDGET = {
@@ -40,6 +40,7 @@ PHASES: dict[str, Callable[[suite.Plan], dict[str, Any]]] = {
     "discovery_pressure": suite.discovery_pressure,
     "sdk": suite.sdk,
     "cluster": cluster_store.cluster,
+    "faults": faults.faults,
 }
 
 
@@ -75,6 +76,9 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
     print()
     print(report.render(results))
+    if "faults" in results:  # its own table: what was lost or repeated under each fault
+        print("### Faults: the cluster's promise under faults\n")
+        print(faults.render(results["faults"]))
     print(
         f"\nTotal {results['total_seconds']} s (of which {results['waited_for_quiet_seconds']} s"
         f" waiting for other processes to leave the cores idle); phases (s): "

@@ -10,7 +10,16 @@ from typing import Any
 import orjson
 import pytest
 
-from benchmarks import cluster_store, discovery_load, harness, load, report, sdk_profile, suite
+from benchmarks import (
+    cluster_store,
+    discovery_load,
+    faults,
+    harness,
+    load,
+    report,
+    sdk_profile,
+    suite,
+)
 from tests.routerkit import join, make_router
 
 
@@ -57,6 +66,18 @@ def test_the_cluster_phase_routes_through_one_node_and_two_and_renders() -> None
         "cluster: 2 nodes, each pair across the nodes",
         "cluster: a pair across two nodes, p50 round trip",
     ]
+
+
+@pytest.mark.timeout(120)  # a nats-server, two lobby nodes and a failover
+async def test_the_faults_phase_counts_a_stream_through_a_node_killed() -> None:
+    timing = faults.Timing(lead=0.5, tail=0.5, repeats=1)
+    title, scenario = faults.SCENARIOS["node_killed"]
+    run = await faults.one_run(scenario, timing, "smoke")
+    assert run["accepted"] > 0
+    assert run["delivered"] > 0
+    assert run["failed_over"] == ["b"]  # the survivor took b's agents: the run went through
+    table = faults.render({"node_killed": {"title": title, "total": faults.total([run])}})
+    assert f"| {title} | 1 | {run['accepted']:,} |" in table
 
 
 def test_the_metrics_phase_scrapes_the_lobby_while_it_routes(
