@@ -243,6 +243,8 @@ async def _rejoins(fenced: LobbyServer) -> bool:
     cluster = fenced.cluster
     if cluster is None:
         return False
+    if fenced.unstored:
+        return True  # its own commit failed: its epoch is still its own
     for _ in range(10):  # NATS may be reconnecting
         claimant = await cluster.recovery.claimant()
         if claimant is not None:

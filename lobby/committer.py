@@ -24,7 +24,7 @@ from lobby.core.counters import SECONDS, SIZES, Buckets
 from lobby.core.records import Batch, Compaction
 from lobby.core.router import Router
 from lobby.core.session import Action
-from lobby.store.base import Store, StoreFenced
+from lobby.store.base import Store
 
 log = structlog.get_logger("lobby.store")
 
@@ -43,11 +43,15 @@ class Committer:
         execute: Execute,
         *,
         interval: float = 0.002,
-        fenced: Callable[[str], None] = lambda reason: None,
+        failed: Callable[[BaseException | None], bool] = lambda error: False,
     ) -> None:
         self.store = store
-        self._fenced = fenced
-        """Called when a commit is refused because another process claimed this node."""
+        self._failed = failed
+        """Called with what a failed commit raised; True: the lobby steps down (a cluster node
+        rejoins from its journal), so nothing more is committed and no later confirmation can
+        cover what this commit lost."""
+        self.halted = False
+        """A commit failed and the lobby is stepping down: nothing more is written."""
         self.interval = interval
         """At most one commit starts per interval: rows gather into bigger batches, since a
         commit's fixed cost (rewriting the last pages in the WAL) dwarfs a row's."""
@@ -108,6 +112,8 @@ class Committer:
     def _submit(self) -> None:
         batch = self.router.take_journal()
         marks = self._take_marks() if self.marks else []
+        if self.halted:
+            return  # stepping down: what was not committed is not confirmed either
         if not self.store.durable:
             self._execute(self.router.committed(batch))
             self._run(marks)
@@ -126,8 +132,8 @@ class Committer:
             self.failed = True
             error = None if done.cancelled() else done.exception()
             log.error("STORE_WRITE_FAILED", records=len(batch.records), error=repr(error))
-            if isinstance(error, StoreFenced):
-                self._fenced(str(error))
+            if not self.halted and self._failed(error):
+                self.halted = True
         else:
             self.batches += 1
             self.records += len(batch.records)

@@ -76,6 +76,13 @@ class Settings:
         "dead node's agents over sooner",
         above=3.0,  # NODE_TTL: by then NATS has expired a dead node's key
     )
+    cluster_write_deadline: float = _setting(
+        10.0,
+        "seconds a commit keeps retrying while NATS does not take it (reconnecting, electing "
+        "a leader) before it fails, with --cluster; a node whose commit failed steps down "
+        "(its agents resume elsewhere) and rejoins from what it stored once NATS is back",
+        above=0.0,
+    )
     fsync: bool = _setting(False, "sync every commit to disk (survives power loss)")
     max_message_bytes: int = _setting(
         256 * 1024, "largest accepted frame; a larger one closes its connection with 1009", above=0

@@ -48,6 +48,7 @@ from lobby.discovery_worker import DiscoveryWorker
 from lobby.metrics import CONTENT_TYPE, Metrics
 from lobby.observer import Observers
 from lobby.store import SqliteStore, Store, open_store
+from lobby.store.base import StoreFenced
 from lobby.transport.base import HttpAnswer, Link, Transport
 
 if TYPE_CHECKING:
@@ -91,7 +92,7 @@ class LobbyServer:
             self.router,
             self._execute,
             interval=settings.commit_interval,
-            fenced=self.fence,
+            failed=self._commit_failed,
         )
         self.transport = transport or _transport(settings.transport)
         self.cluster: ClusterNode | None = None
@@ -114,6 +115,8 @@ class LobbyServer:
         self.fenced: str | None = None
         """Why this node stepped down (`fence`): it serves nobody until `lobby serve` starts
         it again under a new epoch."""
+        self.unstored = False
+        """Stepped down because its own commit failed (not fenced by another process)."""
         self.stepped_down = asyncio.Event()
         """Set by `fence`: what `lobby serve` waits for, besides a signal."""
         self._running = False
@@ -423,6 +426,19 @@ class LobbyServer:
             return
         self._written[link] = session
         self._batch()
+
+    def _commit_failed(self, error: BaseException | None) -> bool:
+        """A commit failed. A cluster node steps down (True): fenced by another, or its
+        memory is now ahead of its journal (NATS away past the write deadline), and only a
+        start from the journal is sound again. A single lobby goes on (False)."""
+        if isinstance(error, StoreFenced):
+            self.fence(str(error))
+            return True
+        if self.cluster is None:
+            return False
+        self.unstored = True
+        self.fence(f"a commit failed ({error!r}): this node rejoins from what it stored")
+        return True
 
     def fence(self, reason: str) -> None:
         """Another node claimed this one (it failed it over, or a second process took its node

@@ -110,6 +110,46 @@ async def test_a_nats_restart_mid_stream_loses_nothing_accepted_and_fails_over_n
             stop(b)
 
 
+async def test_nats_away_past_the_commit_deadline_steps_nodes_down_and_loses_nothing_accepted(
+    tmp_path: Path,
+) -> None:
+    """NATS stays away longer than a commit may retry (`--cluster-write-deadline 1`) while
+    agents on node a also talk among themselves: a's commit fails, so a steps down (what it
+    holds is ahead of what it stored), closes its agents with 1012, commits nothing more and
+    rejoins from its journal once NATS is back. Cross-node and local streams lose nothing."""
+    async with nats_server(tmp_path) as nats:
+        deadline = ("--cluster-write-deadline", "1")
+        a, b = (
+            node(tmp_path / "a", nats, "a", *deadline),
+            node(tmp_path / "b", nats, "b", *deadline),
+        )
+        local = Collector([a.url, b.url], agent_id="local-collector")
+        local_sender = Agent("local-sender", lobby_url=[a.url, b.url], reconnect_max_delay=0.3)
+
+        sending: list[asyncio.Task[None]] = []
+
+        async def nats_away() -> None:
+            nats.process.kill()
+            await nats.process.wait()
+            to_local = send_numbers(local_sender, range(100), to=local.agent_id, pause=0.01)
+            sending.append(asyncio.create_task(to_local))
+            await until(lambda: events(a, "CLUSTER_FENCED"), "a stepped down")
+            await restart(nats)
+
+        try:
+            async with local, local_sender, CrossStreams(a, b) as streams:
+                await streams.round(nats_away)
+                await asyncio.gather(*sending)
+                await until(lambda: len(local_sender._dispatcher.outbound) == 0, "confirmed")
+                await past(99, local)
+                assert local.seen == list(range(100))
+            assert events(a, "STORE_WRITE_FAILED")
+            assert events(a, "CLUSTER_REJOINED")
+        finally:
+            stop(a)
+            stop(b)
+
+
 async def test_one_server_of_three_killed_mid_stream_loses_nothing_accepted(
     tmp_path: Path,
 ) -> None:

@@ -29,6 +29,7 @@ def open_store(settings: Settings) -> Store:
             settings.node_id,
             dedupe_max=settings.dedupe_max,
             replicas=settings.cluster_replicas,
+            write_deadline=settings.cluster_write_deadline,
         )
     if settings.store == "memory":
         return MemoryStore()
