@@ -11,10 +11,8 @@ from collections.abc import AsyncIterator, Iterable
 from contextlib import asynccontextmanager
 from pathlib import Path
 
-import orjson
 import pytest
 from nats.aio.client import Client
-from nats.js.errors import NotFoundError
 
 from lobby.cluster import routing
 from lobby.cluster.routing import NodeLink, Relay
@@ -131,30 +129,6 @@ async def test_a_forward_left_out_is_kept_past_later_confirmations_until_its_rec
         assert [e.message_id for e in relay_a.links["b"].kept] == ["m1"]
         relay_a.rehome("bob", "b", "c")
         assert [(f[0], f[3]) for f in a.delivery.forwards] == [("c", "m1")]
-
-
-async def test_a_handover_too_large_for_one_nats_message_goes_through_the_object_store(
-    tmp_path: Path,
-) -> None:
-    """Bob's mailbox on a holds 1.2 MB: more than NATS takes in one message (1 MiB)."""
-    a, b = make_router(), make_router()
-    a.share("a")
-    b.share("b")
-    alice, _ = join_shared(a, "alice", acks=True), join_shared(a, "bob", acks=True)
-    for n in range(12):
-        alice.to("bob", "TEXT", {"content": "x" * 100_000}, message_id=f"m{n}")
-    learns(b, "bob", a, "a")
-    async with relays(tmp_path, a, b) as (relay_a, relay_b, nc_a, nc_b):
-        await relay_a.start(nc_a)
-        await relay_b.start(nc_b)
-        data = await relay_b.ask_release("a", "bob")
-        assert data is not None
-        assert [m[3] for m in orjson.loads(data)["messages"]] == [f"m{n}" for n in range(12)]
-        store = await nc_b.jetstream().object_store(routing.HANDOVERS)
-        with pytest.raises(NotFoundError):  # fetched, then deleted: none left
-            await store.list(ignore_deletes=True)
-        assert b.handed_over("a", "bob", data) == []  # adopted; no resume waited for it
-        assert [seq for seq, _ in b.registry.agents["bob"].mailbox] == list(range(1, 13))
 
 
 async def test_a_batch_core_nats_dropped_is_asked_for_and_routed_before_what_followed_it(

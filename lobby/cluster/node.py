@@ -41,7 +41,8 @@ from lobby.cluster import steps
 from lobby.cluster.keys import AGENTS, agent_id_of, agent_key, decode_agent, encode_agent
 from lobby.cluster.liveness import DEAD_AFTER, NODES, Liveness
 from lobby.cluster.recovery import RECOVERIES, Recovery
-from lobby.cluster.routing import HANDOVERS, Relay
+from lobby.cluster.handovers import HANDOVERS, Handovers
+from lobby.cluster.routing import Relay
 from lobby.core.records import AgentRemoved, AgentSaved
 from lobby.core.router import Router
 from lobby.core.session import Action
@@ -113,8 +114,9 @@ class ClusterNode:
         """Which nodes are alive (KV bucket `nodes`)."""
         self.relay = Relay(node_id, router, execute, durable)
         """Messages to and from agents on other nodes."""
-        self.relay.replicas = replicas
         self.relay.learn = self.learn
+        self.handovers = Handovers(node_id, router, execute, durable, replicas=replicas)
+        """Agents handed over between this node and another live one."""
         self.recovery = Recovery(
             node_id,
             servers,
@@ -126,7 +128,7 @@ class ClusterNode:
             probe=self.relay.probe,
             fenced=fenced,
             epoch=epoch,
-            reclaim=self.relay.reclaim,
+            reclaim=self.handovers.reclaim,
         )
         """Failover of dead nodes (KV bucket `recoveries`), and noticing this one fenced."""
 
@@ -153,6 +155,7 @@ class ClusterNode:
                 self._apply(entry)
             await self.liveness.start(js, replicas)
             await self.relay.start(self._nc)
+            await self.handovers.start(self._nc)
             await self.recovery.start(js, replicas)
             for bucket in (AGENTS, NODES, RECOVERIES):
                 await replicated(js, f"KV_{bucket}", replicas)
@@ -179,6 +182,7 @@ class ClusterNode:
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.relay.stop()
+        await self.handovers.stop()
         await self.liveness.stop(clean)
         if self._nc is not None and not self._nc.is_closed:
             # RuntimeError: nats-py flushing onto a transport uvloop already closed (NATS went
@@ -227,13 +231,13 @@ class ClusterNode:
 
     async def _hand_over(self, home: str, agent_id: str) -> None:
         """Have `home` hand `agent_id` over; its resumes waiting here then go ahead."""
-        data = await self.relay.ask_release(home, agent_id)
+        data = await self.handovers.ask_release(home, agent_id)
         if data is None and home not in self.liveness.heard:
             data = b""  # stopped cleanly: what it holds for the agent waits for its restart
         actions = self.router.handed_over(home, agent_id, data)
         if data:
             steps.reached("handover_adopted")
-            self.relay.adopted(home, agent_id)
+            self.handovers.adopted(home, agent_id)
         self._execute(actions)
         if data is not None:
             # What this node forwarded to the old home for the agent and it did not confirm
@@ -389,10 +393,10 @@ class ClusterNode:
             if old is not None and old != home:
                 # It moved on: what was forwarded to its old home and not confirmed follows it.
                 self.relay.rehome(agent_id, old, None if home == self.node_id else home)
-            elif agent_id in self.relay.released and home != self.node_id:
+            elif agent_id in self.handovers.released and home != self.node_id:
                 # Handed over by this node, now taken there: what waited here for it goes on
                 # (and what was forwarded it and its new home could not take yet, again).
-                del self.relay.released[agent_id]
+                del self.handovers.released[agent_id]
                 self.relay.rehome(agent_id, home, home)
                 actions += self.router.looked_up(agent_id)
         self._execute(actions)

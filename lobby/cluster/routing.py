@@ -50,7 +50,8 @@ single-line JSON (orjson writes no newline), so nothing is decoded or encoded ag
 `lobby.done`: a line "<node> <incarnation> <first> <last>", then a JSON array of [sender,
 message_id] pairs left out. `lobby.gap`: "<node> <incarnation> <batch to resend from>".
 `lobby.ping.<node>` is answered while the node is up (a resume
-elsewhere asks it first: `lobby.core.shared`).
+elsewhere asks it first: `lobby.core.shared`). Agents handed over between live nodes:
+`lobby.cluster.handovers`.
 """
 
 from __future__ import annotations
@@ -69,7 +70,6 @@ import structlog
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 
-from lobby.cluster import steps
 from lobby.cluster.links import BATCH_BYTES, Chunk, Inbound, Outbound, Pending
 from lobby.core.router import Router
 from lobby.core.session import Action, Send, Session
@@ -84,19 +84,6 @@ RESEND_AFTER: Final = 5.0
 again (core NATS may drop a message: a slow consumer, a reconnect)."""
 PROBE_TIMEOUT: Final = 1.0
 """Seconds a node waits for another's answer to `lobby.ping` before counting it down."""
-RELEASE_TIMEOUT: Final = 2.0
-"""Seconds a node waits for an agent's old home to hand it over (`lobby.release`)."""
-HANDOVER_INLINE_MAX: Final = 256 * 1024
-"""Bytes of a handover sent in the answer itself; a larger one (a full mailbox) goes through
-the object store `HANDOVERS` (NATS refuses messages over its `max_payload`, 1 MiB by default)
-and the answer names the object."""
-HANDOVERS: Final = "LOBBY_HANDOVERS"
-_STORED: Final = b"@"
-"""Starts an answer to `lobby.release` that names an object in `HANDOVERS`."""
-UNTAKEN_AFTER: Final = 10.0
-"""Seconds after which an agent this node handed over, and whose new home has not written its
-key, is taken back (that node gave up waiting for the handover)."""
-
 _DECIDED: Final = b"="
 """Marks a forwarded message's sender line when the forwarding node decided it (`=` is in no
 agent id): the home stores and delivers it without checking it again (`Router.decided`)."""
@@ -186,28 +173,16 @@ class Relay:
         self._resending: asyncio.Task[None] | None = None
         self._deferred = 0
         """Passes of forwards waiting for this node's commit (`kick`)."""
-        self.replicas = 1
-        """Copies NATS keeps of the object store `HANDOVERS` (`--cluster-replicas`)."""
         self.resent = 0
         self.dropped = 0
-        self.released: dict[str, tuple[str, bytes, float]] = {}
-        """Agent this node handed over and has not yet seen its new home write its key -> (the
-        new home, the handover, when, monotonic)."""
 
     async def start(self, nc: Client) -> None:
         self._nc = nc
-        js = nc.jetstream()
-        try:  # made now: at the first large handover, making it could outlast the wait
-            await js.object_store(HANDOVERS)
-        except nats.js.errors.BucketNotFoundError:
-            await js.create_object_store(HANDOVERS, replicas=self.replicas)
         await nc.subscribe(f"lobby.fwd.{self.node_id}", cb=self._forwarded)
         await nc.subscribe(f"lobby.ret.{self.node_id}", cb=self._returned)
         await nc.subscribe(f"lobby.done.{self.node_id}", cb=self._done)
         await nc.subscribe(f"lobby.gap.{self.node_id}", cb=self._gap)
         await nc.subscribe(f"lobby.ping.{self.node_id}", cb=self._pinged)
-        await nc.subscribe(f"lobby.release.{self.node_id}", cb=self._release_asked)
-        await nc.subscribe(f"lobby.adopted.{self.node_id}", cb=self._adopted)
         self._resending = asyncio.create_task(self._resend_unanswered())
 
     async def stop(self) -> None:
@@ -319,13 +294,6 @@ class Relay:
             await asyncio.sleep(1.0)
             now = time.monotonic()
             self.unanswered(now)
-            for agent_id, (node_id, data, at) in list(self.released.items()):
-                if now - at > UNTAKEN_AFTER:
-                    del self.released[agent_id]
-                    if agent_id in self.router.given_up:
-                        self._execute(self.router.take_back(node_id, data))
-                    else:  # adopted there, its key not seen yet: route what waited
-                        self._execute(self.router.looked_up(agent_id))
             if self.router.delivery.forwards:
                 self.kick()
 
@@ -387,30 +355,6 @@ class Relay:
         except (nats.errors.Error, TimeoutError):
             return False
         return True
-
-    async def ask_release(self, home: str, agent_id: str) -> bytes | None:
-        """Ask node `home` to hand `agent_id` over to this node: its handover (empty: nothing
-        there, fetched from the object store `HANDOVERS` when the answer names an object), or
-        None if it did not answer within `RELEASE_TIMEOUT` or its handover could not be read."""
-        if self._nc is None:
-            return None
-        try:
-            reply = await self._nc.request(
-                f"lobby.release.{home}",
-                f"{agent_id} {self.node_id}".encode(),
-                timeout=RELEASE_TIMEOUT,
-            )
-            data: bytes = reply.data
-            if data.startswith(_STORED):
-                name = data[len(_STORED) :].decode()
-                store = await self._nc.jetstream().object_store(HANDOVERS)
-                found = await store.get(name)
-                data = found.data or b""
-                with contextlib.suppress(nats.errors.Error, TimeoutError):
-                    await store.delete(name)
-        except (nats.errors.Error, TimeoutError):
-            return None
-        return data
 
     def _publish(self, subject: str, data: bytes) -> None:
         if self._nc is None:
@@ -564,59 +508,6 @@ class Relay:
 
     async def _pinged(self, msg: Msg) -> None:
         await msg.respond(b"")
-
-    async def _release_asked(self, msg: Msg) -> None:
-        """Another node resumes one of this node's agents: hand it over, answering once what
-        this node gave up is committed."""
-        agent_b, _, node_b = msg.data.partition(b" ")
-        agent_id = agent_b.decode()
-        try:
-            data, actions = self.router.release(agent_id, node_b.decode())
-        except Exception:
-            log.exception("CLUSTER_RELEASE_FAILED", agent_id=agent_id)
-            return  # unanswered: the resume there is closed with 1013 and tried again
-        if data:
-            self.released[agent_id] = (node_b.decode(), data, time.monotonic())
-        steps.reached("handover_released")
-        self._execute(actions)
-        reply = msg.reply
-        self._durable(lambda: self._spawn(self._answer_release(reply, data)))
-
-    def adopted(self, home: str, agent_id: str) -> None:
-        """This node adopted `agent_id` from node `home`: tell it once that is committed, so
-        it journals the agent as given up (the handover's second phase)."""
-        self._durable(lambda: self._publish(f"lobby.adopted.{home}", agent_id.encode()))
-
-    async def _adopted(self, msg: Msg) -> None:
-        self.router.released(msg.data.decode())
-        self._execute([])  # the server's pass: the records go to the committer
-
-    def reclaim(self, dead: str, adopted: Iterable[str]) -> None:
-        """Node `dead` died (its failover adopted `adopted` here) before confirming its
-        adoption of agents this node handed it: they are this node's again."""
-        taken = set(adopted)
-        for agent_id, (node_id, data, _) in list(self.released.items()):
-            if node_id == dead and agent_id in self.router.given_up and agent_id not in taken:
-                del self.released[agent_id]
-                self._execute(self.router.take_back(node_id, data))
-
-    async def _answer_release(self, reply: str, data: bytes) -> None:
-        """Answer a `lobby.release`: the handover itself, or the name of the object holding it
-        when it is too large for one NATS message. Unanswered if that fails: the node that
-        asked closes its resume with 1013, and this node takes the agent back."""
-        assert self._nc is not None
-        steps.reached("handover_committed")
-        try:
-            if len(data) > HANDOVER_INLINE_MAX:
-                store = await self._nc.jetstream().object_store(HANDOVERS)
-                name = uuid.uuid4().hex
-                await store.put(name, data)
-                data = _STORED + name.encode()
-            await self._nc.publish(reply, data)
-            await self._nc.flush()
-            steps.reached("handover_answered")
-        except (nats.errors.Error, TimeoutError) as exc:
-            log.warning("CLUSTER_HANDOVER_UNSENT", error=repr(exc))
 
 
 def _message_id(frame: bytes) -> str:
