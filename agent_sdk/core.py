@@ -276,8 +276,11 @@ class AgentCore:
     async def unregister(self, timeout: float = 5.0) -> None:
         """Leave the lobby for good (its registration and token are dropped), then stop."""
         runner = self._runner
-        await self.send(LOBBY_ID, MessageType.UNREGISTER, {})
+        # No ACK may follow the UNREGISTER on the wire (it would be refused `not_registered`):
+        # none is sent from before the send starts.
         self._sender.unregistered = True
+        await self.send(LOBBY_ID, MessageType.UNREGISTER, {})
+        self._sender.unregistered = True  # a reconnect meanwhile reset it
         if runner is not None and runner is not asyncio.current_task():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):
