@@ -38,10 +38,10 @@ from nats.aio.client import Client
 from nats.js.kv import KeyValue
 
 from lobby.cluster import steps
+from lobby.cluster.handovers import HANDOVERS, Handovers
 from lobby.cluster.keys import AGENTS, agent_id_of, agent_key, decode_agent, encode_agent
 from lobby.cluster.liveness import DEAD_AFTER, NODES, Liveness
 from lobby.cluster.recovery import RECOVERIES, Recovery
-from lobby.cluster.handovers import HANDOVERS, Handovers
 from lobby.cluster.routing import Relay
 from lobby.core.records import AgentRemoved, AgentSaved
 from lobby.core.router import Router
