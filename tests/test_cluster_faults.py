@@ -30,6 +30,8 @@ from tests.wsclient import frame, reply
 
 OUTAGE = 3.0
 """Seconds the nats-server stays down (a restart by an operator or a supervisor)."""
+PAUSE = 12.0
+"""Seconds a NATS server stays paused: past `--cluster-dead-after` (10 s)."""
 PER_ROUND = 300
 """Messages each sender streams per round; the fault falls a third of the way in."""
 
@@ -174,6 +176,35 @@ async def test_one_server_of_three_killed_mid_stream_loses_nothing_accepted(
             for proc in (a, b):
                 assert events(proc, "CLUSTER_RECOVERY_STARTED") == []
         finally:
+            stop(a)
+            stop(b)
+
+
+async def test_one_server_of_three_paused_past_the_dead_window_fails_nobody_over(
+    tmp_path: Path,
+) -> None:
+    """The first node's server of a 3-server cluster is SIGSTOPped for longer than
+    `--cluster-dead-after` mid-stream: that node (given that server alone, it learns the
+    others from it) moves to another server before anyone may judge it dead, and nothing
+    ACCEPTED is lost."""
+    async with nats_cluster(tmp_path) as servers:
+        urls = [s.url for s in servers]
+        a = node_on(tmp_path / "a", "a", [urls[0]])
+        b = node_on(tmp_path / "b", "b", [urls[1], urls[2], urls[0]])
+
+        async def server_paused() -> None:
+            servers[0].process.send_signal(signal.SIGSTOP)
+            await asyncio.sleep(PAUSE)  # the stall itself, not a wait for a result
+            servers[0].process.send_signal(signal.SIGCONT)
+
+        try:
+            async with CrossStreams(a, b) as streams:
+                await streams.round(server_paused)
+            for proc in (a, b):
+                assert events(proc, "CLUSTER_RECOVERY_STARTED") == []
+                assert events(proc, "CLUSTER_FENCED") == []
+        finally:
+            servers[0].process.send_signal(signal.SIGCONT)
             stop(a)
             stop(b)
 

@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
-from typing import Any
+from typing import Any, Final
 
 import nats
 import nats.errors
@@ -58,6 +58,10 @@ _CONFLICTS = 8
 """Compare-and-set conflicts one registration change tolerates before it gives up (each means
 another node wrote the same agent meanwhile)."""
 _RETRY_WAIT = 0.5
+PING_INTERVAL: Final = 1.0
+"""Seconds between this node's pings to its NATS server (nats-py's default is 2 minutes)."""
+MISSED_PINGS: Final = 3
+"""Pings left unanswered after which the server counts as gone and another is tried."""
 DELETED = ("DEL", "PURGE")
 
 Change = AgentSaved | AgentRemoved
@@ -142,6 +146,11 @@ class ClusterNode:
                 connect_timeout=self._connect_timeout,
                 max_reconnect_attempts=-1,
                 reconnect_time_wait=0.5,
+                # A server that stalls (paused, overloaded) keeps its TCP connection open:
+                # unanswered pings tell within about PING_INTERVAL * MISSED_PINGS, so this
+                # node moves to another server well before anyone may judge it dead.
+                ping_interval=PING_INTERVAL,
+                max_outstanding_pings=MISSED_PINGS,
                 error_cb=_quiet,
                 disconnected_cb=self._disconnected,
             )

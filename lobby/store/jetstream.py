@@ -189,6 +189,11 @@ class JetStreamStore:
             connect_timeout=connect_timeout,
             max_reconnect_attempts=-1,
             reconnect_time_wait=0.5,
+            # A stalled server (paused, overloaded) keeps its TCP connection open: while a
+            # commit retries (the only time this connection's loop runs), unanswered pings
+            # move it to another server well within the write deadline.
+            ping_interval=1.0,
+            max_outstanding_pings=3,
             error_cb=_quiet,
             disconnected_cb=self._disconnected,
             reconnected_cb=self._reconnected,
