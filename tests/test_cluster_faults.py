@@ -32,6 +32,8 @@ OUTAGE = 3.0
 """Seconds the nats-server stays down (a restart by an operator or a supervisor)."""
 PAUSE = 12.0
 """Seconds a NATS server stays paused: past `--cluster-dead-after` (10 s)."""
+QUICK = ("--cluster-dead-after", "3.5")
+"""Where a node really dies: failed over sooner than the default 10 s, to keep tests short."""
 PER_ROUND = 300
 """Messages each sender streams per round; the fault falls a third of the way in."""
 
@@ -216,7 +218,7 @@ async def test_a_node_killed_just_after_new_agents_first_messages_loses_nothing_
     their first messages arrive. The senders resume on a, which failed b over, and resend
     what was not ACCEPTED."""
     async with nats_server(tmp_path) as nats:
-        a, b = node(tmp_path / "a", nats, "a"), node(tmp_path / "b", nats, "b")
+        a, b = node(tmp_path / "a", nats, "a", *QUICK), node(tmp_path / "b", nats, "b", *QUICK)
 
         async def b_killed() -> None:
             b.signal(signal.SIGKILL)
@@ -287,10 +289,10 @@ async def test_a_node_killed_at_a_step_of_a_handover_loses_none_of_the_mailbox(
     async with nats_server(tmp_path) as nats:
         with monkeypatch.context() as env:
             env.setenv("LOBBY_STOP_AT", step)
-            a = node(tmp_path / "a", nats, "a") if killed == "old home" else None
-            b = node(tmp_path / "b", nats, "b") if killed == "new home" else None
-        a = a or node(tmp_path / "a", nats, "a")
-        b = b or node(tmp_path / "b", nats, "b")
+            a = node(tmp_path / "a", nats, "a", *QUICK) if killed == "old home" else None
+            b = node(tmp_path / "b", nats, "b", *QUICK) if killed == "new home" else None
+        a = a or node(tmp_path / "a", nats, "a", *QUICK)
+        b = b or node(tmp_path / "b", nats, "b", *QUICK)
         victim, survivor = (a, b) if killed == "old home" else (b, a)
         try:
             async with agent(a, "bob", acks=True) as bob:
