@@ -198,10 +198,15 @@ class Router(BetweenNodes):
         delivery = self.state.delivery
         delivery.forget_old(now)
         self.registrar.forget_idle(now)
+        acked = {a.agent_id: a.acked_seq for a in self.registry.agents.values()}
+        for agent_id in self.given_up:
+            # Handed over, not yet confirmed adopted: its messages stay whole in the store, so
+            # a failover of this node meanwhile still finds them (`lobby.core.handover`).
+            acked[agent_id] = 0
         return Compaction(
             conversations=dict(self.requests.open),
             upto_row=delivery.last_row,
-            acked={a.agent_id: a.acked_seq for a in self.registry.agents.values()},
+            acked=acked,
             forget_before=now - delivery.dedupe_horizon,
         )
 
