@@ -185,6 +185,8 @@ class Committer:
 
     async def compact(self, compaction: Compaction) -> None:
         await self.flush()
+        if self.halted:
+            return  # the store's state includes the failed commit: no snapshot of it
         await asyncio.get_running_loop().run_in_executor(
             self._executor, self.store.compact, compaction
         )

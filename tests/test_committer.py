@@ -11,6 +11,7 @@ import orjson
 
 from lobby.committer import Committer
 from lobby.core import Action, Router, Send
+from lobby.core.records import Record
 from lobby.store.memory import MemoryStore
 from lobby.store.sqlite import SqliteStore
 from tests.routerkit import Peer, join, make_router
@@ -107,4 +108,75 @@ async def test_a_mark_runs_once_everything_journaled_before_it_is_durable(tmp_pa
     committer.kick()
     assert ran[-1] == ("idle", {"a-1"})
     assert committer.marks == []
+    await committer.close()
+
+
+class FailingOnce(SqliteStore):
+    """A sqlite store whose first commit fails (a disk error, NATS away past its deadline)."""
+
+    failures = 1
+
+    def write(self, records: list[Record]) -> None:
+        if self.failures:
+            self.failures -= 1
+            raise OSError("the first commit fails")
+        super().write(records)
+
+
+async def test_after_a_failed_commit_a_stepping_down_lobby_commits_and_confirms_nothing_more(
+    tmp_path: Path,
+) -> None:
+    """No later ACCEPTED or mark may cover what the failed commit lost: once `failed` says the
+    lobby steps down, nothing more is written, confirmed or compacted."""
+    router = make_router()
+    alice = parties(router)
+    store = FailingOnce(tmp_path)
+    done: list[Action] = []
+    errors: list[BaseException | None] = []
+
+    def failed(error: BaseException | None) -> bool:
+        errors.append(error)
+        return True
+
+    committer = Committer(store, router, done.extend, interval=0.001, failed=failed)
+    ran: list[str] = []
+    for message_id in ("a-1", "a-2"):
+        alice.to(
+            "bob",
+            "REQUEST",
+            {"capability_name": "c"},
+            conversation_id=message_id,
+            message_id=message_id,
+        )
+        committer.after_durable(lambda m=message_id: ran.append(m))  # type: ignore[misc]
+        committer.kick()
+        await committer.flush()
+    await committer.compact(router.compaction())
+    assert [type(e) for e in errors] == [OSError]
+    assert committer.halted
+    assert done == []  # no ACCEPTED, for a-1 or a-2
+    assert ran == []
+    assert store.load().messages == []
+    await committer.close()
+
+
+async def test_a_single_lobby_goes_on_committing_after_a_failed_commit(tmp_path: Path) -> None:
+    router = make_router()
+    alice = parties(router)
+    store = FailingOnce(tmp_path)
+    done: list[Action] = []
+    committer = Committer(store, router, done.extend, interval=0.001)
+    for message_id in ("a-1", "a-2"):
+        alice.to(
+            "bob",
+            "REQUEST",
+            {"capability_name": "c"},
+            conversation_id=message_id,
+            message_id=message_id,
+        )
+        committer.kick()
+        await committer.flush()
+    assert not committer.halted
+    assert accepted(done) == [(alice.session.id, "a-2")]
+    assert [m.message_id for m in store.load().messages] == ["a-2"]
     await committer.close()
