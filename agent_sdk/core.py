@@ -276,11 +276,13 @@ class AgentCore:
     async def unregister(self, timeout: float = 5.0) -> None:
         """Leave the lobby for good (its registration and token are dropped), then stop."""
         runner = self._runner
-        # No ACK may follow the UNREGISTER on the wire (it would be refused `not_registered`):
-        # none is sent from before the send starts.
+        # Nothing may follow the UNREGISTER on the wire (it would be refused `not_registered`):
+        # no ACK from before it starts, and no send at all once it is out (a handler still
+        # running gets NotConnectedError here instead).
         self._sender.unregistered = True
         await self.send(LOBBY_ID, MessageType.UNREGISTER, {})
         self._sender.unregistered = True  # a reconnect meanwhile reset it
+        self._sender.open = False
         if runner is not None and runner is not asyncio.current_task():
             with contextlib.suppress(TimeoutError):
                 async with asyncio.timeout(timeout):
