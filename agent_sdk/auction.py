@@ -13,6 +13,7 @@ the confidence alone when no skills are required. Ties go to the bidder found fi
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from typing import Any
 from uuid import UUID, uuid4
 
@@ -123,7 +124,10 @@ class Auctioneer(Negotiator):
             else None
         )
         await asyncio.gather(
-            *(self._close_bid(dialogues[bid.agent_id], won=bid is winner) for bid in bids)
+            *(
+                self._close_bid(dialogues[bid.agent_id], won=bid is winner, timeout=timeout)
+                for bid in bids
+            )
         )
         if winner is None:
             return _failed(rfp, "No bids met minimum confidence")
@@ -139,11 +143,15 @@ class Auctioneer(Negotiator):
             rfp_id=rfp.id, agent_id=winner.agent_id, success=True, output=str(answer["output"])
         )
 
-    async def _close_bid(self, dialogue: DialogueHandle, *, won: bool) -> None:
-        if won:
-            await dialogue.accept()
-        else:
+    async def _close_bid(self, dialogue: DialogueHandle, *, won: bool, timeout: float) -> None:
+        if not won:
             await dialogue.decline("another bid won")
+            return
+        # Accept, and wait for the winner's MATCH_ACCEPT before giving it the task: its moves
+        # in the dialogue are over before the execution starts, so none can trail the task's
+        # answer (and come after the winner has left, say).
+        with contextlib.suppress(AgentSDKError):  # one that does not confirm gets it all the same
+            await dialogue.conclude(timeout=timeout)
 
 
 async def _read_bid(rfp: TaskRFP, answer: RoundBid) -> AgentBid | None:
