@@ -21,7 +21,7 @@ from lobby.core.records import AgentSaved
 from lobby.core.session import Action
 from tests.core.test_shared_registry import join_shared
 from tests.natskit import connect, nats_server
-from tests.routerkit import make_router, world
+from tests.routerkit import Peer, make_router, world
 from tests.waiting import until
 
 
@@ -40,6 +40,17 @@ def learns(router: Router, agent_id: str, router_there: Router, home: str) -> No
     record = router_there.registry.get(agent_id)
     assert record is not None
     router.learned(AgentSaved(agent_id, record.token_hash, b"[]", True), home)
+
+
+def alice_on_a_bob_on_b() -> tuple[Router, Router, Peer, Peer]:
+    """Nodes a and b, alice (acknowledging) on a and bob on b, each known to the other."""
+    a, b = make_router(), make_router()
+    a.share("a")
+    b.share("b")
+    alice, bob = join_shared(a, "alice", acks=True), join_shared(b, "bob")
+    learns(a, "bob", b, "b")
+    learns(b, "alice", a, "a")
+    return a, b, alice, bob
 
 
 async def published(relay: Relay) -> None:
@@ -72,12 +83,7 @@ async def test_a_forward_nobody_heard_is_sent_again_and_delivered_once(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(routing, "RESEND_AFTER", 0.5)
-    a, b = make_router(), make_router()
-    a.share("a")
-    b.share("b")
-    alice, bob = join_shared(a, "alice", acks=True), join_shared(b, "bob")
-    learns(a, "bob", b, "b")
-    learns(b, "alice", a, "a")
+    a, b, alice, bob = alice_on_a_bob_on_b()
     async with relays(tmp_path, a, b) as (relay_a, relay_b, nc_a, nc_b):
         await relay_a.start(nc_a)
         alice.to("bob", "TEXT", {"content": "lost once"}, message_id="m1")
@@ -144,12 +150,7 @@ async def test_a_batch_core_nats_dropped_is_asked_for_and_routed_before_what_fol
 ) -> None:
     """Of a's three batches to b, the second never arrives: b routes the first, refuses the
     third (a gap), asks a for everything from the second, and bob gets all three in order."""
-    a, b = make_router(), make_router()
-    a.share("a")
-    b.share("b")
-    alice, bob = join_shared(a, "alice", acks=True), join_shared(b, "bob")
-    learns(a, "bob", b, "b")
-    learns(b, "alice", a, "a")
+    a, b, alice, bob = alice_on_a_bob_on_b()
     async with relays(tmp_path, a, b) as (relay_a, relay_b, nc_a, nc_b):
         await relay_a.start(nc_a)
         await relay_b.start(nc_b)

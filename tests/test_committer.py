@@ -4,7 +4,7 @@ a commit only once that commit is durable. It builds no message itself."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 
 import orjson
@@ -111,6 +111,24 @@ async def test_a_mark_runs_once_everything_journaled_before_it_is_durable(tmp_pa
     await committer.close()
 
 
+async def committed(
+    alice: Peer, committer: Committer, message_id: str, mark: Callable[[], None] | None = None
+) -> None:
+    """alice sends bob a REQUEST, in a commit of its own (which may fail), with `mark` to run
+    once it is durable."""
+    alice.to(
+        "bob",
+        "REQUEST",
+        {"capability_name": "c"},
+        conversation_id=message_id,
+        message_id=message_id,
+    )
+    if mark is not None:
+        committer.after_durable(mark)
+    committer.kick()
+    await committer.flush()
+
+
 class FailingOnce(SqliteStore):
     """A sqlite store whose first commit fails (a disk error, NATS away past its deadline)."""
 
@@ -141,16 +159,7 @@ async def test_after_a_failed_commit_a_stepping_down_lobby_commits_and_confirms_
     committer = Committer(store, router, done.extend, interval=0.001, failed=failed)
     ran: list[str] = []
     for message_id in ("a-1", "a-2"):
-        alice.to(
-            "bob",
-            "REQUEST",
-            {"capability_name": "c"},
-            conversation_id=message_id,
-            message_id=message_id,
-        )
-        committer.after_durable(lambda m=message_id: ran.append(m))  # type: ignore[misc]
-        committer.kick()
-        await committer.flush()
+        await committed(alice, committer, message_id, lambda m=message_id: ran.append(m))  # type: ignore[misc]
     await committer.compact(router.compaction())
     assert [type(e) for e in errors] == [OSError]
     assert committer.halted
@@ -167,15 +176,7 @@ async def test_a_single_lobby_goes_on_committing_after_a_failed_commit(tmp_path:
     done: list[Action] = []
     committer = Committer(store, router, done.extend, interval=0.001)
     for message_id in ("a-1", "a-2"):
-        alice.to(
-            "bob",
-            "REQUEST",
-            {"capability_name": "c"},
-            conversation_id=message_id,
-            message_id=message_id,
-        )
-        committer.kick()
-        await committer.flush()
+        await committed(alice, committer, message_id)
     assert not committer.halted
     assert accepted(done) == [(alice.session.id, "a-2")]
     assert [m.message_id for m in store.load().messages] == ["a-2"]
