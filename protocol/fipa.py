@@ -15,6 +15,10 @@ the move id and whose `in_reply_to` is the move it answers (absent on the CFP). 
 - the parties take turns, and a move may only reply to the other party's latest move;
 - after DECLINE or MATCH_ACCEPT (or expiry) the dialogue is over.
 
+Who is not a party to a dialogue learns nothing about it: the first rule checked is
+`not_a_party`, whose text names no state and reads the same whether the dialogue exists or not
+(a move other than CFP into an unknown dialogue breaks it too).
+
 Sealed rounds: a CFP sent to several receivers at once may be sealed (`SealedRound`). Each
 receiver gets its own dialogue, which starts in `cfp_sealed`: its PROPOSE is held by the lobby
 (`proposal_held`) until the round's deadline or until every receiver has answered, then all the
@@ -158,11 +162,8 @@ class Dialogue:
     ) -> Dialogue:
         """A new dialogue from its first move; `IllegalMove` unless it is a proper CFP."""
         if performative != Performative.CFP:
-            raise IllegalMove(
-                "first_move_must_be_cfp",
-                f"{performative} cannot start dialogue {clip(dialogue_id)!r}: "
-                "a dialogue starts with CFP",
-            )
+            # Refused as a foreign dialogue is: no one learns from it whether the id is in use.
+            raise not_a_party(performative, sender, dialogue_id, receiver)
         if in_reply_to is not None:
             raise IllegalMove(
                 "first_move_must_be_cfp", "a CFP starts a dialogue and replies to no move"
@@ -219,6 +220,11 @@ class Dialogue:
     ) -> DialogueState:
         """The state this move leads to, or `IllegalMove`. Changes nothing. `now` is needed
         only to refuse a late reply in a sealed round."""
+        # Who may move is settled first, before any state is looked at: an outsider's
+        # refusal must read the same whatever the dialogue's state (`not_a_party`).
+        role = self.role_of(sender)
+        if role == "outsider" or receiver != self.other(sender):
+            raise not_a_party(performative, sender, self.dialogue_id, receiver)
         where = f"dialogue {clip(self.dialogue_id)!r} is {self.state}"
         if (
             self.sealed_by is not None
@@ -240,13 +246,6 @@ class Dialogue:
             )
         if self.is_over:
             raise IllegalMove("dialogue_over", f"{performative} refused: {where}, it is over")
-        role = self.role_of(sender)
-        if role == "outsider" or receiver != self.other(sender):
-            raise IllegalMove(
-                "not_a_party",
-                f"{performative} refused: {where} between {self.initiator!r} and "
-                f"{self.responder!r}; only they may move in it, to each other",
-            )
         if performative == Performative.CFP:
             raise IllegalMove(
                 "conversation_id_in_use",
@@ -404,6 +403,17 @@ class SealedRound:
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> SealedRound:
         return cls(**data)
+
+
+def not_a_party(performative: str, sender: str, dialogue_id: str, receiver: str) -> IllegalMove:
+    """The refusal of a move by someone who is not a party to `dialogue_id` (or not to
+    `receiver`), or into a dialogue that does not exist: it names no state, so it tells the
+    sender nothing it did not send."""
+    return IllegalMove(
+        "not_a_party",
+        f"{performative} refused: {sender!r} has no dialogue {clip(dialogue_id)!r} with "
+        f"{receiver!r}; only a dialogue's two parties may move in it, to each other",
+    )
 
 
 def reveal_order(seed: str, bidders: list[str]) -> list[str]:

@@ -130,7 +130,7 @@ def test_every_illegal_move_names_its_rule(
 @pytest.mark.parametrize(
     ("kind", "target", "payload", "rule"),
     [
-        ("PROPOSE", None, proposal(1), "first_move_must_be_cfp"),
+        ("PROPOSE", None, proposal(1), "not_a_party"),
         ("CFP", "7", CFP, "first_move_must_be_cfp"),
         ("CFP", None, {"query": "text"}, "bad_payload"),
         ("CFP", None, {**CFP, "reply_by": -1}, "bad_payload"),
@@ -149,6 +149,50 @@ def test_a_cfp_to_oneself_is_no_dialogue() -> None:
     with pytest.raises(IllegalMove) as refused:
         Dialogue.start("d", "b", "b", "1", "CFP", None, CFP, 0.0)
     assert str(refused.value) == "a dialogue needs two different parties (rule: not_a_party)"
+
+
+def test_an_outsider_is_told_the_same_whatever_the_dialogues_state_or_whether_it_exists() -> None:
+    """`not_a_party` is checked before any state, and a move into no dialogue reads alike."""
+    moves = [
+        ("s", "b", "2", "PROPOSE", "1", proposal(20)),
+        ("b", "s", "3", "ACCEPT", "2", {}),
+        ("s", "b", "4", "MATCH_ACCEPT", "3", {}),
+    ]
+    states = []
+    for played in range(len(moves) + 1):
+        d = started()
+        for move in moves[:played]:
+            play(d, move)
+        states.append(d)
+    declined, expired = started(), started()
+    play(declined, ("s", "b", "2", "DECLINE", "1", {}))
+    expired.expire(200.0)
+    states += [declined, expired]
+    assert len({d.state for d in states}) == 6
+    for kind, target, payload in [
+        ("CFP", None, CFP),
+        ("PROPOSE", "1", proposal(1)),
+        ("ACCEPT", "2", {}),
+        ("DECLINE", "1", {}),
+        ("MATCH_ACCEPT", "3", {}),
+    ]:
+        for sender, receiver in [("x", "b"), ("x", "s"), ("b", "x"), ("s", "s")]:
+            reasons = set()
+            for d in states:
+                with pytest.raises(IllegalMove) as refused:
+                    d.check(sender, receiver, kind, target, payload, 300.0)
+                reasons.add((refused.value.rule, refused.value.reason))
+            if kind != "CFP":  # (a CFP into no dialogue starts one)
+                with pytest.raises(IllegalMove) as refused:
+                    Dialogue.start("d1", sender, receiver, "9", kind, target, payload, 300.0)
+                reasons.add((refused.value.rule, refused.value.reason))
+            assert reasons == {
+                (
+                    "not_a_party",
+                    f"{kind} refused: {sender!r} has no dialogue 'd1' with {receiver!r}; "
+                    "only a dialogue's two parties may move in it, to each other",
+                )
+            }
 
 
 def test_reply_by_sets_a_deadline_cleared_by_the_first_reply() -> None:
@@ -187,8 +231,9 @@ def test_protocol_md_shows_the_generated_diagram() -> None:
 START_REFUSALS = [
     (
         ("PROPOSE", None, proposal(1)),
-        "PROPOSE cannot start dialogue 'd1': a dialogue starts with CFP",
-        "first_move_must_be_cfp",
+        "PROPOSE refused: 'b' has no dialogue 'd1' with 's'; only a dialogue's two parties "
+        "may move in it, to each other",
+        "not_a_party",
     ),
     (("CFP", "7", CFP), "a CFP starts a dialogue and replies to no move", "first_move_must_be_cfp"),
     (("CFP", None, {"query": "text"}), "a CFP payload needs an object 'query'", "bad_payload"),
@@ -251,8 +296,8 @@ MOVE_REFUSALS = [
     (
         [],
         ("x", "b", "PROPOSE", "1", proposal(1)),
-        "PROPOSE refused: dialogue 'd1' is cfp_sent between 'b' and 's'; only they may move "
-        "in it, to each other",
+        "PROPOSE refused: 'x' has no dialogue 'd1' with 'b'; only a dialogue's two parties "
+        "may move in it, to each other",
         "not_a_party",
     ),
     (

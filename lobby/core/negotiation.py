@@ -91,7 +91,8 @@ class Negotiations:
         if dialogue is not None and dialogue.sealed_by is not None and dialogue.state in UNREVEALED:
             return self.sealed.answer(session, agent, msg, dialogue, now)
         limit = state.limits.max_open_dialogues
-        if dialogue is None and limit and self.started.get(agent.agent_id, 0) >= limit:
+        starts = dialogue is None and msg.message_type is _CFP  # else refused `not_a_party`
+        if starts and limit and self.started.get(agent.agent_id, 0) >= limit:
             state.refuse(
                 ErrorCode.LIMIT_EXCEEDED,
                 f"agent {agent.agent_id!r} already has {limit} open dialogues it started; "

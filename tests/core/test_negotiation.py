@@ -338,6 +338,32 @@ def test_a_sealed_rounds_dialogues_count_as_open_dialogues_their_buyer_started()
     )
 
 
+def test_an_agent_at_its_bound_is_refused_alike_for_a_dialogue_that_is_or_is_not() -> None:
+    """`limit_exceeded` answers a CFP only: a move into a dialogue that does not exist reads
+    as one into a dialogue the sender is not in."""
+    limits = Limits(message_rate=0, registration_rate=0, discover_rate=0, max_open_dialogues=1)
+    router = Router(limits=limits, clock=Clock())
+    x, s = join(router, "x"), join(router, "s")
+    join(router, "b").to("s", "CFP", {"query": {}}, conversation_id="theirs")
+    x.to("s", "CFP", {"query": {}}, conversation_id="mine")  # x is at its bound
+    s.take()
+    errors = []
+    for conversation in ("theirs", "nowhere"):
+        x.to("s", "PROPOSE", {"proposal": {}}, conversation_id=conversation, message_id="p")
+        errors.append(x.last()["payload"])
+    assert errors == [
+        {
+            "error": f"PROPOSE refused: 'x' has no dialogue {conversation!r} with 's'; only a "
+            "dialogue's two parties may move in it, to each other (rule: not_a_party)",
+            "code": "invalid_dialogue",
+            "original_message_type": "PROPOSE",
+            "original_conversation_id": conversation,
+        }
+        for conversation in ("theirs", "nowhere")
+    ]
+    assert s.take() == []
+
+
 def test_a_sealed_rounds_dialogue_does_not_idle_out_before_its_round_is_revealed() -> None:
     clock = Clock()
     router, buyer, sellers = market(clock, sellers=2, dialogue_timeout=10)
