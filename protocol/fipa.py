@@ -21,10 +21,13 @@ Who is not a party to a dialogue learns nothing about it: the first rule checked
 
 Sealed rounds: a CFP sent to several receivers at once may be sealed (`SealedRound`). Each
 receiver gets its own dialogue, which starts in `cfp_sealed`: its PROPOSE is held by the lobby
-(`proposal_held`) until the round's deadline or until every receiver has answered, then all the
-held proposals are revealed together (`proposal_revealed`) in an order shuffled by the round's
-seed (`reveal_order`), and the buyer answers each as usual. A reply after the deadline breaks
-the rule `sealed_reply_by_passed`; a move in a held dialogue before the reveal, `proposal_held`.
+(`proposal_held`), its DECLINE too (`decline_held`), until the round's deadline or until every
+receiver has answered; then all the held proposals are revealed together (`proposal_revealed`)
+in an order shuffled by the round's seed (`reveal_order`), and the buyer answers each as usual.
+A reply after the deadline breaks the rule `sealed_reply_by_passed`. Until the reveal the buyer
+learns nothing from its own moves: each is refused `round_not_revealed` whatever the receiver
+did; and a receiver that answered is refused the same before the reveal as after it, so it
+cannot tell when the others have answered.
 
 Roles for the TAC controller: the CFP's `query` may say `"role": "buyer"` or `"seller"` for the
 CFP's sender (TAC's CFP says which side its sender is on); without it the sender is the buyer.
@@ -61,6 +64,8 @@ class DialogueState(StrEnum):
     """A CFP of a sealed round, not yet answered."""
     HELD = "proposal_held"
     """A sealed round's PROPOSE, held by the lobby until the round is revealed."""
+    DECLINE_HELD = "decline_held"
+    """A sealed round's DECLINE, not shown to the buyer (nor counted as over) until the reveal."""
     REVEALED = "proposal_revealed"
     """A held PROPOSE, revealed to the buyer with the round's other bids."""
 
@@ -82,9 +87,10 @@ TRANSITIONS: Final[dict[DialogueState, dict[Performative, DialogueState]]] = {
     },
     DialogueState.SEALED: {
         Performative.PROPOSE: DialogueState.HELD,
-        Performative.DECLINE: DialogueState.DECLINED,
+        Performative.DECLINE: DialogueState.DECLINE_HELD,
     },
     DialogueState.HELD: {},
+    DialogueState.DECLINE_HELD: {},
     DialogueState.REVEALED: {
         Performative.PROPOSE: DialogueState.PROPOSED,
         Performative.ACCEPT: DialogueState.ACCEPTED,
@@ -97,11 +103,17 @@ LOBBY_TRANSITIONS: Final[dict[DialogueState, dict[str, DialogueState]]] = {
     DialogueState.CFP_SENT: {"reply_by passed": DialogueState.EXPIRED},
     DialogueState.SEALED: {"reply_by passed": DialogueState.EXPIRED},
     DialogueState.HELD: {"round revealed": DialogueState.REVEALED},
+    DialogueState.DECLINE_HELD: {"round revealed": DialogueState.DECLINED},
 }
 """state -> event -> next state: what the lobby's clock and sealed rounds do, not a party."""
 
 START: Final = (Performative.CFP, DialogueState.CFP_SENT)
 """The only first move, and the state it leads to."""
+
+BEFORE_REVEAL: Final = frozenset(
+    {DialogueState.SEALED, DialogueState.HELD, DialogueState.DECLINE_HELD}
+)
+"""A sealed round's dialogue before the reveal: its buyer may not move in it."""
 
 
 class IllegalMove(ProtocolError):
@@ -225,25 +237,9 @@ class Dialogue:
         role = self.role_of(sender)
         if role == "outsider" or receiver != self.other(sender):
             raise not_a_party(performative, sender, self.dialogue_id, receiver)
+        if self.sealed_by is not None:
+            self._check_sealed(performative, sender, self.sealed_by, now)
         where = f"dialogue {clip(self.dialogue_id)!r} is {self.state}"
-        if (
-            self.sealed_by is not None
-            and now is not None
-            and now >= self.sealed_by
-            and sender == self.responder
-            and self.state in (DialogueState.SEALED, DialogueState.EXPIRED)
-        ):
-            raise IllegalMove(
-                "sealed_reply_by_passed",
-                f"{performative} refused: sealed round {clip(str(self.round_id))!r} closed at "
-                f"its reply_by deadline {self.sealed_by:.3f} (Unix time), before this reply",
-            )
-        if self.state is DialogueState.HELD:
-            raise IllegalMove(
-                "proposal_held",
-                f"{performative} refused: {where}; the lobby holds the proposal sealed until "
-                f"round {clip(str(self.round_id))!r} is revealed",
-            )
         if self.is_over:
             raise IllegalMove("dialogue_over", f"{performative} refused: {where}, it is over")
         if performative == Performative.CFP:
@@ -279,6 +275,46 @@ class Dialogue:
             if "price" in proposal:
                 price_of(proposal)
         return state
+
+    def _check_sealed(
+        self, performative: str, sender: str, sealed_by: float, now: float | None
+    ) -> None:
+        """The rules of a sealed round's dialogue for its parties. Each refusal reads the same
+        whatever the other receivers did: the buyer gets `round_not_revealed` in every state
+        before the reveal, and a receiver that answered is refused alike before and after it."""
+        round_id = clip(str(self.round_id))
+        if sender == self.initiator:
+            if self.state in BEFORE_REVEAL:
+                raise IllegalMove(
+                    "round_not_revealed",
+                    f"{performative} refused: sealed round {round_id!r} is not revealed yet; "
+                    f"its buyer moves in dialogue {clip(self.dialogue_id)!r} after BIDS_REVEALED",
+                )
+            return
+        state = self.state
+        if (
+            now is not None
+            and now >= sealed_by
+            and state in (DialogueState.SEALED, DialogueState.EXPIRED)
+        ):
+            raise IllegalMove(
+                "sealed_reply_by_passed",
+                f"{performative} refused: sealed round {round_id!r} closed at "
+                f"its reply_by deadline {sealed_by:.3f} (Unix time), before this reply",
+            )
+        if state in (DialogueState.DECLINE_HELD, DialogueState.DECLINED):
+            raise IllegalMove(
+                "dialogue_over",
+                f"{performative} refused: dialogue {clip(self.dialogue_id)!r} is declined, "
+                "it is over",
+            )
+        if state in (DialogueState.HELD, DialogueState.REVEALED):
+            raise IllegalMove(
+                "turn_taking",
+                f"{performative} from the responder refused: dialogue "
+                f"{clip(self.dialogue_id)!r} waits for the buyer's answer to the proposal "
+                f"{clip(self.last_move_id)!r}",
+            )
 
     def apply(
         self,

@@ -421,7 +421,7 @@ def test_a_sealed_proposal_is_held_then_revealed_and_answered_as_usual() -> None
     assert d.apply("s", "b", "2", "PROPOSE", "1", proposal(7), 105.0) is DialogueState.HELD
     with pytest.raises(IllegalMove) as refused:
         d.check("b", "s", "ACCEPT", "2", {}, 106.0)
-    assert refused.value.rule == "proposal_held"
+    assert refused.value.rule == "round_not_revealed"
     d.reveal(111.0)
     assert (d.state, d.updated_at) == (DialogueState.REVEALED, 111.0)
     assert d.apply("b", "s", "3", "ACCEPT", "2", {}, 112.0) is DialogueState.ACCEPTED
@@ -445,9 +445,12 @@ def test_a_reply_after_the_sealed_deadline_names_it() -> None:
     assert refused.value.rule == "dialogue_over"
 
 
-def test_a_sealed_dialogue_may_be_declined_before_the_deadline() -> None:
+def test_a_sealed_dialogue_may_be_declined_before_the_deadline_and_ends_at_the_reveal() -> None:
     d = sealed_dialogue()
-    assert d.apply("s", "b", "2", "DECLINE", "1", {}, 105.0) is DialogueState.DECLINED
+    assert d.apply("s", "b", "2", "DECLINE", "1", {}, 105.0) is DialogueState.DECLINE_HELD
+    assert not d.is_over  # still open for the buyer's count until the reveal
+    d.reveal(111.0)
+    assert (d.state, d.updated_at) == (DialogueState.DECLINED, 111.0)
     assert d.is_over
 
 

@@ -145,6 +145,59 @@ async def test_the_deadline_reveals_what_came_and_a_late_bid_is_refused(
         assert "reply_by deadline" in error["payload"]["error"]
 
 
+async def test_before_the_reveal_no_probe_tells_who_has_answered(lobby: LobbyServer) -> None:
+    """An outsider, a competing seller (silent) and the buyer each send every move into the
+    dialogues of a seller that bid, one that declined and one still silent: the ERRORs are
+    the same but for the seller's name."""
+    names = ("bid", "declined", "silent")
+    async with AsyncExitStack() as stack:
+        buyer = await join(stack, lobby.url, "buyer")
+        sellers = {n: await join(stack, lobby.url, n, acks=True) for n in (*names, "rival")}
+        outsider = await join(stack, lobby.url, "outsider")
+        round_ = {"query": {}, "receivers": list(sellers), "sealed": {"reply_by": 60}}
+        await buyer.send("global_lobby", "CFP", round_, conversation_id="r1", message_id="c1")
+        for name, kind, payload in (
+            ("bid", "PROPOSE", {"proposal": {"price": 5}}),
+            ("declined", "DECLINE", {"reason": "sold out"}),
+        ):
+            seller = sellers[name]
+            await seller.next("CFP")
+            await seller.send(
+                "buyer", kind, payload, conversation_id=f"r1:{name}", in_reply_to="c1"
+            )
+            assert (await reply(seller.ws))["message_type"] == "ACCEPTED"  # held, not sent
+        await sellers["rival"].next("CFP")
+        probers = (outsider, sellers["rival"], buyer)
+        moves: dict[str, dict[str, Any]] = {
+            "CFP": {"query": {}},
+            "PROPOSE": {"proposal": {"price": 1}},
+            "ACCEPT": {},
+            "DECLINE": {},
+            "MATCH_ACCEPT": {},
+        }
+        answers: dict[str, list[dict[str, Any]]] = {}
+        for name in names:
+            answers[name] = []
+            for prober in probers:
+                for kind, body in moves.items():
+                    await prober.send(
+                        name,
+                        kind,
+                        body,
+                        conversation_id=f"r1:{name}",
+                        in_reply_to=None if kind == "CFP" else "c1",
+                        message_id=f"probe-{kind}",
+                    )
+                    error = await prober.next("ERROR", "BIDS_REVEALED", "PROPOSE", "DECLINE")
+                    del error["message_id"]  # the lobby's own numbering
+                    answers[name].append(
+                        orjson.loads(orjson.dumps(error).replace(name.encode(), b"T"))
+                    )
+        assert answers["bid"] == answers["declined"] == answers["silent"]
+        rules = {a["payload"]["error"].rsplit("(rule: ", 1)[1] for a in answers["bid"]}
+        assert rules == {"not_a_party)", "round_not_revealed)"}
+
+
 async def test_a_sealed_round_survives_kill_9_with_its_bids_and_deadline(tmp_path: Path) -> None:
     data = tmp_path / "data"
     proc = start_lobby_process(data)

@@ -31,7 +31,14 @@ if TYPE_CHECKING:
 KIND = "sealed_round"
 """The kind its rounds are saved under (`StateSaved`)."""
 
-UNREVEALED = frozenset({DialogueState.SEALED, DialogueState.HELD, DialogueState.EXPIRED})
+UNREVEALED = frozenset(
+    {
+        DialogueState.SEALED,
+        DialogueState.HELD,
+        DialogueState.DECLINE_HELD,
+        DialogueState.EXPIRED,
+    }
+)
 """States in which a round's dialogue is handled here rather than forwarded."""
 
 
@@ -159,12 +166,19 @@ class SealedRounds:
     def answer(
         self, session: Session, agent: AgentRecord, msg: Message, dialogue: Dialogue, now: float
     ) -> list[Action]:
-        """A move in a round's dialogue not yet revealed: a receiver's PROPOSE is held, its
-        DECLINE noted, and neither forwarded; anything else is refused by the rules."""
+        """A move in a round's dialogue not yet revealed: a receiver's PROPOSE and DECLINE are
+        held, and neither forwarded; anything else is refused by the rules. Nothing here may
+        depend on what the other receivers did: the buyer, and every other agent, must learn
+        nothing of it before the reveal (a DECLINE even leaves the dialogue open till then, so
+        the buyer's count of open dialogues does not tell it either)."""
         state = self.negotiations.state
         move_id = msg.message_id
         assert move_id is not None  # set by `move`
-        if dialogue.state is DialogueState.HELD and move_id == dialogue.last_move_id:
+        if (
+            dialogue.state is DialogueState.HELD
+            and move_id == dialogue.last_move_id
+            and agent.agent_id == dialogue.responder  # no one else may learn the bid's id
+        ):
             state.delivery.confirm(session, move_id)  # a resend of the held bid
             return []
         try:
@@ -183,9 +197,8 @@ class SealedRounds:
         state.delivery.confirm(session, move_id, msg.traceparent)
         assert dialogue.round_id is not None  # set with `sealed_by`, which brought it here
         sealed = self.rounds[dialogue.round_id]
-        if dialogue.state is DialogueState.DECLINED:
+        if dialogue.state is DialogueState.DECLINE_HELD:
             sealed.declined[agent.agent_id] = msg.payload.get("reason")
-            self.negotiations.finish(dialogue)
             self._save(sealed)
         self.negotiations.save(dialogue)
         waiting = self.waiting[sealed.round_id] - 1
@@ -227,6 +240,11 @@ class SealedRounds:
                 dialogue.reveal(now)
                 negotiations.save(dialogue)
             elif receiver in sealed.declined:
+                # (A round saved by an earlier version ended its DECLINEs at once.)
+                if dialogue.state is DialogueState.DECLINE_HELD:
+                    dialogue.reveal(now)
+                    negotiations.finish(dialogue)
+                    negotiations.save(dialogue)
                 declined.append(
                     {
                         "dialogue_id": dialogue_id,

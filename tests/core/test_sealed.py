@@ -107,7 +107,7 @@ def test_the_buyer_cannot_move_in_a_held_dialogue() -> None:
     bid(sellers[0], 30)
     buyer.to("s0", "ACCEPT", {}, conversation_id="r1:s0", in_reply_to="bid-s0")
     (error,) = buyer.take()
-    assert "proposal_held" in error["payload"]["error"]
+    assert "round_not_revealed" in error["payload"]["error"]
     assert sellers[0].take() == []
 
 
@@ -490,7 +490,7 @@ def test_without_a_bound_a_round_of_any_size_opens() -> None:
     assert router.negotiations.started == {"buyer": 5}
 
 
-def test_a_decline_is_noted_saved_and_ends_its_dialogue_before_the_reveal() -> None:
+def test_a_decline_is_noted_and_saved_but_its_dialogue_stays_open_until_the_reveal() -> None:
     clock = Clock()
     router, buyer, sellers = market(clock, sellers=2)
     open_round(buyer, ["s0", "s1"])
@@ -507,16 +507,23 @@ def test_a_decline_is_noted_saved_and_ends_its_dialogue_before_the_reveal() -> N
     )
     assert buyer.take() == []
     negotiations = router.negotiations
-    assert negotiations.dialogues["r1:s1"].state == "declined"
-    assert list(negotiations.open) == ["r1:s0"]
-    assert negotiations.started == {"buyer": 1}
-    assert negotiations.ended == {"r1:s1": clock.now}
+    # Still counted open for the buyer (and in the lobby's metrics): neither may tell a
+    # DECLINE from silence before the reveal.
+    assert negotiations.dialogues["r1:s1"].state == "decline_held"
+    assert list(negotiations.open) == ["r1:s0", "r1:s1"]
+    assert negotiations.started == {"buyer": 2}
+    assert negotiations.ended == {}
     assert negotiations.sealed.rounds["r1"].declined == {"s1": "sold out"}
     assert negotiations.sealed.waiting == {"r1": 1}
     records = router.take_journal().records
     saved = [(r.kind, r.key) for r in records if isinstance(r, StateSaved)]
     assert saved == [("sealed_round", "r1"), ("dialogue", "r1:s1")]
     assert ("s1", "no-1") in router.state.delivery.seen
+    clock.now += 9
+    world.deliver(router.tick())
+    assert negotiations.dialogues["r1:s1"].state == "declined"
+    assert negotiations.ended == {"r1:s0": clock.now, "r1:s1": clock.now}
+    assert (negotiations.open, negotiations.started) == ({}, {})
 
 
 def test_a_held_bid_resent_by_an_acknowledging_seller_is_confirmed_again() -> None:
@@ -554,8 +561,8 @@ def test_a_held_bid_resent_by_an_acknowledging_seller_is_confirmed_again() -> No
     )
     (error,) = sellers[0].take()
     assert error["payload"]["error"] == (
-        "PROPOSE refused: dialogue 'r1:s0' is proposal_held; the lobby holds the proposal "
-        "sealed until round 'r1' is revealed (rule: proposal_held)"
+        "PROPOSE from the responder refused: dialogue 'r1:s0' waits for the buyer's answer "
+        "to the proposal 'bid-s0' (rule: turn_taking)"
     )
     assert buyer.take() == []
 
@@ -621,7 +628,8 @@ def test_the_reveal_tells_the_buyer_everything_and_the_silent_their_dialogue_exp
         "r1:s3": "expired",
     }
     assert list(negotiations.open) == ["r1:s0", "r1:s1"]
-    assert negotiations.ended["r1:s3"] == clock.now
+    assert negotiations.ended == {"r1:s2": clock.now, "r1:s3": clock.now}
+    assert negotiations.dialogues["r1:s2"].state == "declined"
     assert negotiations.sealed.waiting == {}
     assert negotiations.sealed.revealed == {"r1": clock.now}
     records = router.take_journal().records
@@ -633,6 +641,7 @@ def test_the_reveal_tells_the_buyer_everything_and_the_silent_their_dialogue_exp
     assert saved == [
         ("dialogue", "r1:s0"),
         ("dialogue", "r1:s1"),
+        ("dialogue", "r1:s2"),
         ("dialogue", "r1:s3"),
         ("sealed_round", "r1"),
     ]
