@@ -80,7 +80,9 @@ class Auctioneer(Negotiator):
     ) -> TaskResult:
         """Run the Agora auction for `rfp` over the lobby and return the winner's result.
         Bids are collected for `timeout` seconds, in a sealed round when more than one
-        bidder is found (`sealed=False`: each bid is seen as it comes)."""
+        bidder is found (`sealed=False`: each bid is seen as it comes); a sealed round lasts
+        at most `protocol.fipa.MAX_ROUND_REPLY_BY` (24 h), and a longer `timeout` fails the
+        auction before its CFP is sent."""
         if isinstance(rfp, str):
             rfp = TaskRFP(requirement=rfp)
         updates: dict[str, Any] = {}

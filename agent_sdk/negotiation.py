@@ -44,7 +44,7 @@ from agent_sdk.caller import Caller
 from agent_sdk.dialogue import DialogueHandle, Move, Transaction, dump, parse_as
 from agent_sdk.errors import IllegalMoveError, LobbyError, MoveTimeoutError, PayloadError
 from agent_sdk.logs import log
-from protocol.fipa import Dialogue, IllegalMove, Performative
+from protocol.fipa import Dialogue, IllegalMove, Performative, SealedRound
 from protocol.models import LOBBY_ID, Message, MessageType
 
 __all__ = ["DialogueHandle", "Move", "Negotiator", "Round", "RoundBid", "Transaction"]
@@ -159,7 +159,8 @@ class Negotiator(Caller):
 
         Given a list of agents, run a round and return it once its bids are in (`Round`):
         sealed (the default for more than one agent; `sealed=False` turns it off) the lobby
-        reveals every bid at once after `reply_by` seconds (default `ROUND_REPLY_BY`) or when
+        reveals every bid at once after `reply_by` seconds (default `ROUND_REPLY_BY`, at most
+        `protocol.fipa.MAX_ROUND_REPLY_BY`: `IllegalMoveError` before anything is sent) or when
         all have answered; unsealed, each agent gets its own CFP and the bids come as they
         arrive, within `reply_by`. `dialogue_id` is then the round id; each agent's dialogue
         is `<round id>:<agent id>`."""
@@ -250,6 +251,10 @@ class Negotiator(Caller):
         }
         move_id = uuid.uuid4().hex
         loop = asyncio.get_running_loop()
+        try:  # the lobby's own rules (e.g. `MAX_ROUND_REPLY_BY`), before anything is sent
+            SealedRound.parse(round_id, self.agent_id, payload, "", loop.time())
+        except IllegalMove as illegal:
+            raise IllegalMoveError(illegal.rule, illegal.reason) from None
         offer = {"query": payload["query"], "reply_by": reply_by}
         views = {}
         for receiver in agent_ids:

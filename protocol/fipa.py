@@ -371,6 +371,9 @@ class Dialogue:
 
 MAX_ROUND_RECEIVERS: Final = 1000
 """Receivers one sealed round may ask."""
+MAX_ROUND_REPLY_BY: Final = 86_400
+"""Seconds a sealed round may stay open (24 h): its dialogues count toward the buyer's open
+dialogues and cannot idle out until it is revealed, so an endless round would hold them."""
 MAX_ROUND_ID_LENGTH: Final = 100
 """A round's dialogue ids are `<round_id>:<receiver>`, which must fit the id limit (256)."""
 
@@ -404,6 +407,12 @@ class SealedRound:
             raise IllegalMove(
                 "bad_payload",
                 "a CFP to several receivers needs 'sealed': {'reply_by': positive seconds}",
+            )
+        if reply_by > MAX_ROUND_REPLY_BY:
+            raise IllegalMove(
+                "bad_payload",
+                f"a sealed round stays open at most {MAX_ROUND_REPLY_BY} seconds (24 h); "
+                "its 'sealed' 'reply_by' asks for longer",
             )
         if len(round_id) > MAX_ROUND_ID_LENGTH:
             raise IllegalMove(

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from protocol.fipa import MAX_ROUND_REPLY_BY
 from protocol.limits import MAX_NAME_LENGTH
 from protocol.models import LOBBY_ID, AgentIdRef, ErrorCode, MessageType, Name, RegisterStatus
 
@@ -201,7 +202,9 @@ Number = int | float | str
 
 
 class SealedTerms(_Payload):
-    reply_by: float = Field(gt=0, description="Seconds the round stays open.")
+    reply_by: float = Field(
+        gt=0, le=MAX_ROUND_REPLY_BY, description="Seconds the round stays open (at most 24 h)."
+    )
     round_id: str | None = Field(
         default=None, description="Set by the lobby on the CFP each receiver gets."
     )

@@ -12,6 +12,7 @@ import pytest
 from protocol.fipa import (
     LOBBY_TRANSITIONS,
     MAX_ROUND_RECEIVERS,
+    MAX_ROUND_REPLY_BY,
     TRANSITIONS,
     Dialogue,
     DialogueState,
@@ -474,6 +475,10 @@ def test_a_round_is_parsed_from_its_cfp() -> None:
 NEEDS_SECONDS = "a CFP to several receivers needs 'sealed': {'reply_by': positive seconds}"
 NEEDS_RECEIVERS = "a sealed CFP needs 'receivers': a non-empty list of agent ids"
 DISTINCT = "a sealed CFP's receivers must be distinct and not include its sender"
+TOO_LONG = (
+    "a sealed round stays open at most 86400 seconds (24 h); its 'sealed' 'reply_by' asks "
+    "for longer"
+)
 
 
 @pytest.mark.parametrize(
@@ -482,6 +487,8 @@ DISTINCT = "a sealed CFP's receivers must be distinct and not include its sender
         ({"sealed": None}, NEEDS_SECONDS),
         ({"sealed": {"reply_by": 0}}, NEEDS_SECONDS),
         ({"sealed": {"reply_by": True}}, NEEDS_SECONDS),
+        ({"sealed": {"reply_by": MAX_ROUND_REPLY_BY + 0.001}}, TOO_LONG),
+        ({"sealed": {"reply_by": 1e300}}, TOO_LONG),
         ({"receivers": "s1"}, NEEDS_RECEIVERS),
         ({"receivers": []}, NEEDS_RECEIVERS),
         ({"receivers": [1]}, NEEDS_RECEIVERS),
@@ -515,6 +522,8 @@ def test_a_round_takes_any_positive_reply_by_and_up_to_its_most_receivers() -> N
     sealed = SealedRound.parse("r1", "b", round_, "seed", 100.0)
     assert (sealed.receivers, sealed.reply_by) == (receivers, 100.5)
     assert (sealed.seed, sealed.created_at, sealed.revealed_at) == ("seed", 100.0, None)
+    longest = {**ROUND, "sealed": {"reply_by": MAX_ROUND_REPLY_BY}}
+    assert SealedRound.parse("r1", "b", longest, "seed", 100.0).reply_by == 100.0 + 86_400
 
 
 def test_the_reveal_order_is_a_reproducible_shuffle() -> None:

@@ -382,6 +382,13 @@ def test_each_bad_round_is_refused_with_its_sentence_and_changes_nothing() -> No
             "invalid_dialogue",
             "a CFP starts a dialogue and replies to no move (rule: first_move_must_be_cfp)",
         ),
+        (
+            {"receivers": ["s0", "s1"], "query": {}, "sealed": {"reply_by": 1e300}},
+            {},
+            "invalid_dialogue",
+            "a sealed round stays open at most 86400 seconds (24 h); its 'sealed' 'reply_by' "
+            "asks for longer (rule: bad_payload)",
+        ),
     ]
     for payload, envelope, code, sentence in cases:
         error = refused(buyer, payload, **envelope)

@@ -13,13 +13,17 @@ from pydantic import BaseModel
 
 from agent_sdk import (
     Agent,
+    Bidder,
+    BidResponse,
     DialogueEndedError,
     DialogueHandle,
+    IllegalMoveError,
     LobbyError,
+    TaskRFP,
     Transaction,
 )
 from lobby.server import LobbyServer
-from protocol.fipa import reveal_order
+from protocol.fipa import MAX_ROUND_REPLY_BY, reveal_order
 
 
 class Apples(BaseModel):
@@ -182,3 +186,39 @@ async def test_a_round_the_lobby_refuses_fails_its_cfp_at_once_with_the_lobbys_c
         assert "nobody" in refused.value.message
         # The lobby opened nothing, so neither does the buyer: the id can be used again.
         assert buyer.dialogue(f"{refused_round}:g1") is None
+
+
+async def test_a_round_longer_than_the_lobby_allows_is_refused_before_it_is_sent(
+    lobby: LobbyServer,
+) -> None:
+    async with Agent("buyer", lobby_url=lobby.url) as buyer:
+        wanted = Wanted(goods=Apples(apples=2))
+        with pytest.raises(IllegalMoveError) as refused:
+            await buyer.cfp(["g1", "g2"], wanted, reply_by=MAX_ROUND_REPLY_BY + 1, dialogue_id="r")
+        assert refused.value.rule == "bad_payload"
+        assert "at most 86400 seconds" in str(refused.value)
+        assert buyer.dialogue("r:g1") is None
+        assert lobby.router.negotiations.sealed.rounds == {}
+        assert sum(lobby.router.counters.refused.values()) == 0  # nothing reached it to refuse
+
+
+class Idle(Bidder):
+    """Found by an auction; never asked here."""
+
+    async def bid(self, rfp: TaskRFP) -> BidResponse:
+        raise AssertionError("no CFP was to reach a bidder")
+
+
+async def test_an_auction_longer_than_a_round_may_last_fails_before_any_cfp(
+    lobby: LobbyServer,
+) -> None:
+    async with (
+        Idle("b1", lobby_url=lobby.url),
+        Idle("b2", lobby_url=lobby.url),
+        Agent("buyer", lobby_url=lobby.url) as buyer,
+    ):
+        result = await buyer.auction("anything", timeout=MAX_ROUND_REPLY_BY + 1)
+    assert not result.success
+    assert "at most 86400 seconds" in str(result.error_message)
+    assert lobby.router.negotiations.dialogues == {}
+    assert sum(lobby.router.counters.refused.values()) == 0  # the SDK sent no CFP to refuse
