@@ -366,12 +366,24 @@ def test_an_agent_at_its_bound_is_refused_alike_for_a_dialogue_that_is_or_is_not
 
 def test_a_sealed_rounds_dialogue_does_not_idle_out_before_its_round_is_revealed() -> None:
     clock = Clock()
-    router, buyer, sellers = market(clock, sellers=2, dialogue_timeout=10)
-    open_round(buyer, ["s0", "s1"], sealed={"reply_by": 30})
+    router, buyer, sellers = market(clock, sellers=3, dialogue_timeout=10)
+    open_round(buyer, ["s0", "s1", "s2"], sealed={"reply_by": 30})
     bid(sellers[0], 20)  # held until the reveal
-    clock.now += 25  # both idle past the timeout, the round still sealed
-    router.tick()
-    assert set(router.negotiations.open) == {"r1:s0", "r1:s1"}
+    (cfp,) = sellers[1].take()
+    sellers[1].to("buyer", "DECLINE", {}, conversation_id="r1:s1", in_reply_to=cfp["message_id"])
+    clock.now += 25  # all idle past the timeout, the round still sealed
+    assert router.tick() == []
+    assert set(router.negotiations.open) == {"r1:s0", "r1:s1", "r1:s2"}
     clock.now += 5
-    world.deliver(router.tick())  # the reveal: the bid stands, the silent receiver's ends
+    world.deliver(router.tick())  # the reveal: the bid stands, the others end
     assert set(router.negotiations.open) == {"r1:s0"}
+    buyer.take()
+    sellers[0].take()
+    # The revealed bid idles out --dialogue-timeout after the round's deadline, not before.
+    clock.now += 9.5
+    assert router.tick() == []
+    clock.now += 1
+    world.deliver(router.tick())
+    assert router.negotiations.open == {}
+    for party in (buyer, sellers[0]):
+        assert party.last()["payload"] == {"dialogue_id": "r1:s0", "reason": "no move for 10 s"}
