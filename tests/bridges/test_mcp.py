@@ -30,7 +30,7 @@ from agent_sdk import (
     UnauthorizedError,
     capability,
 )
-from agent_sdk.bridges.mcp import lobby_target, tool_name
+from agent_sdk.bridges.mcp import LobbyTools, lobby_target, tool_name
 from examples.mcp import run as mcp_example
 from lobby import cli
 from lobby.server import LobbyServer
@@ -67,6 +67,20 @@ class Later(Agent):
     @capability("greet.v1")
     async def greet(self, request: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
         return {"hello": "world"}
+
+
+class Sleeper(Agent):
+    agent_id = "sleeper"
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.called = asyncio.Event()
+
+    @capability("nap")
+    async def nap(self, request: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        self.called.set()
+        await asyncio.Event().wait()  # never answers: the agent goes offline first
+        return {}
 
 
 @pytest.fixture
@@ -118,6 +132,14 @@ class ListChanged:
             self.seen.set()
 
 
+def error_text(result: types.CallToolResult) -> str:
+    """The one text block of a tool error."""
+    assert result.isError
+    (text,) = result.content
+    assert isinstance(text, types.TextContent)
+    return text.text
+
+
 async def uses_the_lobby_tools(mcp: ClientSession, changed: ListChanged, lobby_url: str) -> None:
     """What an MCP client sees through `lobby mcp --agent-id mcp_user`, with `echo` up."""
     tools = {tool.name: tool for tool in (await mcp.list_tools()).tools}
@@ -140,18 +162,16 @@ async def uses_the_lobby_tools(mcp: ClientSession, changed: ListChanged, lobby_u
 
     refused = await mcp.call_tool("echo.peek", {})
     assert refused.isError
-    assert refused.structuredContent is not None
-    assert refused.structuredContent["code"] == "unauthorized"
-    text = refused.content[0]
-    assert isinstance(text, types.TextContent)
-    assert text.text.startswith("unauthorized: Unauthorized: Agent 'mcp_user' is not authorized")
+    assert refused.structuredContent is None  # it would have to match the output schema
+    assert error_text(refused).startswith(
+        "unauthorized: Unauthorized: Agent 'mcp_user' is not authorized"
+    )
 
     bad = await mcp.call_tool("echo.echo", {"text": 5})
-    assert bad.structuredContent is not None
-    assert (bad.isError, bad.structuredContent["code"]) == (True, "invalid_input")
+    assert (bad.isError, bad.structuredContent) == (True, None)
+    assert error_text(bad).startswith("invalid_input: ")
     gone = await mcp.call_tool("nobody.echo", {})
-    assert gone.structuredContent is not None
-    assert gone.structuredContent["code"] == "unknown_receiver"
+    assert error_text(gone).startswith("unknown_receiver: ")
 
     async with Later(lobby_url=lobby_url):
         await asyncio.wait_for(changed.seen.wait(), 20)
@@ -178,6 +198,41 @@ async def test_an_mcp_client_over_stdio_lists_and_calls_lobby_capabilities(
     ):
         await mcp.initialize()
         await uses_the_lobby_tools(mcp, changed, lobby.url)
+
+
+async def test_offline_agents_tools_are_hidden_and_calls_to_them_end_at_once(
+    lobby: LobbyServer,
+) -> None:
+    changes: list[list[str]] = []
+    async with Agent("mcp_user", lobby_url=lobby.url) as me:
+
+        async def changed() -> None:
+            changes.append([tool.name for tool in tools.tools])
+
+        tools = LobbyTools(me, on_change=changed)
+        async with Sleeper(lobby_url=lobby.url) as sleeper:
+            await tools.refresh()
+            assert changes == [["sleeper.nap"]]
+            waiting = asyncio.create_task(tools.call("sleeper.nap", {}))
+            await asyncio.wait_for(sleeper.called.wait(), 10)
+        # Registered, not connected: the REQUEST is held for it, and the call waits.
+        async with asyncio.timeout(10):
+            while not await tools.refresh():
+                assert not waiting.done()
+        assert changes == [["sleeper.nap"], []]
+        ended = await asyncio.wait_for(waiting, 1)  # by the reading that found it offline
+        assert error_text(ended) == (
+            "agent_offline: agent 'sleeper' went offline before answering; the lobby holds the "
+            "REQUEST for it, but this call no longer waits for the answer"
+        )
+        offline = (
+            "agent_offline: agent 'sleeper' is offline (not connected to the lobby); its tools "
+            "are listed again when it connects"
+        )
+        assert error_text(await asyncio.wait_for(tools.call("sleeper.nap", {}), 5)) == offline
+        unread = LobbyTools(me)  # a name it never listed: it reads the registry first
+        assert error_text(await asyncio.wait_for(unread.call("sleeper.nap", {}), 5)) == offline
+        assert unread.tools == []
 
 
 @contextlib.asynccontextmanager
