@@ -35,8 +35,10 @@ from examples.mcp import run as mcp_example
 from lobby import cli
 from lobby.server import LobbyServer
 from tests.conftest import make_lobby
+from tests.nodejs import ROOT, node, npm_installed
 
 LOBBY = [sys.executable, "-m", "lobby"]
+NODE_CLIENT_DIR = ROOT / "tests" / "bridges" / "mcp_node"
 
 
 class Text(BaseModel):
@@ -236,11 +238,11 @@ async def test_offline_agents_tools_are_hidden_and_calls_to_them_end_at_once(
 
 
 @contextlib.asynccontextmanager
-async def lobby_mcp_http(lobby_url: str) -> AsyncIterator[str]:
-    """`lobby mcp --http 0` as agent mcp_user; yields its MCP endpoint's URL."""
+async def lobby_mcp_http(lobby_url: str, agent_id: str = "mcp_user") -> AsyncIterator[str]:
+    """`lobby mcp --http 0` as `agent_id`; yields its MCP endpoint's URL."""
     process = await asyncio.create_subprocess_exec(
         *LOBBY,
-        *("mcp", "--agent-id", "mcp_user", "--lobby", lobby_url, "--http", "0"),
+        *("mcp", "--agent-id", agent_id, "--lobby", lobby_url, "--http", "0"),
         *("--refresh", "0.2"),
         stderr=asyncio.subprocess.PIPE,
     )
@@ -269,6 +271,57 @@ async def test_an_mcp_client_over_streamable_http_lists_and_calls_lobby_capabili
         async with httpx.AsyncClient() as web:  # a page on another host name (DNS rebinding)
             foreign = await web.post(url, headers={"Host": "evil.example"}, json={})
         assert foreign.status_code == 421
+
+
+async def typescript_client_session(lobby_url: str, *transport: str) -> list[dict[str, Any]]:
+    """Run tests/bridges/mcp_node/client.mjs (the TypeScript SDK's client) over `transport`,
+    `late-comer` offline, then online once the client has read: its two reports."""
+    process = await asyncio.create_subprocess_exec(
+        node(),
+        str(npm_installed(NODE_CLIENT_DIR) / "client.mjs"),
+        *transport,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    try:
+        reports = [json.loads(await asyncio.wait_for(process.stdout.readline(), 30))]
+        async with Later(lobby_url=lobby_url):
+            reports.append(json.loads(await asyncio.wait_for(process.stdout.readline(), 30)))
+        _, err = await asyncio.wait_for(process.communicate(), 30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+    assert process.returncode == 0, err.decode()
+    return reports
+
+
+async def test_the_typescript_sdk_client_lists_and_calls_lobby_tools(lobby: LobbyServer) -> None:
+    """The official TypeScript SDK checks a result's structuredContent against the tool's output
+    schema and throws -32602 when it does not match: a tool error must not carry any."""
+    stdio = ("stdio", *LOBBY, "mcp", "--agent-id", "node_stdio", "--lobby", lobby.url)
+    async with Echo(lobby_url=lobby.url):
+        async with Later(lobby_url=lobby.url):
+            pass  # registered, and offline from now on
+        sessions = [await typescript_client_session(lobby.url, *stdio, "--refresh", "0.2")]
+        async with lobby_mcp_http(lobby.url, "node_http") as url:
+            sessions.append(await typescript_client_session(lobby.url, "http", url))
+    for first, second in sessions:
+        assert first["tools"] == ["echo.echo"]
+        assert first["echo"]["result"]["structuredContent"] == {"text": "hi", "length": 2}
+        assert "thrown" not in first["bad"], first["bad"]
+        bad = first["bad"]["result"]
+        assert bad["isError"] is True
+        assert "structuredContent" not in bad
+        assert bad["content"][0]["text"].startswith("invalid_input: ")
+        offline = first["offline"]
+        assert offline["result"]["content"][0]["text"].startswith(
+            "agent_offline: agent 'late-comer' is offline"
+        )
+        assert offline["ms"] < 5000  # not the 30 s of a REQUEST held for it
+        assert second["tools"] == ["echo.echo", "late--comer.greet-2ev1"]
+        assert second["online"]["result"]["structuredContent"] == {"hello": "world"}
 
 
 # -- MCP servers as lobby agents -----------------------------------------------------------
