@@ -38,7 +38,7 @@ from tests.conftest import make_lobby
 from tests.nodejs import ROOT, node, npm_installed
 
 LOBBY = [sys.executable, "-m", "lobby"]
-NODE_CLIENT_DIR = ROOT / "tests" / "bridges" / "mcp_node"
+NODE_DIR = ROOT / "tests" / "bridges" / "mcp_node"
 
 
 class Text(BaseModel):
@@ -278,7 +278,7 @@ async def typescript_client_session(lobby_url: str, *transport: str) -> list[dic
     `late-comer` offline, then online once the client has read: its two reports."""
     process = await asyncio.create_subprocess_exec(
         node(),
-        str(npm_installed(NODE_CLIENT_DIR) / "client.mjs"),
+        str(npm_installed(NODE_DIR) / "client.mjs"),
         *transport,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -443,13 +443,31 @@ def test_the_readme_configuration_runs_lobby_mcp() -> None:
     assert (args.command, args.agent_id, args.http) == ("mcp", "my_client", None)
 
 
-async def test_the_bridge_follows_the_servers_tool_list(lobby: LobbyServer) -> None:
-    process = await asyncio.create_subprocess_exec(
-        *LOBBY,
-        *("bridge", "mcp", "--agent-id", "vault", "--lobby", lobby.url, "--"),
-        *(sys.executable, "-m", "tests.bridges.changing_server"),
-        stderr=asyncio.subprocess.PIPE,
-    )
+@pytest.mark.parametrize("server", ["python-stdio", "typescript-http"])
+async def test_the_bridge_follows_the_servers_tool_list(lobby: LobbyServer, server: str) -> None:
+    """The same changing server on the Python SDK (stdio) and the TypeScript SDK (HTTP)."""
+    async with contextlib.AsyncExitStack() as stack:
+        target = ["--", sys.executable, "-m", "tests.bridges.changing_server"]
+        if server == "typescript-http":
+            script = str(npm_installed(NODE_DIR) / "changing_server.mjs")
+            http = await asyncio.create_subprocess_exec(
+                node(), script, stdout=asyncio.subprocess.PIPE
+            )
+            stack.push_async_callback(http.wait)
+            stack.callback(http.terminate)
+            assert http.stdout is not None
+            url = await asyncio.wait_for(http.stdout.readline(), 30)
+            target = ["--url", url.decode().strip()]
+        process = await asyncio.create_subprocess_exec(
+            *LOBBY,
+            *("bridge", "mcp", "--agent-id", "vault", "--lobby", lobby.url, *target),
+            stderr=asyncio.subprocess.PIPE,
+        )
+        await follows_the_tool_list(lobby, process)
+
+
+async def follows_the_tool_list(lobby: LobbyServer, process: asyncio.subprocess.Process) -> None:
+    """`process`, a bridge to the changing server as agent vault, follows its tools."""
     assert process.stderr is not None
     try:
         line = await asyncio.wait_for(process.stderr.readline(), 30)
