@@ -29,10 +29,8 @@ async function toolNames() {
 }
 
 async function call(name, args) {
-  const started = performance.now();
   try {
-    const result = await client.callTool({ name, arguments: args });
-    return { result, ms: Math.round(performance.now() - started) };
+    return { result: await client.callTool({ name, arguments: args }) };
   } catch (error) {
     return { thrown: { code: error.code, message: error.message } };
   }
