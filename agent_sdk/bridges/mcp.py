@@ -7,14 +7,16 @@ The server connects to the lobby as agent ID (its token kept as any SDK agent ke
     tool name      `<agent id>.<capability name>`, each part escaped (`tool_name()`)
     description    the capability's description; `title`: "<capability> on <agent id>"
     inputSchema    its `input_schema` (`{"type": "object"}` when it declares none)
-    outputSchema   its `output_schema` when that describes an object, else none
+    outputSchema   its `output_schema` when that describes an object and compiles, else none
 
 A tool call is a REQUEST from agent ID; each `in_progress` RESPONSE becomes a progress
 notification (when the client asked for progress), the final one the tool's result (the
 payload without `status`, as `structuredContent` and as JSON text). A refusal or failure is a
 tool error (`isError`) whose one text block is "<code>: <sentence>" (`unauthorized`,
 `capability_not_found`, `invalid_input`: the lobby checks the arguments, not the bridge), with
-no `structuredContent`, which MCP clients check against the tool's output schema.
+no `structuredContent`, which MCP clients check against the tool's output schema. An answer
+that does not fit the output schema (the lobby does not check answers) is the tool error
+`invalid_output: ...`, not a result the client would refuse.
 
 Offline agents' tools are not listed: a REQUEST to them would be held until they connect, and
 a client (or a model) has no use for a tool that cannot answer now. A call to one is answered
@@ -38,6 +40,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import signal
 import socket
@@ -47,6 +50,7 @@ import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import jsonschema_rs
 import mcp.types as types
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.session import ServerSession
@@ -69,6 +73,11 @@ MAX_TOOL_NAME = 128
 
 AGENT_OFFLINE = "agent_offline"
 """The code in the text of a tool error for a call to an agent that is not connected."""
+INVALID_OUTPUT = "invalid_output"
+"""The code in the text of a tool error for an answer that does not fit the output schema."""
+BACKTRACK_LIMIT = 10_000
+"""Backtracking steps an output schema's pattern may take on one value (as the lobby's limit
+for input schemas)."""
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 """Hosts whose HTTP server refuses requests for other host names (DNS rebinding)."""
@@ -142,8 +151,29 @@ def as_tool(name: str, agent_id: str, capability: Capability) -> types.Tool:
         title=f"{capability.name} on {agent_id}",
         description=capability.description or None,
         inputSchema={**capability.input_schema, "type": "object"},
-        outputSchema=output if output.get("type") == "object" else None,
+        outputSchema=output if output_check(output) is not None else None,
     )
+
+
+def output_check(schema: dict[str, Any]) -> jsonschema_rs.Validator | None:
+    """The compiled `output_schema` of a capability, if its tool offers it: one describing an
+    object (a payload is one) that compiles. The lobby does not check output schemas, and a
+    client checks each result against the tool's (the TypeScript SDK compiles it first)."""
+    if schema.get("type") != "object":
+        return None
+    return _compiled(json.dumps(schema, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=1024)  # many agents of one kind declare the same schema
+def _compiled(schema: str) -> jsonschema_rs.Validator | None:
+    try:  # offline: an agent's schema must not make the bridge open URLs or files
+        return jsonschema_rs.validator_for(
+            schema,
+            offline=True,
+            pattern_options=jsonschema_rs.FancyRegexOptions(backtrack_limit=BACKTRACK_LIMIT),
+        )
+    except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError):
+        return None
 
 
 def tool_error(code: str, error: str) -> types.CallToolResult:
@@ -177,6 +207,7 @@ class LobbyTools:
         self._on_change = on_change
         self.tools: list[types.Tool] = []
         self._targets: dict[str, tuple[str, str]] = {}
+        self._outputs: dict[str, jsonschema_rs.Validator] = {}
         self._offline: frozenset[str] = frozenset()
         # Per agent, the calls waiting for its answer: set when a reading finds it offline.
         self._waiting: dict[str, set[asyncio.Future[None]]] = {}
@@ -185,6 +216,7 @@ class LobbyTools:
         """Reread the registry; True when the tool list changed."""
         tools: list[types.Tool] = []
         targets: dict[str, tuple[str, str]] = {}
+        outputs: dict[str, jsonschema_rs.Validator] = {}
         offline: set[str] = set()
         for service in await self._agent.discover():
             if not service.online:
@@ -196,8 +228,12 @@ class LobbyTools:
                     continue
                 tools.append(as_tool(name, service.agent_id, capability))
                 targets[name] = (service.agent_id, capability.name)
+                output = output_check(capability.output_schema)
+                if output is not None:
+                    outputs[name] = output
         changed = tools != self.tools
-        self.tools, self._targets, self._offline = tools, targets, frozenset(offline)
+        self.tools, self._targets, self._outputs = tools, targets, outputs
+        self._offline = frozenset(offline)
         for agent_id in offline & self._waiting.keys():
             for gone in self._waiting[agent_id]:
                 if not gone.done():
@@ -252,11 +288,17 @@ class LobbyTools:
                 f"agent {agent_id!r} went offline before answering; the lobby holds the "
                 "REQUEST for it, but this call no longer waits for the answer",
             )
-        return _answer(request)
+        return _answer(request, self._outputs.get(name), agent_id, capability)
 
 
-def _answer(request: asyncio.Future[Any]) -> types.CallToolResult:
-    """The tool result of a finished `Agent.request()`."""
+def _answer(
+    request: asyncio.Future[Any],
+    output: jsonschema_rs.Validator | None,
+    agent_id: str,
+    capability: str,
+) -> types.CallToolResult:
+    """The tool result of a finished `Agent.request()` to `capability` on `agent_id`, whose
+    answer must fit `output` (its tool's output schema) if there is one."""
     try:
         result = request.result()
     except (RemoteError, RequestRefusedError) as exc:
@@ -268,6 +310,14 @@ def _answer(request: asyncio.Future[Any]) -> types.CallToolResult:
         return tool_error("timeout", str(exc))
     except RequestError as exc:
         return tool_error(ErrorCode.INTERNAL.value, str(exc))
+    misfit = next(output.iter_errors(result), None) if output is not None else None
+    if misfit is not None:  # a client would refuse the result itself (TypeScript: -32602)
+        where = "".join(f"/{part}" for part in misfit.instance_path) or "the top level"
+        return tool_error(
+            INVALID_OUTPUT,
+            f"the answer of capability {capability!r} on agent {agent_id!r} does not fit its "
+            f"output_schema at {where}: {misfit.message}",
+        )
     text = json.dumps(result, ensure_ascii=False)
     return types.CallToolResult(
         content=[types.TextContent(type="text", text=text)], structuredContent=result

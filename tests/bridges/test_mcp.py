@@ -34,6 +34,7 @@ from agent_sdk.bridges.mcp import LobbyTools, lobby_target, tool_name
 from examples.mcp import run as mcp_example
 from lobby import cli
 from lobby.server import LobbyServer
+from protocol.payloads import Capability
 from tests.conftest import make_lobby
 from tests.nodejs import ROOT, node, npm_installed
 
@@ -237,6 +238,48 @@ async def test_offline_agents_tools_are_hidden_and_calls_to_them_end_at_once(
         assert unread.tools == []
         # No REQUEST went out for either: nothing for the call to wait for.
         assert len(lobby.router.registry.agents["sleeper"].mailbox) == held
+
+
+class Careless(Agent):
+    """Declares output schemas its answers do not keep to, or that do not compile."""
+
+    agent_id = "careless"
+
+    @capability("measure")
+    async def measure(self, request: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        return {"text": "hi", "length": "two"}
+
+    @capability("odd")
+    async def odd(self, request: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        return {"anything": True}
+
+    def capability_models(self) -> list[Capability]:
+        schemas = {
+            "measure": Measured.model_json_schema(),
+            "odd": {"type": "object", "properties": {"a": {"type": "no such type"}}},
+        }
+        return [
+            model.model_copy(update={"output_schema": schemas[model.name]})
+            for model in super().capability_models()
+        ]
+
+
+async def test_an_answer_that_does_not_fit_the_output_schema_is_a_tool_error(
+    lobby: LobbyServer,
+) -> None:
+    async with Careless(lobby_url=lobby.url), Agent("mcp_user", lobby_url=lobby.url) as me:
+        tools = LobbyTools(me)
+        await tools.refresh()
+        schemas = {tool.name: tool.outputSchema for tool in tools.tools}
+        assert schemas == {"careless.measure": Measured.model_json_schema(), "careless.odd": None}
+        misfit = await tools.call("careless.measure", {})
+        assert misfit.structuredContent is None
+        assert error_text(misfit) == (
+            "invalid_output: the answer of capability 'measure' on agent 'careless' does not "
+            'fit its output_schema at /length: "two" is not of type "integer"'
+        )
+        odd = await tools.call("careless.odd", {})  # offered without its schema: any answer
+        assert (odd.isError, odd.structuredContent) == (False, {"anything": True})
 
 
 @contextlib.asynccontextmanager
