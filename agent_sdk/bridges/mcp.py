@@ -313,10 +313,11 @@ def _answer(
     misfit = next(output.iter_errors(result), None) if output is not None else None
     if misfit is not None:  # a client would refuse the result itself (TypeScript: -32602)
         where = "".join(f"/{part}" for part in misfit.instance_path) or "the top level"
+        problem = misfit.message if len(misfit.message) <= 200 else misfit.message[:197] + "..."
         return tool_error(
             INVALID_OUTPUT,
             f"the answer of capability {capability!r} on agent {agent_id!r} does not fit its "
-            f"output_schema at {where}: {misfit.message}",
+            f"output_schema at {where}: {problem}",  # the message quotes the value: clipped
         )
     text = json.dumps(result, ensure_ascii=False)
     return types.CallToolResult(
