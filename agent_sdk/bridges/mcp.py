@@ -2,42 +2,55 @@
 
 The server connects to the lobby as agent ID (its token kept as any SDK agent keeps it,
 `agent_sdk.identity`) and offers every capability that agent may call (public, or listing it in
-`authorized_requester_ids`) as one MCP tool:
+`authorized_requester_ids`) on an agent that is online as one MCP tool:
 
     tool name      `<agent id>.<capability name>`, each part escaped (`tool_name()`)
     description    the capability's description; `title`: "<capability> on <agent id>"
     inputSchema    its `input_schema` (`{"type": "object"}` when it declares none)
-    outputSchema   its `output_schema` when that describes an object, else none
+    outputSchema   its `output_schema` when that describes an object and compiles, else none
 
 A tool call is a REQUEST from agent ID; each `in_progress` RESPONSE becomes a progress
 notification (when the client asked for progress), the final one the tool's result (the
 payload without `status`, as `structuredContent` and as JSON text). A refusal or failure is a
-tool error (`isError`) whose text is "<code>: <sentence>" and whose `structuredContent` is the
-lobby's error payload `{"status": "error", "code": ..., "error": ...}`: `unauthorized`,
-`capability_not_found`, `invalid_input` (the lobby checks the arguments, not the bridge), ...
+tool error (`isError`) whose one text block is "<code>: <sentence>" (`unauthorized`,
+`capability_not_found`, `invalid_input`: the lobby checks the arguments, not the bridge), with
+no `structuredContent`, which MCP clients check against the tool's output schema. An answer
+that does not fit the output schema (the lobby does not check answers) is the tool error
+`invalid_output: ...`, not a result the client would refuse.
 
-The tools follow the registry: the server rereads it (DISCOVER_SERVICES) every `refresh`
-seconds and on every `tools/list`, and sends `notifications/tools/list_changed` to each client
-session when the list changed. Escaping (MCP tool names are `[A-Za-z0-9_.-]`, at most 128
-characters): letters, digits and `_` stay; `-` becomes `--`; any other character becomes `-`
-and the two lowercase hex digits of each of its UTF-8 bytes (`.` is `-2e`); the two parts are
-joined by `.`. So `price-hunter` / `find.cheapest` is `price--hunter.find-2echeapest`. A
-capability whose tool name would pass 128 characters is not offered.
+Offline agents' tools are not listed: a REQUEST to them would be held until they connect, and
+a client (or a model) has no use for a tool that cannot answer now. A call to one is answered
+at once with the tool error `agent_offline: ...`, no REQUEST sent; a call waiting for an agent
+that a reading finds offline meanwhile ends with the same code (the lobby still holds the
+REQUEST: nothing withdraws one).
+
+The tools follow the registry: the server rereads it (DISCOVER_SERVICES, which says who is
+online) every `refresh` seconds, on every `tools/list` and before calling a tool it does not
+list, and sends `notifications/tools/list_changed` to each client session when the list
+changed.
+
+Escaping (MCP tool names are `[A-Za-z0-9_.-]`, at most 128 characters): letters, digits and
+`_` stay; `-` becomes `--`; any other character becomes `-` and the two lowercase hex digits of
+each of its UTF-8 bytes (`.` is `-2e`); the two parts are joined by `.`. So `price-hunter` /
+`find.cheapest` is `price--hunter.find-2echeapest`. A capability whose tool name would pass 128
+characters is not offered.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import json
 import signal
 import socket
 import string
 import sys
 import weakref
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
+import jsonschema_rs
 import mcp.types as types
 from mcp.server.lowlevel import NotificationOptions, Server
 from mcp.server.session import ServerSession
@@ -52,11 +65,19 @@ from agent_sdk.errors import (
     RequestTimeoutError,
     UnknownReceiverError,
 )
-from protocol.models import ErrorCode, ResponseStatus
+from protocol.models import ErrorCode
 from protocol.payloads import Capability
 
 MAX_TOOL_NAME = 128
 """MCP's longest tool name."""
+
+AGENT_OFFLINE = "agent_offline"
+"""The code in the text of a tool error for a call to an agent that is not connected."""
+INVALID_OUTPUT = "invalid_output"
+"""The code in the text of a tool error for an answer that does not fit the output schema."""
+BACKTRACK_LIMIT = 10_000
+"""Backtracking steps an output schema's pattern may take on one value (as the lobby's limit
+for input schemas)."""
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 """Hosts whose HTTP server refuses requests for other host names (DNS rebinding)."""
@@ -130,41 +151,95 @@ def as_tool(name: str, agent_id: str, capability: Capability) -> types.Tool:
         title=f"{capability.name} on {agent_id}",
         description=capability.description or None,
         inputSchema={**capability.input_schema, "type": "object"},
-        outputSchema=output if output.get("type") == "object" else None,
+        outputSchema=output if output_check(output) is not None else None,
     )
 
 
+def output_check(schema: dict[str, Any]) -> jsonschema_rs.Validator | None:
+    """The compiled `output_schema` of a capability, if its tool offers it: one describing an
+    object (a payload is one) that compiles. The lobby does not check output schemas, and a
+    client checks each result against the tool's (the TypeScript SDK compiles it first)."""
+    if schema.get("type") != "object":
+        return None
+    return _compiled(json.dumps(schema, sort_keys=True))
+
+
+@functools.lru_cache(maxsize=1024)  # many agents of one kind declare the same schema
+def _compiled(schema: str) -> jsonschema_rs.Validator | None:
+    try:  # offline: an agent's schema must not make the bridge open URLs or files
+        return jsonschema_rs.validator_for(
+            schema,
+            offline=True,
+            pattern_options=jsonschema_rs.FancyRegexOptions(backtrack_limit=BACKTRACK_LIMIT),
+        )
+    except (jsonschema_rs.ValidationError, jsonschema_rs.ReferencingError, ValueError):
+        return None
+
+
 def tool_error(code: str, error: str) -> types.CallToolResult:
-    """An MCP tool error carrying the lobby's error `code` and sentence."""
+    """An MCP tool error carrying the lobby's error `code` and sentence as its text. No
+    `structuredContent`: it would have to match the tool's output schema, and clients that
+    check it (the TypeScript SDK) would throw instead of showing the error."""
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=f"{code}: {error}")],
-        structuredContent={"status": ResponseStatus.ERROR.value, "code": code, "error": error},
-        isError=True,
+        content=[types.TextContent(type="text", text=f"{code}: {error}")], isError=True
+    )
+
+
+def offline_error(agent_id: str) -> types.CallToolResult:
+    """The tool error of a call to an agent that is offline: answered without a REQUEST,
+    which the lobby would hold until the agent connects."""
+    return tool_error(
+        AGENT_OFFLINE,
+        f"agent {agent_id!r} is offline (not connected to the lobby); its tools are listed "
+        "again when it connects",
     )
 
 
 class LobbyTools:
-    """The capabilities `agent` may call, as MCP tools. Call `refresh()` to reread them from
-    the lobby (it says whether they changed), `call()` to run one."""
+    """The capabilities `agent` may call on agents that are online, as MCP tools. Call
+    `refresh()` to reread them from the lobby (`on_change` is awaited when they changed),
+    `call()` to run one."""
 
-    def __init__(self, agent: Agent) -> None:
+    def __init__(
+        self, agent: Agent, *, on_change: Callable[[], Awaitable[None]] | None = None
+    ) -> None:
         self._agent = agent
+        self._on_change = on_change
         self.tools: list[types.Tool] = []
         self._targets: dict[str, tuple[str, str]] = {}
+        self._outputs: dict[str, jsonschema_rs.Validator] = {}
+        self._offline: frozenset[str] = frozenset()
+        # Per agent, the calls waiting for its answer: set when a reading finds it offline.
+        self._waiting: dict[str, set[asyncio.Future[None]]] = {}
 
     async def refresh(self) -> bool:
         """Reread the registry; True when the tool list changed."""
         tools: list[types.Tool] = []
         targets: dict[str, tuple[str, str]] = {}
+        outputs: dict[str, jsonschema_rs.Validator] = {}
+        offline: set[str] = set()
         for service in await self._agent.discover():
+            if not service.online:
+                offline.add(service.agent_id)
+                continue
             for capability in service.relevant_capabilities:
                 name = tool_name(service.agent_id, capability.name)
                 if name is None or not may_call(capability, self._agent.agent_id):
                     continue
                 tools.append(as_tool(name, service.agent_id, capability))
                 targets[name] = (service.agent_id, capability.name)
+                output = output_check(capability.output_schema)
+                if output is not None:
+                    outputs[name] = output
         changed = tools != self.tools
-        self.tools, self._targets = tools, targets
+        self.tools, self._targets, self._outputs = tools, targets, outputs
+        self._offline = frozenset(offline)
+        for agent_id in offline & self._waiting.keys():
+            for gone in self._waiting[agent_id]:
+                if not gone.done():
+                    gone.set_result(None)
+        if changed and self._on_change is not None:
+            await self._on_change()
         return changed
 
     async def call(
@@ -174,32 +249,80 @@ class LobbyTools:
         *,
         on_progress: Progress | None = None,
     ) -> types.CallToolResult:
-        """Send tool `name`'s REQUEST with `arguments`; its answer as a tool result. A name
-        not listed (yet, or any more) is still tried: the lobby's answer says why it fails."""
-        target = self._targets.get(name) or lobby_target(name)
+        """Send tool `name`'s REQUEST with `arguments`; its answer as a tool result. A name not
+        listed is looked up again first (the agent may have come or gone since the last
+        reading); one of an agent still unknown is tried: the lobby's answer says why it fails.
+        A call to an agent offline, or found offline while the call waits, fails at once."""
+        target = self._targets.get(name)
         if target is None:
-            return tool_error(
-                ErrorCode.CAPABILITY_NOT_FOUND.value,
-                f"{name!r} is not a tool name of this lobby (<agent id>.<capability name>)",
-            )
+            target = lobby_target(name)
+            if target is None:
+                return tool_error(
+                    ErrorCode.CAPABILITY_NOT_FOUND.value,
+                    f"{name!r} is not a tool name of this lobby (<agent id>.<capability name>)",
+                )
+            with contextlib.suppress(AgentSDKError):  # the REQUEST below meets the same fault
+                await self.refresh()
         agent_id, capability = target
-        try:
-            result = await self._agent.request(
-                agent_id, capability, arguments, on_progress=on_progress
-            )
-        except (RemoteError, RequestRefusedError) as exc:
-            return tool_error(exc.code, exc.message)
-        except UnknownReceiverError as exc:
-            code = ErrorCode.UNKNOWN_RECEIVER.value
-            return tool_error(code, str(exc).removeprefix(f"{code}: "))
-        except RequestTimeoutError as exc:
-            return tool_error("timeout", str(exc))
-        except RequestError as exc:
-            return tool_error(ErrorCode.INTERNAL.value, str(exc))
-        text = json.dumps(result, ensure_ascii=False)
-        return types.CallToolResult(
-            content=[types.TextContent(type="text", text=text)], structuredContent=result
+        if agent_id in self._offline:
+            return offline_error(agent_id)
+        gone = asyncio.get_running_loop().create_future()
+        waiting = self._waiting.setdefault(agent_id, set())
+        waiting.add(gone)
+        request = asyncio.ensure_future(
+            self._agent.request(agent_id, capability, arguments, on_progress=on_progress)
         )
+        try:
+            await asyncio.wait({request, gone}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            waiting.discard(gone)
+            if not waiting:
+                del self._waiting[agent_id]
+            if not request.done():
+                request.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await request
+        if request.cancelled():  # the agent went offline while the call waited
+            return tool_error(
+                AGENT_OFFLINE,
+                f"agent {agent_id!r} went offline before answering; the lobby holds the "
+                "REQUEST for it, but this call no longer waits for the answer",
+            )
+        return _answer(request, self._outputs.get(name), agent_id, capability)
+
+
+def _answer(
+    request: asyncio.Future[Any],
+    output: jsonschema_rs.Validator | None,
+    agent_id: str,
+    capability: str,
+) -> types.CallToolResult:
+    """The tool result of a finished `Agent.request()` to `capability` on `agent_id`, whose
+    answer must fit `output` (its tool's output schema) if there is one."""
+    try:
+        result = request.result()
+    except (RemoteError, RequestRefusedError) as exc:
+        return tool_error(exc.code, exc.message)
+    except UnknownReceiverError as exc:
+        code = ErrorCode.UNKNOWN_RECEIVER.value
+        return tool_error(code, str(exc).removeprefix(f"{code}: "))
+    except RequestTimeoutError as exc:
+        return tool_error("timeout", str(exc))
+    except RequestError as exc:
+        return tool_error(ErrorCode.INTERNAL.value, str(exc))
+    misfit = next(output.iter_errors(result), None) if output is not None else None
+    if misfit is not None:  # a client would refuse the result itself (TypeScript: -32602)
+        where = "".join(f"/{part}" for part in misfit.instance_path) or "the top level"
+        problem = misfit.message if len(misfit.message) <= 200 else misfit.message[:197] + "..."
+        return tool_error(
+            INVALID_OUTPUT,
+            f"the answer of capability {capability!r} on agent {agent_id!r} does not fit its "
+            f"output_schema at {where}: {problem}",  # the message quotes the value: clipped
+        )
+    text = json.dumps(result, ensure_ascii=False)
+    return types.CallToolResult(
+        content=[types.TextContent(type="text", text=text)], structuredContent=result
+    )
 
 
 class Sessions:
@@ -226,8 +349,7 @@ def mcp_server(tools: LobbyTools, sessions: Sessions) -> Server[Any, Any]:
     @server.list_tools()  # type: ignore[no-untyped-call, untyped-decorator]
     async def list_tools() -> list[types.Tool]:
         sessions.add(server.request_context.session)
-        if await tools.refresh():
-            await sessions.tools_changed()
+        await tools.refresh()
         return tools.tools
 
     # The lobby checks the arguments against the capability's schema: one rule, one place.
@@ -256,12 +378,11 @@ def mcp_server(tools: LobbyTools, sessions: Sessions) -> Server[Any, Any]:
     return server
 
 
-async def _follow_registry(tools: LobbyTools, sessions: Sessions, every: float) -> None:
+async def _follow_registry(tools: LobbyTools, every: float) -> None:
     while True:
         await asyncio.sleep(every)
         with contextlib.suppress(AgentSDKError):  # a lobby away for a while: try again later
-            if await tools.refresh():
-                await sessions.tools_changed()
+            await tools.refresh()
 
 
 async def serve(
@@ -275,13 +396,13 @@ async def serve(
     """Run `lobby mcp`: on stdio until the client closes it, or (`http`: a port, 0 for any)
     over streamable HTTP at `http://HOST:PORT/mcp` until SIGINT or SIGTERM."""
     agent = Agent(agent_id, lobby_url=lobby_url)
-    tools = LobbyTools(agent)
     sessions = Sessions()
+    tools = LobbyTools(agent, on_change=sessions.tools_changed)
     server = mcp_server(tools, sessions)
     options = server.create_initialization_options(NotificationOptions(tools_changed=True))
     async with agent:
         await tools.refresh()
-        follow = asyncio.create_task(_follow_registry(tools, sessions, refresh))
+        follow = asyncio.create_task(_follow_registry(tools, refresh))
         try:
             if http is None:
                 from mcp.server.stdio import stdio_server

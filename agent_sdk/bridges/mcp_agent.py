@@ -207,9 +207,9 @@ async def bridge(
                 _say_offers(agent_id, tools)
                 await asyncio.wait({runner, stopper}, return_when=asyncio.FIRST_COMPLETED)
         finally:
-            stopper.cancel()
-            ready.cancel()
-            follower.cancel()
+            for task in (stopper, ready, follower):
+                task.cancel()
+            await asyncio.gather(stopper, ready, follower, return_exceptions=True)
             await agent.stop()
         runner.result()  # re-raise what ended it (e.g. RegistrationError)
 

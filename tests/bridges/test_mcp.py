@@ -30,13 +30,16 @@ from agent_sdk import (
     UnauthorizedError,
     capability,
 )
-from agent_sdk.bridges.mcp import lobby_target, tool_name
+from agent_sdk.bridges.mcp import LobbyTools, lobby_target, tool_name
 from examples.mcp import run as mcp_example
 from lobby import cli
 from lobby.server import LobbyServer
+from protocol.payloads import Capability
 from tests.conftest import make_lobby
+from tests.nodejs import ROOT, node, npm_installed
 
 LOBBY = [sys.executable, "-m", "lobby"]
+NODE_DIR = ROOT / "tests" / "bridges" / "mcp_node"
 
 
 class Text(BaseModel):
@@ -67,6 +70,20 @@ class Later(Agent):
     @capability("greet.v1")
     async def greet(self, request: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
         return {"hello": "world"}
+
+
+class Sleeper(Agent):
+    agent_id = "sleeper"
+
+    def __init__(self, **options: Any) -> None:
+        super().__init__(**options)
+        self.called = asyncio.Event()
+
+    @capability("nap")
+    async def nap(self, request: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        self.called.set()
+        await asyncio.Event().wait()  # never answers: the agent goes offline first
+        return {}
 
 
 @pytest.fixture
@@ -118,6 +135,14 @@ class ListChanged:
             self.seen.set()
 
 
+def error_text(result: types.CallToolResult) -> str:
+    """The one text block of a tool error."""
+    assert result.isError
+    (text,) = result.content
+    assert isinstance(text, types.TextContent)
+    return text.text
+
+
 async def uses_the_lobby_tools(mcp: ClientSession, changed: ListChanged, lobby_url: str) -> None:
     """What an MCP client sees through `lobby mcp --agent-id mcp_user`, with `echo` up."""
     tools = {tool.name: tool for tool in (await mcp.list_tools()).tools}
@@ -140,18 +165,16 @@ async def uses_the_lobby_tools(mcp: ClientSession, changed: ListChanged, lobby_u
 
     refused = await mcp.call_tool("echo.peek", {})
     assert refused.isError
-    assert refused.structuredContent is not None
-    assert refused.structuredContent["code"] == "unauthorized"
-    text = refused.content[0]
-    assert isinstance(text, types.TextContent)
-    assert text.text.startswith("unauthorized: Unauthorized: Agent 'mcp_user' is not authorized")
+    assert refused.structuredContent is None  # it would have to match the output schema
+    assert error_text(refused).startswith(
+        "unauthorized: Unauthorized: Agent 'mcp_user' is not authorized"
+    )
 
     bad = await mcp.call_tool("echo.echo", {"text": 5})
-    assert bad.structuredContent is not None
-    assert (bad.isError, bad.structuredContent["code"]) == (True, "invalid_input")
+    assert (bad.isError, bad.structuredContent) == (True, None)
+    assert error_text(bad).startswith("invalid_input: ")
     gone = await mcp.call_tool("nobody.echo", {})
-    assert gone.structuredContent is not None
-    assert gone.structuredContent["code"] == "unknown_receiver"
+    assert error_text(gone).startswith("unknown_receiver: ")
 
     async with Later(lobby_url=lobby_url):
         await asyncio.wait_for(changed.seen.wait(), 20)
@@ -180,12 +203,91 @@ async def test_an_mcp_client_over_stdio_lists_and_calls_lobby_capabilities(
         await uses_the_lobby_tools(mcp, changed, lobby.url)
 
 
+async def test_offline_agents_tools_are_hidden_and_calls_to_them_end_at_once(
+    lobby: LobbyServer,
+) -> None:
+    changes: list[list[str]] = []
+    async with Agent("mcp_user", lobby_url=lobby.url) as me:
+
+        async def changed() -> None:
+            changes.append([tool.name for tool in tools.tools])
+
+        tools = LobbyTools(me, on_change=changed)
+        async with Sleeper(lobby_url=lobby.url) as sleeper:
+            await tools.refresh()
+            assert changes == [["sleeper.nap"]]
+            waiting = asyncio.create_task(tools.call("sleeper.nap", {}))
+            await asyncio.wait_for(sleeper.called.wait(), 10)
+        # Registered, not connected: the REQUEST is held for it, and the call waits.
+        async with asyncio.timeout(10):
+            while not await tools.refresh():
+                assert not waiting.done()
+        assert changes == [["sleeper.nap"], []]
+        assert error_text(await waiting) == (  # ended by the reading that found it offline
+            "agent_offline: agent 'sleeper' went offline before answering; the lobby holds the "
+            "REQUEST for it, but this call no longer waits for the answer"
+        )
+        offline = (
+            "agent_offline: agent 'sleeper' is offline (not connected to the lobby); its tools "
+            "are listed again when it connects"
+        )
+        held = len(lobby.router.registry.agents["sleeper"].mailbox)  # the first call's REQUEST
+        assert error_text(await tools.call("sleeper.nap", {})) == offline
+        unread = LobbyTools(me)  # a name it never listed: it reads the registry first
+        assert error_text(await unread.call("sleeper.nap", {})) == offline
+        assert unread.tools == []
+        # No REQUEST went out for either: nothing for the call to wait for.
+        assert len(lobby.router.registry.agents["sleeper"].mailbox) == held
+
+
+class Careless(Agent):
+    """Declares output schemas its answers do not keep to, or that do not compile."""
+
+    agent_id = "careless"
+
+    @capability("measure")
+    async def measure(self, request: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        return {"text": "hi", "length": "two"}
+
+    @capability("odd")
+    async def odd(self, request: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        return {"anything": True}
+
+    def capability_models(self) -> list[Capability]:
+        schemas = {
+            "measure": Measured.model_json_schema(),
+            "odd": {"type": "object", "properties": {"a": {"type": "no such type"}}},
+        }
+        return [
+            model.model_copy(update={"output_schema": schemas[model.name]})
+            for model in super().capability_models()
+        ]
+
+
+async def test_an_answer_that_does_not_fit_the_output_schema_is_a_tool_error(
+    lobby: LobbyServer,
+) -> None:
+    async with Careless(lobby_url=lobby.url), Agent("mcp_user", lobby_url=lobby.url) as me:
+        tools = LobbyTools(me)
+        await tools.refresh()
+        schemas = {tool.name: tool.outputSchema for tool in tools.tools}
+        assert schemas == {"careless.measure": Measured.model_json_schema(), "careless.odd": None}
+        misfit = await tools.call("careless.measure", {})
+        assert misfit.structuredContent is None
+        assert error_text(misfit) == (
+            "invalid_output: the answer of capability 'measure' on agent 'careless' does not "
+            'fit its output_schema at /length: "two" is not of type "integer"'
+        )
+        odd = await tools.call("careless.odd", {})  # offered without its schema: any answer
+        assert (odd.isError, odd.structuredContent) == (False, {"anything": True})
+
+
 @contextlib.asynccontextmanager
-async def lobby_mcp_http(lobby_url: str) -> AsyncIterator[str]:
-    """`lobby mcp --http 0` as agent mcp_user; yields its MCP endpoint's URL."""
+async def lobby_mcp_http(lobby_url: str, agent_id: str = "mcp_user") -> AsyncIterator[str]:
+    """`lobby mcp --http 0` as `agent_id`; yields its MCP endpoint's URL."""
     process = await asyncio.create_subprocess_exec(
         *LOBBY,
-        *("mcp", "--agent-id", "mcp_user", "--lobby", lobby_url, "--http", "0"),
+        *("mcp", "--agent-id", agent_id, "--lobby", lobby_url, "--http", "0"),
         *("--refresh", "0.2"),
         stderr=asyncio.subprocess.PIPE,
     )
@@ -214,6 +316,59 @@ async def test_an_mcp_client_over_streamable_http_lists_and_calls_lobby_capabili
         async with httpx.AsyncClient() as web:  # a page on another host name (DNS rebinding)
             foreign = await web.post(url, headers={"Host": "evil.example"}, json={})
         assert foreign.status_code == 421
+
+
+async def typescript_client_session(lobby: LobbyServer, *transport: str) -> list[dict[str, Any]]:
+    """Run tests/bridges/mcp_node/client.mjs (the TypeScript SDK's client) over `transport`,
+    `late-comer` offline, then online once the client has read: its two reports."""
+    held = len(lobby.router.registry.agents["late-comer"].mailbox)
+    process = await asyncio.create_subprocess_exec(
+        node(),
+        str(npm_installed(NODE_DIR) / "client.mjs"),
+        *transport,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    try:
+        reports = [json.loads(await asyncio.wait_for(process.stdout.readline(), 30))]
+        # The call to the offline late-comer sent no REQUEST: it had nothing to wait for.
+        assert len(lobby.router.registry.agents["late-comer"].mailbox) == held
+        async with Later(lobby_url=lobby.url):
+            reports.append(json.loads(await asyncio.wait_for(process.stdout.readline(), 30)))
+        _, err = await asyncio.wait_for(process.communicate(), 30)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+        await process.wait()
+    assert process.returncode == 0, err.decode()
+    return reports
+
+
+async def test_the_typescript_sdk_client_lists_and_calls_lobby_tools(lobby: LobbyServer) -> None:
+    """The official TypeScript SDK checks a result's structuredContent against the tool's output
+    schema and throws -32602 when it does not match: a tool error must not carry any."""
+    stdio = ("stdio", *LOBBY, "mcp", "--agent-id", "node_stdio", "--lobby", lobby.url)
+    async with Echo(lobby_url=lobby.url):
+        async with Later(lobby_url=lobby.url):
+            pass  # registered, and offline from now on
+        sessions = [await typescript_client_session(lobby, *stdio, "--refresh", "0.2")]
+        async with lobby_mcp_http(lobby.url, "node_http") as url:
+            sessions.append(await typescript_client_session(lobby, "http", url))
+    for first, second in sessions:
+        assert first["tools"] == ["echo.echo"]
+        assert first["echo"]["result"]["structuredContent"] == {"text": "hi", "length": 2}
+        assert "thrown" not in first["bad"], first["bad"]
+        bad = first["bad"]["result"]
+        assert bad["isError"] is True
+        assert "structuredContent" not in bad
+        assert bad["content"][0]["text"].startswith("invalid_input: ")
+        offline = first["offline"]
+        assert offline["result"]["content"][0]["text"].startswith(
+            "agent_offline: agent 'late-comer' is offline"
+        )
+        assert second["tools"] == ["echo.echo", "late--comer.greet-2ev1"]
+        assert second["online"]["result"]["structuredContent"] == {"hello": "world"}
 
 
 # -- MCP servers as lobby agents -----------------------------------------------------------
@@ -335,13 +490,31 @@ def test_the_readme_configuration_runs_lobby_mcp() -> None:
     assert (args.command, args.agent_id, args.http) == ("mcp", "my_client", None)
 
 
-async def test_the_bridge_follows_the_servers_tool_list(lobby: LobbyServer) -> None:
-    process = await asyncio.create_subprocess_exec(
-        *LOBBY,
-        *("bridge", "mcp", "--agent-id", "vault", "--lobby", lobby.url, "--"),
-        *(sys.executable, "-m", "tests.bridges.changing_server"),
-        stderr=asyncio.subprocess.PIPE,
-    )
+@pytest.mark.parametrize("server", ["python-stdio", "typescript-http"])
+async def test_the_bridge_follows_the_servers_tool_list(lobby: LobbyServer, server: str) -> None:
+    """The same changing server on the Python SDK (stdio) and the TypeScript SDK (HTTP)."""
+    async with contextlib.AsyncExitStack() as stack:
+        target = ["--", sys.executable, "-m", "tests.bridges.changing_server"]
+        if server == "typescript-http":
+            script = str(npm_installed(NODE_DIR) / "changing_server.mjs")
+            http = await asyncio.create_subprocess_exec(
+                node(), script, stdout=asyncio.subprocess.PIPE
+            )
+            stack.push_async_callback(http.wait)
+            stack.callback(http.terminate)
+            assert http.stdout is not None
+            url = await asyncio.wait_for(http.stdout.readline(), 30)
+            target = ["--url", url.decode().strip()]
+        process = await asyncio.create_subprocess_exec(
+            *LOBBY,
+            *("bridge", "mcp", "--agent-id", "vault", "--lobby", lobby.url, *target),
+            stderr=asyncio.subprocess.PIPE,
+        )
+        await follows_the_tool_list(lobby, process)
+
+
+async def follows_the_tool_list(lobby: LobbyServer, process: asyncio.subprocess.Process) -> None:
+    """`process`, a bridge to the changing server as agent vault, follows its tools."""
     assert process.stderr is not None
     try:
         line = await asyncio.wait_for(process.stderr.readline(), 30)
