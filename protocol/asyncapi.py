@@ -132,8 +132,8 @@ def delivered_name(message_type: MessageType) -> str:
 
 def _plain(schema: Any) -> Any:
     """Rewrite pydantic's `anyOf: [T, null]` as generators understand it: `type: [T, "null"]`
-    for a JSON type (a pointer in Go, an optional in TypeScript and Python), the bare `$ref` for
-    a model (the field is optional; omit it rather than send null)."""
+    for a scalar (a pointer in Go, an optional in TypeScript and Python); the bare type for a
+    list, a map or a model (the field is optional: omit it rather than send null)."""
     if isinstance(schema, list):
         return [_plain(item) for item in schema]
     if not isinstance(schema, dict):
@@ -146,6 +146,8 @@ def _plain(schema: Any) -> Any:
         if "$ref" in other:
             schema.pop("default", None)
             return {**schema, **other}
+        if other.get("type") in ("array", "object"):
+            return {**schema, **other}  # generated code iterates these without a null check
         if isinstance(other.get("type"), str):
             return {**schema, **other, "type": [other["type"], "null"]}
         schema["anyOf"] = [*other["anyOf"], {"type": "null"}] if "anyOf" in other else branches
@@ -171,9 +173,9 @@ def _frame(
 ) -> dict[str, Any]:
     """One message type's whole frame as one flat object with a named payload, so that a
     generator makes one model per frame. What an agent sends carries `auth_token` (all but
-    REGISTER); what the lobby delivers never does, and always has a `message_id`."""
+    REGISTER); what the lobby delivers never does, and has a `message_id` (but ACCEPTED)."""
     properties = dict(envelope["properties"])
-    properties["message_type"] = {"const": message_type.value, "type": "string"}
+    properties["message_type"] = {"$ref": _SCHEMAS + _camel(message_type) + "Type"}
     properties["payload"] = {"$ref": _SCHEMAS + PAYLOAD_MODELS[message_type].__name__}
     required = ["sender_id", "receiver_id", "message_type", "payload"]
     if sent:
@@ -184,13 +186,13 @@ def _frame(
             properties["auth_token"] = {**properties["auth_token"], "type": "string"}
     else:
         del properties["auth_token"]
-        required.append("message_id")
-        properties["message_id"] = {**properties["message_id"], "type": "string"}
+        if message_type is not T.ACCEPTED:  # a bare confirmation, numbered by nothing
+            required.append("message_id")
+            properties["message_id"] = {**properties["message_id"], "type": "string"}
     to_lobby = message_type in TO_LOBBY
     from_lobby = message_type in FROM_LOBBY
     if to_lobby or from_lobby:
-        lobby = "receiver_id" if to_lobby else "sender_id"
-        properties[lobby] = {**properties[lobby], "const": LOBBY_ID}
+        properties["receiver_id" if to_lobby else "sender_id"] = {"$ref": _SCHEMAS + "LobbyId"}
     return {
         "title": title,
         "description": f"{_DIRECTION[message_type]} {_SUMMARIES[message_type]}",
@@ -205,7 +207,18 @@ def frame_schemas(envelope: dict[str, Any]) -> dict[str, Any]:
     `message_type`: `AgentFrame` (any frame an agent sends) and `LobbyFrame` (any frame the
     lobby sends). A message between agents has one of each: `Request` as sent, and
     `RequestDelivered` as its receiver gets it."""
-    frames: dict[str, Any] = {}
+    # Single-value enums rather than `const`: every generator makes a type of them that
+    # parses and writes the value (Modelina's pydantic output breaks on a string const).
+    frames: dict[str, Any] = {
+        f"{_camel(t)}Type": {"title": f"{_camel(t)}Type", "type": "string", "enum": [t.value]}
+        for t in T
+    }
+    frames["LobbyId"] = {
+        "title": "LobbyId",
+        "description": "The lobby's own id, as sender or receiver.",
+        "type": "string",
+        "enum": [LOBBY_ID],
+    }
     for message_type in (*TO_LOBBY, *BETWEEN_AGENTS):
         name = sent_name(message_type)
         frames[name] = _frame(envelope, message_type, sent=True, title=name)

@@ -139,7 +139,8 @@ def test_every_frame_has_a_named_schema_per_direction_with_its_named_payload() -
             assert message["payload"] == {"$ref": f"#/components/schemas/{name}"}
             frame = schemas[name]
             assert frame["title"] == name
-            assert frame["properties"]["message_type"]["const"] == message_type.value
+            kind = frame["properties"]["message_type"]["$ref"].rsplit("/", 1)[1]
+            assert schemas[kind]["enum"] == [message_type.value]
             model = PAYLOAD_MODELS[message_type].__name__
             assert frame["properties"]["payload"] == {"$ref": f"#/components/schemas/{model}"}
             assert schemas[model]["title"] == model
@@ -147,7 +148,8 @@ def test_every_frame_has_a_named_schema_per_direction_with_its_named_payload() -
             assert ("auth_token" in frame["properties"]) == is_sent
             needs_token = is_sent and message_type is not MessageType.REGISTER
             assert ("auth_token" in frame["required"]) == needs_token
-            assert ("message_id" in frame["required"]) == (not is_sent)
+            numbered = not is_sent and message_type is not MessageType.ACCEPTED
+            assert ("message_id" in frame["required"]) == numbered
             assert ("seq" in frame["properties"]) == (not is_sent)
     assert _frames_of(schemas["AgentFrame"]) == list(sent.values())
     assert _frames_of(schemas["LobbyFrame"]) == list(delivered.values())
@@ -174,8 +176,9 @@ def test_optional_fields_are_plain_types_that_generators_understand() -> None:
     assert _no_null_unions(schemas) == []
     register_ack = schemas["RegisterAck"]["properties"]
     assert register_ack["conversation_id"]["type"] == ["string", "null"]
-    assert register_ack["sender_id"]["const"] == "global_lobby"
-    assert schemas["Register"]["properties"]["receiver_id"]["const"] == "global_lobby"
+    assert register_ack["sender_id"] == {"$ref": "#/components/schemas/LobbyId"}
+    assert schemas["Register"]["properties"]["receiver_id"] == register_ack["sender_id"]
+    assert schemas["LobbyId"]["enum"] == ["global_lobby"]
     assert schemas["CfpPayload"]["properties"]["sealed"]["$ref"].endswith("/SealedTerms")
     assert schemas["Transaction"]["properties"]["kind"]["enum"] == ["negotiation", "payment"]
 
