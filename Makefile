@@ -101,6 +101,7 @@ schema: $(STAMP)
 
 asyncapi: $(STAMP)
 	$(BIN)/lobby asyncapi --write protocol/asyncapi.json
+	$(BIN)/lobby asyncapi --view agent --write protocol/asyncapi-agent.json
 
 clean:
 	rm -rf $(VENV) .venv-peers .node22 .mypy_cache .ruff_cache .pytest_cache mutants $(addsuffix /node_modules,$(NODE_DIRS) $(CONFORMANCE_DIR))

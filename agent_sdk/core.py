@@ -410,7 +410,10 @@ class AgentCore:
 
     def _capabilities_payload(self) -> dict[str, Any]:
         return {
-            "capabilities": [c.model_dump(mode="json") for c in self.capability_models()],
+            # Unset fields left out, not null: generated clients iterate lists without a check.
+            "capabilities": [
+                c.model_dump(mode="json", exclude_none=True) for c in self.capability_models()
+            ],
             "acks": True,
         }
 

@@ -40,7 +40,7 @@ from lobby.options import add_serve_options, settings_from
 from lobby.server import LobbyServer
 from lobby.store.base import StoreUnavailable
 from lobby.store.sqlite import FILE_NAME, StoreLocked
-from protocol.asyncapi import asyncapi_document
+from protocol.asyncapi import VIEWS, asyncapi_document
 from protocol.schema import all_schemas
 
 log = structlog.get_logger("lobby.cluster")
@@ -71,6 +71,12 @@ def build_parser() -> argparse.ArgumentParser:
     schema.add_argument("--write", type=Path, metavar="DIR", help="write one file a message")
     asyncapi = commands.add_parser("asyncapi", help="print the AsyncAPI 3.0 document")
     asyncapi.add_argument("--write", type=Path, metavar="PATH", help="write it to this file")
+    asyncapi.add_argument(
+        "--view",
+        choices=VIEWS,
+        default="lobby",
+        help="whose side it describes: the lobby's (default) or an agent's (for client generators)",
+    )
     backup.add_command(commands)
     add_nats_parser(commands)
 
@@ -100,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command == "schema":
         return _schema(args.write)
     if args.command == "asyncapi":
-        content = schema_file_bytes(asyncapi_document())
+        content = schema_file_bytes(asyncapi_document(args.view))
         if args.write is None:
             sys.stdout.buffer.write(content)
         else:

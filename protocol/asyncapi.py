@@ -114,68 +114,184 @@ _SUMMARIES: Final = {
 }
 
 
+def _camel(message_type: MessageType) -> str:
+    """`REGISTER_ACK` -> `RegisterAck`: the name generators turn into types and methods."""
+    return "".join(part.capitalize() for part in message_type.value.split("_"))
+
+
+def sent_name(message_type: MessageType) -> str:
+    """The frame an agent sends: `Register`, `Request`."""
+    return _camel(message_type)
+
+
+def delivered_name(message_type: MessageType) -> str:
+    """The frame the lobby delivers: `RegisterAck`; for a message between agents, as its
+    receiver gets it: `RequestDelivered`."""
+    return _camel(message_type) + ("Delivered" if message_type in BETWEEN_AGENTS else "")
+
+
+def _plain(schema: Any) -> Any:
+    """Rewrite pydantic's `anyOf: [T, null]` as generators understand it: `type: [T, "null"]`
+    for a scalar (a pointer in Go, an optional in TypeScript and Python); the bare type for a
+    list, a map or a model (the field is optional: omit it rather than send null)."""
+    if isinstance(schema, list):
+        return [_plain(item) for item in schema]
+    if not isinstance(schema, dict):
+        return schema
+    schema = {key: _plain(value) for key, value in schema.items()}
+    branches = schema.get("anyOf")
+    if isinstance(branches, list) and {"type": "null"} in branches and len(branches) == 2:
+        (other,) = (branch for branch in branches if branch != {"type": "null"})
+        del schema["anyOf"]
+        if "$ref" in other:
+            schema.pop("default", None)
+            return {**schema, **other}
+        if other.get("type") in ("array", "object"):
+            return {**schema, **other}  # generated code iterates these without a null check
+        if isinstance(other.get("type"), str):
+            return {**schema, **other, "type": [other["type"], "null"]}
+        schema["anyOf"] = [*other["anyOf"], {"type": "null"}] if "anyOf" in other else branches
+    return schema
+
+
 def component_schemas() -> dict[str, Any]:
     """Every schema the document names: the envelope (`Message`), each payload model and what
-    they use, keyed by model name; references point into `#/components/schemas/`."""
+    they use, keyed by model name, then each frame by direction (`frame_schemas`); references
+    point into `#/components/schemas/`."""
     adapters: list[tuple[str, TypeAdapter[Any]]] = [("Message", TypeAdapter(Message))]
     adapters += [(t.value, TypeAdapter(m)) for t, m in PAYLOAD_MODELS.items()]
     mode: JsonSchemaMode = "validation"
     inputs = [(key, mode, adapter) for key, adapter in adapters]
     _, top = TypeAdapter.json_schemas(inputs, ref_template=_SCHEMAS + "{model}")
-    schemas: dict[str, Any] = top["$defs"]
+    schemas: dict[str, Any] = _plain(top["$defs"])
+    schemas.update(frame_schemas(schemas["Message"]))
     return dict(sorted(schemas.items()))
 
 
-def _message(message_type: MessageType) -> dict[str, Any]:
-    payload_model = PAYLOAD_MODELS[message_type].__name__
+def _frame(
+    envelope: dict[str, Any], message_type: MessageType, *, sent: bool, title: str
+) -> dict[str, Any]:
+    """One message type's whole frame as one flat object with a named payload, so that a
+    generator makes one model per frame. What an agent sends carries `auth_token` (all but
+    REGISTER); what the lobby delivers never does, and has a `message_id` (but ACCEPTED)."""
+    properties = dict(envelope["properties"])
+    properties["message_type"] = {"$ref": _SCHEMAS + _camel(message_type) + "Type"}
+    properties["payload"] = {"$ref": _SCHEMAS + PAYLOAD_MODELS[message_type].__name__}
+    required = ["sender_id", "receiver_id", "message_type", "payload"]
+    if sent:
+        for lobby_only in ("seq", "redelivered"):
+            del properties[lobby_only]
+        if message_type is not T.REGISTER:
+            required.append("auth_token")
+            properties["auth_token"] = {**properties["auth_token"], "type": "string"}
+    else:
+        del properties["auth_token"]
+        if message_type is not T.ACCEPTED:  # a bare confirmation, numbered by nothing
+            required.append("message_id")
+            properties["message_id"] = {**properties["message_id"], "type": "string"}
+    to_lobby = message_type in TO_LOBBY
+    from_lobby = message_type in FROM_LOBBY
+    if to_lobby or from_lobby:
+        properties["receiver_id" if to_lobby else "sender_id"] = {"$ref": _SCHEMAS + "LobbyId"}
+    return {
+        "title": title,
+        "description": f"{_DIRECTION[message_type]} {_SUMMARIES[message_type]}",
+        "type": "object",
+        "properties": properties,
+        "required": required,
+    }
+
+
+def frame_schemas(envelope: dict[str, Any]) -> dict[str, Any]:
+    """A schema per frame and direction, and the two unions a reader dispatches on by
+    `message_type`: `AgentFrame` (any frame an agent sends) and `LobbyFrame` (any frame the
+    lobby sends). A message between agents has one of each: `Request` as sent, and
+    `RequestDelivered` as its receiver gets it."""
+    # Single-value enums rather than `const`: every generator makes a type of them that
+    # parses and writes the value (Modelina's pydantic output breaks on a string const).
+    frames: dict[str, Any] = {
+        f"{_camel(t)}Type": {"title": f"{_camel(t)}Type", "type": "string", "enum": [t.value]}
+        for t in T
+    }
+    frames["LobbyId"] = {
+        "title": "LobbyId",
+        "description": "The lobby's own id, as sender or receiver.",
+        "type": "string",
+        "enum": [LOBBY_ID],
+    }
+    for message_type in (*TO_LOBBY, *BETWEEN_AGENTS):
+        name = sent_name(message_type)
+        frames[name] = _frame(envelope, message_type, sent=True, title=name)
+    for message_type in (*FROM_LOBBY, *BETWEEN_AGENTS):
+        name = delivered_name(message_type)
+        frames[name] = _frame(envelope, message_type, sent=False, title=name)
+    for union, types, name_of in (
+        ("AgentFrame", (*TO_LOBBY, *BETWEEN_AGENTS), sent_name),
+        ("LobbyFrame", (*FROM_LOBBY, *BETWEEN_AGENTS), delivered_name),
+    ):
+        frames[union] = {
+            "title": union,
+            "description": "Any frame of this direction; `message_type` says which.",
+            "oneOf": [{"$ref": _SCHEMAS + name_of(t)} for t in types],
+            "discriminator": "message_type",
+        }
+    return frames
+
+
+def _message(name: str, message_type: MessageType) -> dict[str, Any]:
     doc = (PAYLOAD_MODELS[message_type].__doc__ or "").strip()
     description = _DIRECTION[message_type] + (f" {doc}" if doc else "")
     return {
-        "name": message_type.value,
+        "name": name,
         "title": message_type.value,
         "summary": _SUMMARIES[message_type],
         "description": description,
         "contentType": "application/json",
         "correlationId": {"$ref": "#/components/correlationIds/conversation"},
-        "payload": {
-            "allOf": [
-                {"$ref": _SCHEMAS + "Message"},
-                {
-                    "type": "object",
-                    "properties": {
-                        "message_type": {"const": message_type.value, "type": "string"},
-                        "payload": {"$ref": _SCHEMAS + payload_model},
-                    },
-                },
-            ]
-        },
+        "payload": {"$ref": _SCHEMAS + name},
     }
 
 
-def _ref(message_type: MessageType) -> dict[str, str]:
-    return {"$ref": f"#/channels/{CHANNEL}/messages/{message_type.value}"}
+def _messages() -> dict[str, Any]:
+    """Every message, by frame name: what agents send, then what the lobby sends."""
+    messages = {sent_name(t): _message(sent_name(t), t) for t in (*TO_LOBBY, *BETWEEN_AGENTS)}
+    for message_type in (*FROM_LOBBY, *BETWEEN_AGENTS):
+        name = delivered_name(message_type)
+        messages[name] = _message(name, message_type)
+    return messages
 
 
-def _operations() -> dict[str, Any]:
+def _ref(name: str) -> dict[str, str]:
+    return {"$ref": f"#/channels/{CHANNEL}/messages/{name}"}
+
+
+def _operations(view: str) -> dict[str, Any]:
+    """One operation per message and direction, from the `view` ("lobby" or "agent") of the
+    application the document describes: the lobby receives what agents send and answers some
+    of it directly (`reply`); an agent sends those and receives what the lobby sends."""
     channel = {"$ref": f"#/channels/{CHANNEL}"}
+    agent = view == "agent"
     operations: dict[str, Any] = {}
     for message_type in (*TO_LOBBY, *BETWEEN_AGENTS):
+        name = sent_name(message_type)
         operation: dict[str, Any] = {
-            "action": "receive",
+            "action": "send" if agent else "receive",
             "channel": channel,
             "summary": f"An agent sends {message_type.value}.",
-            "messages": [_ref(message_type)],
+            "messages": [_ref(name)],
         }
         replies = REPLIES.get(message_type)
         if replies:
-            operation["reply"] = {"channel": channel, "messages": [_ref(r) for r in replies]}
-        operations[f"receive{message_type.value}"] = operation
+            answers = [_ref(delivered_name(r)) for r in replies]
+            operation["reply"] = {"channel": channel, "messages": answers}
+        operations[("send" if agent else "receive") + name] = operation
     for message_type in (*FROM_LOBBY, *BETWEEN_AGENTS):
-        operations[f"send{message_type.value}"] = {
-            "action": "send",
+        name = delivered_name(message_type)
+        operations[("receive" if agent else "send") + name] = {
+            "action": "receive" if agent else "send",
             "channel": channel,
             "summary": f"The lobby delivers {message_type.value} to its receiver.",
-            "messages": [_ref(message_type)],
+            "messages": [_ref(name)],
         }
     return operations
 
@@ -191,15 +307,29 @@ _DESCRIPTION: Final = (
 )
 
 
-def asyncapi_document() -> dict[str, Any]:
-    """The AsyncAPI 3.0 document of the whole protocol, as a JSON-ready dict."""
+VIEWS: Final = ("lobby", "agent")
+"""The application a document describes: the lobby (`protocol/asyncapi.json`), or an agent
+(`protocol/asyncapi-agent.json`, from which a generator makes an agent-side client)."""
+
+_VIEW_TITLES: Final = {"lobby": "Agent Lobby Protocol", "agent": "Agent Lobby Protocol: an agent"}
+_VIEW_DESCRIPTIONS: Final = {
+    "lobby": " This document describes the lobby; `protocol/asyncapi-agent.json` describes the "
+    "same messages from an agent's side.",
+    "agent": " This document describes an agent (it sends REGISTER, receives REGISTER_ACK); "
+    "`protocol/asyncapi.json` describes the same messages from the lobby's side.",
+}
+
+
+def asyncapi_document(view: str = "lobby") -> dict[str, Any]:
+    """The AsyncAPI 3.0 document of the whole protocol from `view`'s side, as a JSON-ready
+    dict. Both views share every schema and message; only the operations' actions differ."""
     return {
         "asyncapi": ASYNCAPI_VERSION,
-        "id": "urn:agent-lobby:protocol",
+        "id": f"urn:agent-lobby:protocol:{view}",
         "info": {
-            "title": "Agent Lobby Protocol",
+            "title": _VIEW_TITLES[view],
             "version": PROTOCOL_VERSION,
-            "description": _DESCRIPTION,
+            "description": _DESCRIPTION + _VIEW_DESCRIPTIONS[view],
             "license": {"name": "MIT"},
         },
         "defaultContentType": "application/json",
@@ -221,13 +351,15 @@ def asyncapi_document() -> dict[str, Any]:
                 "address": "/",
                 "title": "The lobby's WebSocket endpoint",
                 "description": "Every message type travels on this one connection.",
-                "messages": {t.value: {"$ref": f"#/components/messages/{t.value}"} for t in T},
+                "messages": {
+                    name: {"$ref": f"#/components/messages/{name}"} for name in _messages()
+                },
             }
         },
-        "operations": _operations(),
+        "operations": _operations(view),
         "components": {
             "schemas": component_schemas(),
-            "messages": {t.value: _message(t) for t in T},
+            "messages": _messages(),
             "correlationIds": {
                 "conversation": {
                     "description": "REQUEST/RESPONSE and dialogue moves share a conversation_id.",

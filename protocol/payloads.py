@@ -279,7 +279,9 @@ class MatchAcceptPayload(_Payload):
 
 class Transaction(_Payload):
     transaction_id: str
-    kind: str = Field(description="'negotiation' (a matched dialogue) or 'payment'.")
+    kind: Literal["negotiation", "payment"] = Field(
+        description="'negotiation' (a matched dialogue) or 'payment'."
+    )
     buyer: str
     seller: str
     amount: str = Field(description="Exact decimal, as a string.")

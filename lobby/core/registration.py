@@ -92,7 +92,9 @@ class Registrar:
         shared = self.state.shared
         if shared is not None:
             # A cluster node: the id is this node's only once the shared registry says so.
-            capabilities = [c.model_dump(mode="json") for c in payload.capabilities or []]
+            capabilities = [
+                c.model_dump(mode="json", exclude_none=True) for c in payload.capabilities or []
+            ]
             saved = AgentSaved(
                 agent_id, hash_token(token), orjson.dumps(capabilities), payload.acks
             )

@@ -39,7 +39,8 @@ class CapabilityEntry:
     @classmethod
     def of(cls, capability: Capability) -> CapabilityEntry:
         ids = capability.authorized_requester_ids
-        wire = capability.model_dump(mode="json")
+        # What DISCOVER shows: a field left unset is left out, never a null list or map.
+        wire = capability.model_dump(mode="json", exclude_none=True)
         return cls(
             capability,
             frozenset(ids) if ids else None,

@@ -23,10 +23,12 @@ def test_discovery_by_name_and_keywords_excludes_the_requester() -> None:
         "services_found": [
             {
                 "agent_id": "hunter",
+                # As registered, but without null for a list or a map: the field is left out.
                 "relevant_capabilities": [
                     {
-                        **cap("price", keywords=["Shopping", "deals"]),
-                        "attributes": None,
+                        key: value
+                        for key, value in cap("price", keywords=["Shopping", "deals"]).items()
+                        if value is not None
                     }
                 ],
                 "online": True,
