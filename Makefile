@@ -73,8 +73,10 @@ $(CHROMIUM):
 
 chromium: $(CHROMIUM)
 
+# Two workers, each taking whole files (a file's module fixtures are made once): most tests
+# wait on sockets and child processes, so the suite takes about half as long.
 test: lint node-deps chromium
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n 2 --dist loadfile
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks

@@ -13,7 +13,7 @@ from agent_sdk import Agent
 from lobby.cluster.keys import AGENTS
 from lobby.store.jetstream import SNAPSHOTS, STREAM, replicated
 from tests.conftest import start_lobby_process
-from tests.natskit import NatsServer, connect, nats_cluster
+from tests.natskit import NatsServer, connect, nats_cluster, restart
 from tests.test_durability import Collector, send_numbers, stop
 from tests.waiting import until
 
@@ -93,3 +93,39 @@ async def test_streams_made_with_one_copy_are_given_the_count_a_node_starts_with
             assert {r for r, _ in (await placement(servers[0], made)).values()} == {3}
         finally:
             await client.close()
+
+
+async def test_a_node_started_while_its_nats_cluster_forms_waits_for_it(tmp_path: Path) -> None:
+    """Servers and lobby started together (a compose file, a reboot): a node asking for three
+    copies while two of the three servers are down waits for them (JETSTREAM_NOT_READY) and
+    starts once they are back, instead of failing its start."""
+    async with nats_cluster(tmp_path) as servers:
+        for server in servers[1:]:
+            server.process.kill()
+            await server.process.wait()
+        urls = ",".join(server.url for server in servers)
+        data = tmp_path / "a"
+        starting = asyncio.create_task(
+            asyncio.to_thread(
+                start_lobby_process,
+                data,
+                *("--cluster", urls, "--node-id", "a", "--cluster-replicas", "3"),
+                timeout=60,
+            )
+        )
+
+        def waiting() -> bool:
+            return any("JETSTREAM_NOT_READY" in log.read_text() for log in data.glob("*.log"))
+
+        await until(waiting, "the node waits for the cluster")
+        assert not starting.done()
+        for server in servers[1:]:
+            await restart(server)
+        proc = await starting
+        try:
+            streams = await placement(servers[0], (STREAM, f"OBJ_{SNAPSHOTS}"))
+            assert {replicas for replicas, _ in streams.values()} == {3}
+            async with Agent("early", lobby_url=[proc.url]) as agent:
+                assert await agent.discover("nothing") == []
+        finally:
+            stop(proc)

@@ -51,7 +51,7 @@ import concurrent.futures
 import contextlib
 import time
 from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any, Final, TypeVar
 
 import nats
 import nats.errors
@@ -89,6 +89,22 @@ def transient(exc: nats.js.errors.APIError) -> bool:
     return not isinstance(exc, nats.js.errors.BadRequestError | nats.js.errors.NotFoundError) and (
         exc.err_code is None and exc.code is None
     )
+
+
+NOT_ENOUGH_PEERS: Final = 10005
+"""JetStream's "no suitable peers for placement": a cluster with fewer servers up than the
+stream's replicas (yet)."""
+
+
+def _forming(exc: BaseException) -> bool:
+    """Whether a set-up error is one of a NATS cluster still forming, worth waiting out."""
+    if isinstance(exc, TimeoutError | nats.errors.TimeoutError):
+        return True
+    if isinstance(exc, nats.js.errors.ServiceUnavailableError) and exc.err_code is None:
+        return False  # nobody answers the JetStream API: a server without -js
+    if isinstance(exc, nats.js.errors.APIError):
+        return transient(exc) or exc.err_code == NOT_ENOUGH_PEERS
+    return False
 
 
 T = TypeVar("T")
@@ -199,33 +215,54 @@ class JetStreamStore:
             reconnected_cb=self._reconnected,
         )
         js = self._nc.jetstream()
+        # A NATS cluster that is still forming (its servers started with the lobby) refuses
+        # for a while: no JetStream leader yet, or not enough peers for the replicas. Wait for
+        # it, up to the write deadline, rather than fail the start.
+        deadline = time.monotonic() + self.write_deadline
+        waited = False
+        while True:
+            try:
+                await self._set_up(js)
+                return
+            except (nats.errors.Error, TimeoutError) as exc:
+                forming = _forming(exc)
+                if forming and time.monotonic() < deadline:
+                    if not waited:
+                        log.warning("JETSTREAM_NOT_READY", node_id=self.node_id, error=_reason(exc))
+                        waited = True
+                    await asyncio.sleep(0.5)
+                    continue
+                if isinstance(exc, nats.js.errors.ServiceUnavailableError) and not forming:
+                    raise StoreUnavailable(
+                        f"NATS at {where} has no JetStream (start it with -js)"
+                    ) from None
+                raise StoreUnavailable(
+                    f"cannot set up JetStream at {where}: {_reason(exc)}"
+                ) from None
+
+    async def _set_up(self, js: Any) -> None:
+        """Create what is missing (the journal stream, the snapshots' bucket), give each the
+        replicas asked for, and claim the node's epoch."""
         try:
-            try:
-                await js.stream_info(STREAM)
-            except nats.js.errors.NotFoundError:
-                await js.add_stream(
-                    name=STREAM,
-                    subjects=["journal.*", "epoch.*"],
-                    storage=api.StorageType.FILE,
-                    num_replicas=self.replicas,
-                )
-            try:
-                await js.object_store(SNAPSHOTS)
-            except nats.js.errors.BucketNotFoundError:
-                await js.create_object_store(SNAPSHOTS, replicas=self.replicas)
-            for stream in (STREAM, f"OBJ_{SNAPSHOTS}"):
-                await replicated(js, stream, self.replicas)
-            # Claim the node: from here on, a process still writing as this node is refused.
-            claim = orjson.dumps({"at": time.time(), "by": self.claimant})
-            claimed = await js.publish(self._epoch_subject, claim)
-            self.epoch = claimed.seq
-            await js.purge_stream(STREAM, subject=self._epoch_subject, keep=1)
-        except nats.js.errors.ServiceUnavailableError:
-            raise StoreUnavailable(
-                f"NATS at {where} has no JetStream (start it with -js)"
-            ) from None
-        except (nats.errors.Error, TimeoutError) as exc:
-            raise StoreUnavailable(f"cannot set up JetStream at {where}: {_reason(exc)}") from None
+            await js.stream_info(STREAM)
+        except nats.js.errors.NotFoundError:
+            await js.add_stream(
+                name=STREAM,
+                subjects=["journal.*", "epoch.*"],
+                storage=api.StorageType.FILE,
+                num_replicas=self.replicas,
+            )
+        try:
+            await js.object_store(SNAPSHOTS)
+        except nats.js.errors.BucketNotFoundError:
+            await js.create_object_store(SNAPSHOTS, replicas=self.replicas)
+        for stream in (STREAM, f"OBJ_{SNAPSHOTS}"):
+            await replicated(js, stream, self.replicas)
+        # Claim the node: from here on, a process still writing as this node is refused.
+        claim = orjson.dumps({"at": time.time(), "by": self.claimant})
+        claimed = await js.publish(self._epoch_subject, claim)
+        self.epoch = claimed.seq
+        await js.purge_stream(STREAM, subject=self._epoch_subject, keep=1)
 
     async def _disconnected(self) -> None:
         if not self._closing:
