@@ -5,7 +5,8 @@ router as the default. Measured next to the default in BENCHMARKS.md.
 picows hands over frames, not messages: fragments are joined here (within
 `max_message_bytes`, past which the connection is closed with 1009), the client's CLOSE is
 answered here, and a frame that is the last of its read ends the batch (`end_of_batch`).
-Keepalive is picows' own auto-ping.
+What picows leaves to its user of RFC 6455's checks is done here too: fragments in order and
+close codes (1002), text in UTF-8 (1007). Keepalive is picows' own auto-ping.
 
 Outgoing text frames are framed here and written together at `flush`, one write per
 connection and batch: picows' own `send` writes each frame at once, one system call per
