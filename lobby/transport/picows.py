@@ -75,6 +75,8 @@ class PicowsLink(WSListener):
         self._fragmented_size = 0
         self._utf8: Utf8Stream | None = None
         """The UTF-8 check of the text message under way (None: binary)."""
+        self._failed = False
+        """Set once a frame of the peer's failed the connection (`_fail`)."""
         self._pending: list[bytes] = []
         """Frames (header, payload, header, ...) `put` since the last `flush`."""
         self._paused = False
@@ -95,10 +97,10 @@ class PicowsLink(WSListener):
         session = self.session
         assert session is not None
         msg_type = frame.msg_type
-        if transport.is_close_frame_sent:
-            # Closing: nothing more is read but the peer's close, which ends the handshake.
-            if msg_type is _CLOSE:
-                transport.disconnect()
+        if msg_type is _CLOSE and transport.is_close_frame_sent:
+            transport.disconnect()  # the answer to our close: never a second close from here
+        elif self._failed:
+            pass  # nothing after the frame that failed the connection is read (RFC 6455 7.1.7)
         elif frame.rsv1 or frame.rsv2 or frame.rsv3:
             # No extension is negotiated, so a reserved bit is a protocol error (RFC 6455 5.2);
             # picows leaves that check to its user, as it does those of fragments (5.4), UTF-8
@@ -168,6 +170,7 @@ class PicowsLink(WSListener):
     def _fail(self, code: int, reason: str) -> None:
         """Close for a fault of the peer's: its agent goes offline at once."""
         assert self.session is not None
+        self._failed = True
         self._fragments = None
         self._lobby.closing(self.session, code)
         self.shut(code, reason)
