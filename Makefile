@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench bench-peers mutation schema asyncapi node-deps chromium conformance-mcp clean
+.PHONY: run test lint conformance conformance-autobahn conformance-mcp bench bench-peers mutation schema asyncapi node-deps chromium clean
 
 $(BIN)/python:
 	@echo "make: creating $(VENV) with $(PYTHON)"
@@ -80,6 +80,21 @@ test: lint node-deps chromium
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
+
+# Conformance suites run against the lobby, each its own target (docs/conformance.md); not part
+# of `make test`. Autobahn|Testsuite's fuzzing client against both transports and a plain
+# websockets server: fails where a transport does worse than websockets. wstest needs Python 2:
+# built once under .conformance/ (Debian bullseye's python2.7 unpacked there, pinned packages).
+CONFORMANCE := .conformance
+WSTEST := $(CONFORMANCE)/wstest
+
+$(WSTEST): tests/conformance/install-wstest.sh tests/conformance/requirements-py2.txt
+	sh tests/conformance/install-wstest.sh $(CONFORMANCE)
+
+conformance-autobahn: $(STAMP) $(WSTEST)
+	$(BIN)/python -m tests.conformance.autobahn --wstest $(abspath $(WSTEST)) --out $(CONFORMANCE)/autobahn
+
+conformance: conformance-autobahn conformance-mcp
 
 # The same patterns through SPADE and AutoGen's gRPC runtime beside the relay and the lobby; each
 # peer gets its own venv under .venv-peers/ (pinned in benchmarks/peers/<peer>.txt, installed on

@@ -96,6 +96,8 @@ class CloseCode:
     GOING_AWAY: Final = 1001
     PROTOCOL_ERROR: Final = 1002
     """A frame that breaks RFC 6455 (a reserved bit set, say)."""
+    INVALID_DATA: Final = 1007
+    """A text message that is not UTF-8 (RFC 6455 8.1)."""
     POLICY_VIOLATION: Final = 1008
     """No REGISTER within the handshake timeout."""
     MESSAGE_TOO_BIG: Final = 1009

@@ -13,7 +13,7 @@ The order of calls, for one connection: `admit(path, authorization)` (None: acce
 that brought it, and `end_of_batch()` when that read is done (so what it routed is written at
 once, one write per receiver); `closing(session, code)` as soon as the connection stops being
 open (the peer's close frame, or a close the transport sent for a fault of the peer's: 1009,
-1002), and `disconnected(session, code)` once it is gone.
+1007, 1002), and `disconnected(session, code)` once it is gone.
 
 The lobby writes with `Link.put` and, at the end of a batch, `Link.flush`: the bytes `flush`
 reports still waiting are the connection's outbound queue, and the lobby closes a connection

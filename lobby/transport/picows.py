@@ -5,7 +5,8 @@ router as the default. Measured next to the default in BENCHMARKS.md.
 picows hands over frames, not messages: fragments are joined here (within
 `max_message_bytes`, past which the connection is closed with 1009), the client's CLOSE is
 answered here, and a frame that is the last of its read ends the batch (`end_of_batch`).
-Keepalive is picows' own auto-ping.
+What picows leaves to its user of RFC 6455's checks is done here too: fragments in order and
+close codes (1002), text in UTF-8 (1007). Keepalive is picows' own auto-ping.
 
 Outgoing text frames are framed here and written together at `flush`, one write per
 connection and batch: picows' own `send` writes each frame at once, one system call per
@@ -33,6 +34,7 @@ from picows import (
 
 from lobby.core.session import Session
 from lobby.transport.base import Lobby, tls_context
+from lobby.transport.rfc6455 import Utf8Stream, sendable_close_code, valid_utf8
 from protocol.models import CloseCode
 
 _TEXT, _BINARY, _CONT, _CLOSE = (
@@ -68,9 +70,13 @@ class PicowsLink(WSListener):
         self._transport: WSTransport | None = None
         self.session: Session | None = None
         self.remote = ""
-        self._fragments: list[bytes] = []
+        self._fragments: list[bytes] | None = None
+        """The fragments of the message under way, if one is."""
         self._fragmented_size = 0
-        self._fragmented_binary = False
+        self._utf8: Utf8Stream | None = None
+        """The UTF-8 check of the text message under way (None: binary)."""
+        self._failed = False
+        """Set once a frame of the peer's failed the connection (`_fail`)."""
         self._pending: list[bytes] = []
         """Frames (header, payload, header, ...) `put` since the last `flush`."""
         self._paused = False
@@ -91,42 +97,81 @@ class PicowsLink(WSListener):
         session = self.session
         assert session is not None
         msg_type = frame.msg_type
-        if frame.rsv1 or frame.rsv2 or frame.rsv3:
+        if msg_type is _CLOSE and transport.is_close_frame_sent:
+            transport.disconnect()  # the answer to our close: never a second close from here
+        elif self._failed:
+            pass  # nothing after the frame that failed the connection is read (RFC 6455 7.1.7)
+        elif frame.rsv1 or frame.rsv2 or frame.rsv3:
             # No extension is negotiated, so a reserved bit is a protocol error (RFC 6455 5.2);
-            # picows leaves that check to its user.
+            # picows leaves that check to its user, as it does those of fragments (5.4), UTF-8
+            # (8.1) and most close codes (7.4).
             self._fail(CloseCode.PROTOCOL_ERROR, "reserved bits set")
         elif msg_type is _TEXT or msg_type is _BINARY:
-            if frame.fin:
-                self._lobby.received(session, msg_type is _BINARY, frame.get_payload_as_bytes())
+            if self._fragments is not None:
+                self._fail(CloseCode.PROTOCOL_ERROR, "expected a continuation frame")
+            elif frame.fin:
+                data = frame.get_payload_as_bytes()
+                if msg_type is _TEXT and not valid_utf8(data):
+                    self._fail(CloseCode.INVALID_DATA, "invalid UTF-8 in a text message")
+                else:
+                    self._lobby.received(session, msg_type is _BINARY, data)
             else:
-                self._fragments = [frame.get_payload_as_bytes()]
+                data = frame.get_payload_as_bytes()
+                self._fragments = [data]
                 self._fragmented_size = frame.payload_size
-                self._fragmented_binary = msg_type is _BINARY
+                self._utf8 = None if msg_type is _BINARY else Utf8Stream()
+                self._fragment_utf8(data, False)
         elif msg_type is _CONT:
-            self._fragmented_size += frame.payload_size
-            if self._fragmented_size > self._lobby.settings.max_message_bytes:
-                self._fragments = []
-                self._fail(CloseCode.MESSAGE_TOO_BIG, "message too big")
-            else:
-                self._fragments.append(frame.get_payload_as_bytes())
-                if frame.fin:
-                    data = b"".join(self._fragments)
-                    self._fragments = []
-                    self._lobby.received(session, self._fragmented_binary, data)
+            self._continuation(session, frame)
         elif msg_type is _CLOSE:
-            # Echo the peer's code; a close without one is answered 1000 (picows would put
-            # NO_INFO, 0, on the wire).
-            code = frame.get_close_code()
-            self._lobby.closing(session, None if code is None else code.value)
-            self.flush()  # what was put before the close goes first
-            transport.send_close(WSCloseCode.OK if code is WSCloseCode.NO_INFO else code)
-            transport.disconnect()
+            self._close_received(session, transport, frame)
         if frame.last_in_buffer:
             self._lobby.end_of_batch()
+
+    def _continuation(self, session: Session, frame: WSFrame) -> None:
+        fragments = self._fragments
+        if fragments is None:
+            self._fail(CloseCode.PROTOCOL_ERROR, "unexpected continuation frame")
+            return
+        self._fragmented_size += frame.payload_size
+        if self._fragmented_size > self._lobby.settings.max_message_bytes:
+            self._fail(CloseCode.MESSAGE_TOO_BIG, "message too big")
+            return
+        data = frame.get_payload_as_bytes()
+        fragments.append(data)
+        if self._fragment_utf8(data, frame.fin) and frame.fin:
+            self._fragments = None
+            self._lobby.received(session, self._utf8 is None, b"".join(fragments))
+
+    def _fragment_utf8(self, data: bytes, final: bool) -> bool:
+        """Check a text fragment as it comes (a binary one passes): False, and the connection
+        fails, at the first fragment with a byte that cannot be UTF-8."""
+        if self._utf8 is None or self._utf8.feed(data, final):
+            return True
+        self._fail(CloseCode.INVALID_DATA, "invalid UTF-8 in a text message")
+        return False
+
+    def _close_received(self, session: Session, transport: WSTransport, frame: WSFrame) -> None:
+        """Echo the peer's code (a close without one is answered 1000: picows would put its
+        NO_INFO, 0, on the wire); a code no peer may send fails the connection (RFC 6455 7.4)
+        and is never echoed. picows has refused a 1-byte payload and a reason not UTF-8."""
+        if frame.payload_size < 2:
+            code = None
+        else:
+            code = frame.get_close_code().value
+            if not sendable_close_code(code):
+                self._fail(CloseCode.PROTOCOL_ERROR, f"invalid close code {code}")
+                return
+        self._lobby.closing(session, code)
+        self.flush()  # what was put before the close goes first
+        transport.send_close(WSCloseCode.OK if code is None else code)  # type: ignore[arg-type]
+        transport.disconnect()
 
     def _fail(self, code: int, reason: str) -> None:
         """Close for a fault of the peer's: its agent goes offline at once."""
         assert self.session is not None
+        self._failed = True
+        self._fragments = None
         self._lobby.closing(self.session, code)
         self.shut(code, reason)
 

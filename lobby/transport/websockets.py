@@ -34,6 +34,8 @@ except ImportError:  # pragma: no cover - websockets built without its C extensi
 
 from lobby.core.session import Session
 from lobby.transport.base import HttpAnswer, Lobby, tls_context
+from lobby.transport.rfc6455 import Utf8Stream, valid_utf8
+from protocol.models import CloseCode
 
 _OPEN = State.OPEN
 _TEXT, _BINARY, _CONT = Opcode.TEXT, Opcode.BINARY, Opcode.CONT
@@ -58,7 +60,10 @@ class LobbyConnection(ServerConnection):
         self._early: list[tuple[bool, bytes]] = []
         """Messages that came with the handshake, before the lobby attached (rare)."""
         self._fragments: list[bytes] = []
-        self._fragmented_binary = False
+        self._utf8: Utf8Stream | None = None
+        """The UTF-8 check of the fragmented text message under way (None: binary)."""
+        self._invalid = False
+        """Set once a text message that is not UTF-8 failed the connection."""
         self._closing = False
         """Set once the lobby knows this connection is no longer open."""
         self._abort: asyncio.TimerHandle | None = None
@@ -218,6 +223,11 @@ class LobbyConnection(ServerConnection):
             if whole and masked and (head1 == 0x81 or head1 == 0x82):
                 self._message(head1 == 0x82, apply_mask(buf[at + 4 : stop], buf[at : at + 4]))
                 i = stop
+                if self._invalid:  # failed (1007): websockets discards the rest
+                    self._direct = False
+                    super().data_received(bytes(buf[i:]))
+                    i = end
+                    break
                 continue
             # A control frame, a fragment, or a frame websockets refuses: websockets gets it
             # whole, and what follows it once the connection is no longer open (to discard).
@@ -257,27 +267,51 @@ class LobbyConnection(ServerConnection):
             super().process_event(event)  # the handshake request
             return
         opcode = event.opcode
+        if (opcode is _TEXT or opcode is _BINARY or opcode is _CONT) and self._invalid:
+            return  # parsed in the same read as the text that failed the connection
         if opcode is _TEXT or opcode is _BINARY:
+            data = bytes(event.data)  # no copy: websockets' parser makes bytes
             if event.fin:
-                self._message(opcode is _BINARY, event.data)
+                self._message(opcode is _BINARY, data)
             else:
-                self._fragments = [bytes(event.data)]
-                self._fragmented_binary = opcode is _BINARY
+                self._fragments = [data]
+                self._utf8 = None if opcode is _BINARY else Utf8Stream()
+                self._fragment_utf8(data, False)
         elif opcode is _CONT:
-            self._fragments.append(bytes(event.data))
-            if event.fin:
+            data = bytes(event.data)
+            self._fragments.append(data)
+            if self._fragment_utf8(data, event.fin) and event.fin:
                 data = b"".join(self._fragments)
                 self._fragments = []
-                self._message(self._fragmented_binary, data)
+                self._message(self._utf8 is None, data, checked=True)
         else:
             super().process_event(event)
 
-    def _message(self, binary: bool, data: Any) -> None:
+    def _fragment_utf8(self, data: bytes, final: bool) -> bool:
+        """Check a text fragment as it comes (a binary one passes), so the connection fails at
+        the first fragment with a byte that cannot be UTF-8."""
+        if self._utf8 is None or self._utf8.feed(data, final):
+            return True
+        self._fail_invalid_data()
+        return False
+
+    def _message(self, binary: bool, data: Any, checked: bool = False) -> None:
+        if not (binary or checked or valid_utf8(data)):
+            self._fail_invalid_data()
+            return
         session, lobby = self.session, self._lobby
         if session is None or lobby is None:
             self._early.append((binary, bytes(data)))
         else:
             lobby.received(session, binary, data)
+
+    def _fail_invalid_data(self) -> None:
+        """A text message is not UTF-8: fail the connection with 1007 (RFC 6455 8.1), as
+        websockets' own receive path does; the lobby hears of it in `_peer_closing`."""
+        self._invalid = True
+        self._fragments = []
+        self.protocol.fail(CloseCode.INVALID_DATA, "invalid UTF-8 in a text message")
+        self.send_data()
 
 
 class WebsocketsTransport:

@@ -275,19 +275,6 @@ async def test_what_follows_a_close_frame_in_the_same_read_is_not_routed(
         assert (await reply(reader))["message_type"] == "SERVICES_AVAILABLE"
 
 
-async def test_a_whole_message_inside_a_fragmented_one_closes_with_1002(tmp_path: Path) -> None:
-    # websockets only: picows does not check this (RFC 6455 5.4).
-    async with running(tmp_path) as lobby, RawClient.connect(lobby) as raw:
-        token = await raw.register("raw")
-        discover = frame("raw", "DISCOVER_SERVICES", {}, auth_token=token).encode()
-        raw.writer.write(
-            masked(Opcode.TEXT, discover[:10], fin=False) + masked(Opcode.TEXT, discover)
-        )
-        frames = await raw.until(Opcode.CLOSE)
-        assert texts(frames) == []
-        assert Close.parse(bytes(frames[-1].data)).code == 1002
-
-
 async def test_websockets_reads_on_from_where_the_lobby_stopped_once_closing(
     tmp_path: Path,
 ) -> None:
