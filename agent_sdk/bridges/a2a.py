@@ -50,7 +50,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from agent_sdk.agent import Agent
-from agent_sdk.bridges.a2a_card import CARD_PATH, agent_card, card_response, rpc_error
+from agent_sdk.bridges.a2a_card import (
+    CARD_PATH,
+    CONTENT_TYPE_NOT_SUPPORTED,
+    agent_card,
+    card_response,
+    is_json,
+    rpc_error,
+)
 from agent_sdk.bridges.a2a_parts import data_parts, named_capability, payload_of
 from agent_sdk.errors import (
     AgentSDKError,
@@ -338,6 +345,13 @@ class Gateway:
                 401,
                 "a bearer token of the gateway's tokens file is required",
                 headers={"WWW-Authenticate": "Bearer"},
+            )
+        content_type = request.headers.get("content-type")
+        if not is_json(content_type):
+            return rpc_error(
+                415,
+                f"the body must be JSON-RPC as application/json, not {content_type}",
+                code=CONTENT_TYPE_NOT_SUPPORTED,
             )
         request.scope[_CALLER] = self._callers[caller_id]
         request.scope[_TARGET] = target

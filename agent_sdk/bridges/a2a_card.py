@@ -35,6 +35,7 @@ CARD_MAX_AGE = 60
 
 INVALID_REQUEST = -32600
 INTERNAL_ERROR = -32603
+CONTENT_TYPE_NOT_SUPPORTED = -32005
 
 
 def agent_card(
@@ -82,6 +83,14 @@ def card_response(card: AgentCard, request: Request) -> Response:
     return Response(body, media_type="application/json", headers=headers)
 
 
+def is_json(content_type: str | None) -> bool:
+    """Whether a request's Content-Type is JSON (or absent: then the body decides)."""
+    if content_type is None:
+        return True
+    media_type = content_type.partition(";")[0].strip().lower()
+    return media_type == "application/json" or media_type.endswith("+json")
+
+
 def etag_matches(if_none_match: str | None, etag: str) -> bool:
     """RFC 9110's weak comparison, as If-None-Match asks: `*`, or any listed tag, W/ or not."""
     if if_none_match is None:
@@ -91,12 +100,18 @@ def etag_matches(if_none_match: str | None, etag: str) -> bool:
 
 
 def rpc_error(
-    status: int, message: str, *, headers: Mapping[str, str] | None = None, request_id: Any = None
+    status: int,
+    message: str,
+    *,
+    code: int | None = None,
+    headers: Mapping[str, str] | None = None,
+    request_id: Any = None,
 ) -> Response:
     """An HTTP error answered as a JSON-RPC error: A2A clients read the body of any answer as
-    JSON-RPC. A client error (4xx) is Invalid Request, a server error Internal Error; the HTTP
-    status stays what it is (401, 404, ...)."""
-    code = INVALID_REQUEST if status < 500 else INTERNAL_ERROR
+    JSON-RPC. Unless `code` says otherwise, a client error (4xx) is Invalid Request, a server
+    error Internal Error; the HTTP status stays what it is (401, 404, ...)."""
+    if code is None:
+        code = INVALID_REQUEST if status < 500 else INTERNAL_ERROR
     error = {"code": code, "message": message, "data": {"httpStatus": status}}
     body = {"jsonrpc": "2.0", "id": request_id, "error": error}
     return Response(

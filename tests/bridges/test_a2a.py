@@ -319,6 +319,15 @@ async def test_every_error_body_is_a_json_rpc_error(
     assert says in body["error"]["message"]
 
 
+async def test_a_body_that_is_not_json_is_content_type_not_supported(gateway: str) -> None:
+    headers = {"Authorization": "Bearer friend-token", "Content-Type": "text/plain"}
+    async with httpx.AsyncClient(headers=headers) as http:
+        answer = await http.post(f"{gateway}/agents/echo/", content=b"{'jsonrpc': '2.0'}")
+    assert answer.status_code == 415
+    assert answer.json()["error"]["code"] == -32005
+    assert "not text/plain" in answer.json()["error"]["message"]
+
+
 async def test_no_default_agent_leaves_the_origin_unserved(lobby: LobbyServer) -> None:
     sock = bind("127.0.0.1", 0)
     bridge = Gateway("a2a_gateway", tokens=hashed_tokens(TOKENS), lobby_url=lobby.url)
