@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint bench bench-peers mutation schema asyncapi node-deps chromium clean
+.PHONY: run test lint conformance-a2a bench bench-peers mutation schema asyncapi node-deps chromium clean
 
 $(BIN)/python:
 	@echo "make: creating $(VENV) with $(PYTHON)"
@@ -65,6 +65,18 @@ test: lint node-deps chromium
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
+# The A2A TCK's MUST requirements against `lobby a2a serve` (docs/conformance.md, "A2A TCK"); not
+# part of `make test`. A2A_TCK is a checkout of the TCK (not on PyPI), installed into a venv of
+# its own, .conformance/a2a-tck-venv/.
+A2A_TCK ?=
+A2A_TCK_VENV := .conformance/a2a-tck-venv
+
+conformance-a2a: $(STAMP)
+	@test -f "$(A2A_TCK)/run_tck.py" || { echo "make conformance-a2a: A2A_TCK=DIR names a checkout of the A2A TCK: git clone -b 1.0-dev https://github.com/a2aproject/a2a-tck /tmp/a2a-tck && make conformance-a2a A2A_TCK=/tmp/a2a-tck"; exit 2; }
+	test -x $(A2A_TCK_VENV)/bin/python || $(PYTHON) -m venv $(A2A_TCK_VENV)
+	$(A2A_TCK_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e "$(A2A_TCK)"
+	$(BIN)/python -m tests.conformance.a2a_tck --tck "$(A2A_TCK)" --tck-python $(abspath $(A2A_TCK_VENV))/bin/python
+
 # The same patterns through SPADE and AutoGen's gRPC runtime beside the relay and the lobby; each
 # peer gets its own venv under .venv-peers/ (pinned in benchmarks/peers/<peer>.txt, installed on
 # the first run, reused after). Not part of `make test`.
@@ -89,4 +101,4 @@ asyncapi: $(STAMP)
 	$(BIN)/lobby asyncapi --write protocol/asyncapi.json
 
 clean:
-	rm -rf $(VENV) .venv-peers .mypy_cache .ruff_cache .pytest_cache mutants $(addsuffix /node_modules,$(NODE_DIRS))
+	rm -rf $(VENV) .venv-peers .conformance .mypy_cache .ruff_cache .pytest_cache mutants $(addsuffix /node_modules,$(NODE_DIRS))
