@@ -66,7 +66,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="a2a-tck-") as scratch, sut(Path(scratch)) as url:
         print(f"a2a_tck: the gateway at {url}, the TCK from {tck}", flush=True)
         done = subprocess.run(
-            [args.tck_python, "run_tck.py", "--sut-host", url, "--level", "must"],
+            [os.path.abspath(args.tck_python), "run_tck.py", "--sut-host", url, "--level", "must"],
             cwd=tck,
             capture_output=True,
             text=True,
