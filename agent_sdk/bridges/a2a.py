@@ -26,6 +26,7 @@ import contextlib
 import hashlib
 import json
 import socket
+import time
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
@@ -238,7 +239,8 @@ class Gateway:
     (if any) the one a caller without an Authorization header acts as (else such a caller is
     refused 401); `default_agent` (if any) is served at the origin too (its card at
     `/.well-known/agent-card.json`, JSON-RPC at `/`); at most `max_tasks` A2A tasks are kept
-    for `tasks/get`. Enter it (`async with`) to connect the agents, then serve `app`."""
+    for `tasks/get`; what the registry says is read again after `registry_ttl` seconds. Enter
+    it (`async with`) to connect the agents, then serve `app`."""
 
     def __init__(
         self,
@@ -249,8 +251,16 @@ class Gateway:
         default_agent: str | None = None,
         lobby_url: str | None = None,
         max_tasks: int = 10_000,
+        registry_ttl: float = 1.0,
     ) -> None:
         self.agent = Agent(agent_id, lobby_url=lobby_url)
+        # Cards and messages naming no skill read the registry: a DISCOVER reads every agent's
+        # capabilities and the lobby rate-limits them (50/s), so one read serves all requests
+        # of the next `registry_ttl` seconds, and concurrent requests share one read.
+        self.registry_ttl = registry_ttl
+        self._registry: dict[str, list[Capability]] = {}
+        self._registry_read_at = -float("inf")
+        self._registry_lock = asyncio.Lock()
         self._tokens = dict(tokens)
         self._anonymous = anonymous
         self._default_agent = default_agent
@@ -283,11 +293,15 @@ class Gateway:
         await self._stack.aclose()
 
     async def capabilities_of(self, agent_id: str) -> list[Capability]:
-        """What lobby agent `agent_id` offers now (none: not there, or it offers nothing).
-        AgentSDKError if the lobby refused the query (rate_limited) or is away."""
-        services = await self.agent.discover()
-        found = [s for s in services if s.agent_id == agent_id]
-        return list(found[0].relevant_capabilities) if found else []
+        """What lobby agent `agent_id` offers (none: not there, or it offers nothing), as the
+        registry said at most `registry_ttl` seconds ago. AgentSDKError if the lobby refused
+        the query (rate_limited) or is away."""
+        async with self._registry_lock:
+            if time.monotonic() - self._registry_read_at >= self.registry_ttl:
+                services = await self.agent.discover()
+                self._registry = {s.agent_id: list(s.relevant_capabilities) for s in services}
+                self._registry_read_at = time.monotonic()
+            return self._registry.get(agent_id, [])
 
     async def capability_for(self, agent_id: str, message: Message) -> str:
         """The capability `message` calls on `agent_id`: the one it names (metadata.skill, or

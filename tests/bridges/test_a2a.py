@@ -39,7 +39,7 @@ from examples.a2a import run as a2a_example
 from examples.a2a import shouter
 from examples.echo.echo_agent import EchoAgent
 from lobby.server import LobbyServer
-from tests.conftest import LobbyProcess
+from tests.conftest import LobbyProcess, make_lobby
 from tests.nodejs import ROOT, node, npm_installed
 
 TOKENS = {"friend-token": "my_client", "stranger-token": "stranger"}
@@ -250,6 +250,39 @@ async def test_no_skill_and_no_sole_capability_is_a_json_rpc_error(
     assert (answer.json()["id"], error["code"]) == (7, -32602)
     assert "names no skill" in error["message"]
     assert "lower, upper" in error["message"]
+
+
+async def test_messages_naming_no_skill_share_one_read_of_the_registry(tmp_path: Path) -> None:
+    # The lobby answers the gateway one DISCOVER now and the next in 100 s: twenty messages at
+    # once and a card, each needing echo's capabilities, are all answered from that one read.
+    lobby = make_lobby(tmp_path / "data", discover_rate=0.01, discover_burst=1)
+    await lobby.start()
+    try:
+        sock = bind("127.0.0.1", 0)
+        bridge = Gateway(
+            "a2a_gateway",
+            tokens=hashed_tokens(TOKENS),
+            default_agent="echo",
+            lobby_url=lobby.url,
+            registry_ttl=60,  # however slow this machine, no second read
+        )
+        async with EchoAgent(lobby_url=lobby.url), serving(bridge, sock):
+            url = base_url(sock)
+            headers = {"Authorization": "Bearer friend-token", "A2A-Version": "1.0"}
+            async with httpx.AsyncClient(headers=headers) as http:
+
+                async def send_plain(text: str) -> Any:
+                    message = {"messageId": text, "role": "ROLE_USER", "parts": [{"text": text}]}
+                    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage"}
+                    answer = await http.post(url, json=body | {"params": {"message": message}})
+                    return answer.json()["result"]["task"]["status"]["state"]
+
+                states = await asyncio.gather(*(send_plain(f"m{n}") for n in range(20)))
+                card = await http.get(f"{url}/.well-known/agent-card.json")
+    finally:
+        await lobby.stop()
+    assert states == ["TASK_STATE_COMPLETED"] * 20
+    assert card.status_code == 200
 
 
 async def test_the_default_agent_is_served_at_the_origin_with_caching_headers(
