@@ -54,6 +54,7 @@ from agent_sdk.agent import Agent
 from agent_sdk.bridges.a2a_card import (
     CARD_PATH,
     CONTENT_TYPE_NOT_SUPPORTED,
+    UNAUTHENTICATED,
     agent_card,
     card_response,
     is_json,
@@ -358,6 +359,7 @@ class Gateway:
             return rpc_error(
                 401,
                 "a bearer token of the gateway's tokens file is required",
+                code=UNAUTHENTICATED,
                 headers={"WWW-Authenticate": "Bearer"},
             )
         content_type = request.headers.get("content-type")

@@ -36,6 +36,9 @@ CARD_MAX_AGE = 60
 INVALID_REQUEST = -32600
 INTERNAL_ERROR = -32603
 CONTENT_TYPE_NOT_SUPPORTED = -32005
+UNAUTHENTICATED = -31401
+"""No or an unknown bearer token. A2A names no JSON-RPC code for it ("a custom error"): this
+one lies outside the range JSON-RPC and A2A reserve (-32768 to -32000)."""
 
 
 def agent_card(
