@@ -539,6 +539,7 @@ async def test_lobby_a2a_serve_is_the_gateway(lobby: LobbyServer, tmp_path: Path
     serve = await asyncio.create_subprocess_exec(
         *(sys.executable, "-m", "lobby", "a2a", "serve", "--agent-id", "a2a_gateway"),
         *("--port", "0", "--lobby", lobby.url, "--tokens", str(tokens)),
+        *("--default-agent", "echo", "--anonymous", "my_client"),
         stdout=asyncio.subprocess.PIPE,
     )
     try:
@@ -546,12 +547,19 @@ async def test_lobby_a2a_serve_is_the_gateway(lobby: LobbyServer, tmp_path: Path
         line = (await serve.stdout.readline()).decode()
         assert line.startswith("A2A gateway: http://127.0.0.1:")
         url = line.split()[2].removesuffix("/agents/<agent")
-        async with EchoAgent(lobby_url=lobby.url):
+        assert (await serve.stdout.readline()).decode() == f"A2A gateway of echo: {url}/\n"
+        async with EchoAgent(lobby_url=lobby.url), httpx.AsyncClient() as http:
             (event,) = await send(url, "friend-token", {"text": "hi"}, streaming=False)
+            # No token: served as my_client (--anonymous), at the origin (--default-agent).
+            client = await create_client(url, ClientConfig(httpx_client=http, streaming=False))
+            (anonymous,) = [
+                e async for e in client.send_message(SendMessageRequest(message=plain("yo")))
+            ]
     finally:
         serve.terminate()
         assert await serve.wait() == 0
     assert get_data_parts(event.task.artifacts[0].parts) == [{"text": "hi", "length": 2.0}]
+    assert get_data_parts(anonymous.task.artifacts[0].parts) == [{"text": "yo", "length": 2.0}]
 
 
 def test_the_a2a_example_runs_as_a_script(lobby_process: LobbyProcess) -> None:
