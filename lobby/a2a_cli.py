@@ -30,6 +30,16 @@ def add_commands(commands: argparse._SubParsersAction[Any], parser_class: type[A
     serve.add_argument(
         "--tokens", type=Path, metavar="FILE", help='JSON {"<bearer token>": "<lobby agent id>"}'
     )
+    serve.add_argument(
+        "--anonymous",
+        metavar="ID",
+        help="the lobby agent a caller without an Authorization header acts as (default: 401)",
+    )
+    serve.add_argument(
+        "--default-agent",
+        metavar="ID",
+        help="the lobby agent also served at the origin (/.well-known/agent-card.json, POST /)",
+    )
     join = bridges.add_parser("join", help="join an A2A agent to the lobby as a lobby agent")
     join.add_argument("--agent-id", required=True, help="its lobby agent id")
     join.add_argument("--card", required=True, metavar="URL", help="its agent card's URL")

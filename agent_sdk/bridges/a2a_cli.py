@@ -45,9 +45,17 @@ async def _until_signalled() -> None:
 
 async def _serve(args: argparse.Namespace, tokens: dict[str, str]) -> None:
     sock = bind(args.host, args.port)
-    gateway = Gateway(args.agent_id, tokens=tokens, lobby_url=args.lobby)
+    gateway = Gateway(
+        args.agent_id,
+        tokens=tokens,
+        anonymous=args.anonymous,
+        default_agent=args.default_agent,
+        lobby_url=args.lobby,
+    )
     async with serving(gateway, sock):
         print(f"A2A gateway: {base_url(sock)}/agents/<agent id>/", flush=True)
+        if args.default_agent is not None:
+            print(f"A2A gateway of {args.default_agent}: {base_url(sock)}/", flush=True)
         await _until_signalled()
 
 

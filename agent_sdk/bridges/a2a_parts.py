@@ -1,8 +1,9 @@
 """What a lobby payload is in A2A terms, and back: pure conversions both A2A bridges share.
 
 A REQUEST's payload travels as one A2A data part; the capability it calls is the message's
-`metadata.skill` (an A2A skill id is a capability name), else the payload's `capability_name`.
-A message with text only carries `{"text": ...}`, or the JSON object the text is.
+`metadata.skill` (an A2A skill id is a capability name), else the payload's `capability_name`
+(else the gateway's default: its agent's sole capability). A message with text only carries
+`{"text": ...}`, or the JSON object the text is.
 """
 
 from __future__ import annotations
@@ -33,6 +34,13 @@ def skill_of(message: Message) -> str | None:
     """The skill (capability) a message names in its metadata, if it names one."""
     skill = MessageToDict(message.metadata).get("skill") if message.HasField("metadata") else None
     return skill if isinstance(skill, str) and skill else None
+
+
+def named_capability(message: Message) -> str | None:
+    """The capability a message names: its `metadata.skill`, else its payload's
+    `capability_name`; None when it names none (generic A2A clients never do)."""
+    named = skill_of(message) or payload_of(list(message.parts)).get("capability_name")
+    return named if isinstance(named, str) and named else None
 
 
 def data_parts(payload: dict[str, Any]) -> list[Part]:

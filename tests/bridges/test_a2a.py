@@ -1,10 +1,12 @@
 """The A2A bridges against a real lobby, with the official a2a-sdk's own client and server on
 127.0.0.1: an A2A client calls lobby capabilities through the gateway, and an SDK agent calls an
-A2A agent joined with `lobby a2a join`."""
+A2A agent joined with `lobby a2a join`. A generic client of another SDK (@a2a-js/sdk, in
+tests/bridges/a2a_node) resolves the gateway from its origin and calls without naming a skill."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import subprocess
 import sys
 import uuid
@@ -29,24 +31,48 @@ from a2a.types import (
 )
 from google.protobuf.struct_pb2 import Struct
 
-from agent_sdk import Agent, RemoteError, UnauthorizedError
+from agent_sdk import Agent, RemoteError, RequestContext, UnauthorizedError, capability
 from agent_sdk.bridges.a2a import Gateway, base_url, bind, hashed_tokens, serve_http, serving
-from agent_sdk.bridges.a2a_parts import data_parts
+from agent_sdk.bridges.a2a_card import etag_matches
+from agent_sdk.bridges.a2a_parts import data_parts, named_capability
 from examples.a2a import run as a2a_example
 from examples.a2a import shouter
 from examples.echo.echo_agent import EchoAgent
 from lobby.server import LobbyServer
-from tests.conftest import LobbyProcess
+from tests.conftest import LobbyProcess, make_lobby
+from tests.nodejs import ROOT, node, npm_installed
 
 TOKENS = {"friend-token": "my_client", "stranger-token": "stranger"}
+A2A_NODE = ROOT / "tests" / "bridges" / "a2a_node"
+
+
+class TwoSkills(Agent):
+    """An agent with two capabilities: a message that names neither has no default."""
+
+    agent_id = "two_skills"
+
+    @capability("upper")
+    async def upper(self, payload: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        return {"text": str(payload.get("text", "")).upper()}
+
+    @capability("lower")
+    async def lower(self, payload: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        return {"text": str(payload.get("text", "")).lower()}
 
 
 @pytest.fixture
 async def gateway(lobby: LobbyServer) -> AsyncIterator[str]:
-    """The echo agent, and a gateway in front of the lobby: its base URL."""
+    """The echo agent (the gateway's default agent) and two_skills, and a gateway in front of
+    the lobby: its base URL."""
     sock = bind("127.0.0.1", 0)
-    bridge = Gateway("a2a_gateway", tokens=hashed_tokens(TOKENS), lobby_url=lobby.url)
-    async with EchoAgent(lobby_url=lobby.url), serving(bridge, sock):
+    bridge = Gateway(
+        "a2a_gateway", tokens=hashed_tokens(TOKENS), default_agent="echo", lobby_url=lobby.url
+    )
+    async with (
+        EchoAgent(lobby_url=lobby.url),
+        TwoSkills(lobby_url=lobby.url),
+        serving(bridge, sock),
+    ):
         yield base_url(sock)
 
 
@@ -169,20 +195,233 @@ async def test_a_text_part_carries_a_json_payload_naming_its_capability(gateway:
     message = Message(
         message_id=uuid.uuid4().hex,
         role=Role.ROLE_USER,
-        parts=[Part(text='{"capability_name": "echo", "text": "yo"}')],
+        parts=[Part(text='{"capability_name": "upper", "text": "yo"}')],
     )
     headers = {"Authorization": "Bearer friend-token"}
     async with httpx.AsyncClient(headers=headers) as http:
         config = ClientConfig(httpx_client=http, streaming=False)
-        client = await create_client(f"{gateway}/agents/echo", config)
+        client = await create_client(f"{gateway}/agents/two_skills", config)
         (event,) = [e async for e in client.send_message(SendMessageRequest(message=message))]
-        plain = Message(message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=[Part(text="yo")])
-        (unnamed,) = [e async for e in client.send_message(SendMessageRequest(message=plain))]
+    assert get_data_parts(event.task.artifacts[0].parts) == [{"text": "YO"}]
+
+
+def plain(text: str) -> Message:
+    """A message as a generic A2A client sends it: one text part, no skill named."""
+    return Message(message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=[Part(text=text)])
+
+
+def test_a_message_names_its_capability_in_metadata_or_its_payload() -> None:
+    metadata = Struct()
+    metadata.update({"skill": "echo"})
+    by_skill = Message(parts=data_parts({"capability_name": "other"}), metadata=metadata)
+    assert named_capability(by_skill) == "echo"
+    assert named_capability(Message(parts=data_parts({"capability_name": "upper"}))) == "upper"
+    assert named_capability(Message(parts=[Part(text='{"capability_name": "lower"}')])) == "lower"
+    assert named_capability(plain("hi")) is None
+    assert named_capability(Message(parts=data_parts({"capability_name": 3}))) is None
+
+
+async def test_a_message_naming_no_skill_calls_the_agents_sole_capability(gateway: str) -> None:
+    headers = {"Authorization": "Bearer friend-token"}
+    async with httpx.AsyncClient(headers=headers) as http:
+        config = ClientConfig(httpx_client=http, streaming=False)
+        client = await create_client(f"{gateway}/agents/echo", config)
+        (event,) = [e async for e in client.send_message(SendMessageRequest(message=plain("yo")))]
+    assert event.task.status.state == TaskState.TASK_STATE_COMPLETED
     assert get_data_parts(event.task.artifacts[0].parts) == [{"text": "yo", "length": 2.0}]
-    assert unnamed.task.status.state == TaskState.TASK_STATE_FAILED
-    (error,) = get_data_parts(unnamed.task.status.message.parts)
-    assert error["code"] == "invalid_input"
-    assert "metadata.skill" in error["error"]
+
+
+@pytest.mark.parametrize("method", ["SendMessage", "SendStreamingMessage", "message/send"])
+async def test_no_skill_and_no_sole_capability_is_a_json_rpc_error(
+    gateway: str, method: str
+) -> None:
+    headers = {"Authorization": "Bearer friend-token"}
+    if method == "message/send":  # A2A 0.3's words
+        message: dict[str, Any] = {"kind": "message", "parts": [{"kind": "text", "text": "x"}]}
+        message |= {"messageId": "m1", "role": "user"}
+    else:
+        message = {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "x"}]}
+        headers["A2A-Version"] = "1.0"
+    body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": {"message": message}}
+    async with httpx.AsyncClient(headers=headers) as http:
+        answer = await http.post(f"{gateway}/agents/two_skills/", json=body)
+    assert answer.headers["content-type"] == "application/json"
+    error = answer.json()["error"]
+    assert (answer.json()["id"], error["code"]) == (7, -32602)
+    assert "names no skill" in error["message"]
+    assert "lower, upper" in error["message"]
+
+
+async def test_messages_naming_no_skill_share_one_read_of_the_registry(tmp_path: Path) -> None:
+    # The lobby answers the gateway one DISCOVER now and the next in 100 s: twenty messages at
+    # once and a card, each needing echo's capabilities, are all answered from that one read.
+    lobby = make_lobby(tmp_path / "data", discover_rate=0.01, discover_burst=1)
+    await lobby.start()
+    try:
+        sock = bind("127.0.0.1", 0)
+        bridge = Gateway(
+            "a2a_gateway",
+            tokens=hashed_tokens(TOKENS),
+            default_agent="echo",
+            lobby_url=lobby.url,
+            registry_ttl=60,  # however slow this machine, no second read
+        )
+        async with EchoAgent(lobby_url=lobby.url), serving(bridge, sock):
+            url = base_url(sock)
+            headers = {"Authorization": "Bearer friend-token", "A2A-Version": "1.0"}
+            async with httpx.AsyncClient(headers=headers) as http:
+
+                async def send_plain(text: str) -> Any:
+                    message = {"messageId": text, "role": "ROLE_USER", "parts": [{"text": text}]}
+                    body = {"jsonrpc": "2.0", "id": 1, "method": "SendMessage"}
+                    answer = await http.post(url, json=body | {"params": {"message": message}})
+                    return answer.json()["result"]["task"]["status"]["state"]
+
+                states = await asyncio.gather(*(send_plain(f"m{n}") for n in range(20)))
+                card = await http.get(f"{url}/.well-known/agent-card.json")
+    finally:
+        await lobby.stop()
+    assert states == ["TASK_STATE_COMPLETED"] * 20
+    assert card.status_code == 200
+
+
+async def test_the_default_agent_is_served_at_the_origin_with_caching_headers(
+    gateway: str,
+) -> None:
+    async with httpx.AsyncClient() as http:
+        card = await http.get(f"{gateway}/.well-known/agent-card.json")
+        etag = card.headers["etag"]
+        again = await http.get(f"{gateway}/.well-known/agent-card.json")
+        held = await http.get(
+            f"{gateway}/.well-known/agent-card.json", headers={"If-None-Match": f"W/{etag}"}
+        )
+        other = await http.get(
+            f"{gateway}/agents/two_skills/.well-known/agent-card.json",
+            headers={"If-None-Match": etag},
+        )
+        sent = await http.post(
+            f"{gateway}/",
+            json={
+                "jsonrpc": "2.0",
+                "id": 1,
+                "method": "SendMessage",
+                "params": {
+                    "message": {"messageId": "m1", "role": "ROLE_USER", "parts": [{"text": "hey"}]}
+                },
+            },
+            headers={"Authorization": "Bearer friend-token", "A2A-Version": "1.0"},
+        )
+    assert card.json()["name"] == "echo"
+    assert card.json()["supportedInterfaces"][0]["url"] == f"{gateway}/"
+    assert card.headers["cache-control"] == "public, max-age=60"
+    assert again.headers["etag"] == etag
+    assert (held.status_code, held.content, held.headers["etag"]) == (304, b"", etag)
+    assert other.status_code == 200
+    assert other.headers["etag"] != etag
+    assert sent.json()["result"]["task"]["artifacts"][0]["parts"] == [
+        {"data": {"text": "hey", "length": 3.0}}
+    ]
+
+
+def test_if_none_match_compares_weakly_and_takes_lists_and_a_star() -> None:
+    assert etag_matches('"a"', '"a"')
+    assert etag_matches('W/"a"', '"a"')
+    assert etag_matches('"b", W/"a"', '"a"')
+    assert etag_matches("*", '"a"')
+    assert not etag_matches('"b"', '"a"')
+    assert not etag_matches(None, '"a"')
+
+
+@pytest.mark.parametrize(
+    ("method", "path", "status", "says"),
+    [
+        ("GET", "/agents/nobody/.well-known/agent-card.json", 404, "no lobby agent 'nobody'"),
+        ("GET", "/agents/.well-known/agent-card.json", 404, "needs its trailing slash"),
+        ("GET", "/agents/echo/", 405, "GET is not served at '/agents/echo/'"),
+    ],
+)
+async def test_every_error_body_is_a_json_rpc_error(
+    gateway: str, method: str, path: str, status: int, says: str
+) -> None:
+    async with httpx.AsyncClient() as http:
+        answer = await http.request(method, gateway + path, json={})
+    assert answer.status_code == status
+    body = answer.json()
+    assert (body["jsonrpc"], body["id"], body["error"]["code"]) == ("2.0", None, -32600)
+    assert says in body["error"]["message"]
+
+
+async def test_a_body_that_is_not_json_is_content_type_not_supported(gateway: str) -> None:
+    headers = {"Authorization": "Bearer friend-token", "Content-Type": "text/plain"}
+    async with httpx.AsyncClient(headers=headers) as http:
+        answer = await http.post(f"{gateway}/agents/echo/", content=b"{'jsonrpc': '2.0'}")
+    assert answer.status_code == 415
+    assert answer.json()["error"]["code"] == -32005
+    assert "not text/plain" in answer.json()["error"]["message"]
+
+
+async def test_no_default_agent_leaves_the_origin_unserved(lobby: LobbyServer) -> None:
+    sock = bind("127.0.0.1", 0)
+    bridge = Gateway("a2a_gateway", tokens=hashed_tokens(TOKENS), lobby_url=lobby.url)
+    async with serving(bridge, sock), httpx.AsyncClient() as http:
+        answer = await http.get(f"{base_url(sock)}/.well-known/agent-card.json")
+    assert answer.status_code == 404
+    assert "no default agent" in answer.json()["error"]["message"]
+
+
+async def test_a_caller_without_a_token_acts_as_the_anonymous_agent(lobby: LobbyServer) -> None:
+    sock = bind("127.0.0.1", 0)
+    bridge = Gateway(
+        "a2a_gateway", tokens=hashed_tokens(TOKENS), anonymous="my_client", lobby_url=lobby.url
+    )
+    async with EchoAgent(lobby_url=lobby.url), serving(bridge, sock):
+        url = base_url(sock)
+        async with httpx.AsyncClient() as http:
+            card = (await http.get(f"{url}/agents/echo/.well-known/agent-card.json")).json()
+            config = ClientConfig(httpx_client=http, streaming=False)
+            client = await create_client(f"{url}/agents/echo", config)
+            (event,) = [
+                e async for e in client.send_message(SendMessageRequest(message=plain("a")))
+            ]
+            wrong = await http.post(
+                f"{url}/agents/echo/", json={}, headers={"Authorization": "Bearer wrong"}
+            )
+    assert event.task.status.state == TaskState.TASK_STATE_COMPLETED
+    assert "securityRequirements" not in card
+    assert wrong.status_code == 401
+
+
+async def test_a_generic_a2a_js_client_calls_without_naming_a_skill(gateway: str) -> None:
+    npm_installed(A2A_NODE)
+    client = await asyncio.create_subprocess_exec(
+        *(node(), str(A2A_NODE / "client.mjs"), gateway, "friend-token", "two_skills"),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "NODE_NO_WARNINGS": "1"},
+    )
+    out, err = await asyncio.wait_for(client.communicate(), 60)
+    assert client.returncode == 0, err.decode()[-2000:]
+    seen = orjson.loads(out)
+    assert (seen["card"], seen["cardWithSlash"]) == ("echo", "echo")
+    assert seen["sent"] == {
+        "state": "TASK_STATE_COMPLETED",
+        "artifacts": [[{"text": "hi", "length": 2}]],
+    }
+    streamed = seen["streamed"]
+    assert {
+        "kind": "statusUpdate",
+        "state": "TASK_STATE_WORKING",
+        "data": [{"step": "measuring"}],
+    } in streamed
+    assert {"kind": "artifactUpdate", "data": [{"text": "yo", "length": 2}]} in streamed
+    assert streamed[-1]["state"] == "TASK_STATE_COMPLETED"
+    assert seen["noDefault"]["code"] == -32602
+    assert "offers 2 (lower, upper)" in seen["noDefault"]["message"]
+    assert seen["badToken"] == {
+        "name": "JsonRpcTransportError",
+        "message": "a bearer token of the gateway's tokens file is required",
+        "code": -31401,
+    }
 
 
 @pytest.mark.parametrize("authorization", [None, "Bearer wrong-token", "Basic friend-token"])
@@ -193,6 +432,7 @@ async def test_no_or_an_unknown_token_is_401(gateway: str, authorization: str | 
         answer = await http.post(f"{gateway}/agents/echo/", json=body)
     assert answer.status_code == 401
     assert answer.headers["www-authenticate"] == "Bearer"
+    assert answer.json()["error"]["code"] == -31401
 
 
 async def test_an_sdk_agent_calls_an_a2a_agent_joined_with_lobby_a2a_join(
@@ -299,6 +539,7 @@ async def test_lobby_a2a_serve_is_the_gateway(lobby: LobbyServer, tmp_path: Path
     serve = await asyncio.create_subprocess_exec(
         *(sys.executable, "-m", "lobby", "a2a", "serve", "--agent-id", "a2a_gateway"),
         *("--port", "0", "--lobby", lobby.url, "--tokens", str(tokens)),
+        *("--default-agent", "echo", "--anonymous", "my_client"),
         stdout=asyncio.subprocess.PIPE,
     )
     try:
@@ -306,12 +547,19 @@ async def test_lobby_a2a_serve_is_the_gateway(lobby: LobbyServer, tmp_path: Path
         line = (await serve.stdout.readline()).decode()
         assert line.startswith("A2A gateway: http://127.0.0.1:")
         url = line.split()[2].removesuffix("/agents/<agent")
-        async with EchoAgent(lobby_url=lobby.url):
+        assert (await serve.stdout.readline()).decode() == f"A2A gateway of echo: {url}/\n"
+        async with EchoAgent(lobby_url=lobby.url), httpx.AsyncClient() as http:
             (event,) = await send(url, "friend-token", {"text": "hi"}, streaming=False)
+            # No token: served as my_client (--anonymous), at the origin (--default-agent).
+            client = await create_client(url, ClientConfig(httpx_client=http, streaming=False))
+            (anonymous,) = [
+                e async for e in client.send_message(SendMessageRequest(message=plain("yo")))
+            ]
     finally:
         serve.terminate()
         assert await serve.wait() == 0
     assert get_data_parts(event.task.artifacts[0].parts) == [{"text": "hi", "length": 2.0}]
+    assert get_data_parts(anonymous.task.artifacts[0].parts) == [{"text": "yo", "length": 2.0}]
 
 
 def test_the_a2a_example_runs_as_a_script(lobby_process: LobbyProcess) -> None:
