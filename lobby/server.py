@@ -135,6 +135,7 @@ class LobbyServer:
         """Connections that have not registered yet: closed with 1008 when it runs out."""
         self.connections = 0
         self._started = time.monotonic()
+        self._delivery = self.router.delivery
         self._window = settings.outbound_window
         """Bytes in a connection's outbound queue past which its agent is paced."""
         self._written: dict[Link, Session] = {}
@@ -326,11 +327,12 @@ class LobbyServer:
                 continue
             if waiting > window:
                 self._pace(session, waiting)
-        delivery = self.router.delivery
+        delivery = self._delivery
         if delivery.paced:
             paced, delivery.paced = delivery.paced, {}
             for session in paced:
-                self._pace(session)
+                if session.agent is not None:  # else closed since: nothing to pace
+                    self._pace(session)
         if routed:
             self.batch_seconds.observe(time.perf_counter() - self._batch_started)
         self.committer.kick()
@@ -356,7 +358,6 @@ class LobbyServer:
         link: Link = session.link  # type: ignore[assignment]
         window, limit = self._window, self.settings.max_outbound_bytes
         agent = session.agent
-        router = self.router
         try:
             while True:
                 if waiting is None:
@@ -374,7 +375,7 @@ class LobbyServer:
                     return
                 if not agent.paced:
                     return
-                for send in router.delivery.release(agent, window - waiting):
+                for send in self._delivery.release(agent, window - waiting):
                     if not link.put(send.frame):
                         return  # closing: its agent is offline from here on
                 waiting = None
