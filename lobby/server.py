@@ -9,9 +9,9 @@ brought it (no receive queue, no task switch per message), and calls `end_of_bat
 read is done. The lobby never awaits on a receiver: a `Send` frames the message on the
 receiver's `Link`, and `end_of_batch` flushes every link written to, one write for a burst.
 The bytes that wait in a link are that connection's outbound queue. Delivery is paced by it
-(`lobby.core.delivery`): past `outbound_window` bytes, the agent is `paced` and what is sent to
-it is held in its mailbox; the transport calls `drained` once the queue falls to
-`outbound_low_water`, and the held messages are written, oldest first, while the queue stays
+(`lobby.pacing`, `lobby.core.delivery`): past `outbound_window` bytes, the agent is `paced` and
+what is sent to it is held in its mailbox; the transport calls `drained` once the queue falls
+to `outbound_low_water`, and the held messages are written, oldest first, while the queue stays
 within the window. So a slow reader gets its backlog at its own speed, and a live message
 never overtakes a held one. A receiver that stops reading is still closed with 4002 rather
 than slowing its senders: once its queue plus what arrived for it while connected and is held
@@ -52,6 +52,7 @@ from lobby.core.session import Action, Close, Send, Session
 from lobby.discovery_worker import DiscoveryWorker
 from lobby.metrics import CONTENT_TYPE, Metrics
 from lobby.observer import Observers
+from lobby.pacing import Pacer
 from lobby.store import SqliteStore, Store, open_store
 from lobby.store.base import StoreFenced
 from lobby.transport.base import HttpAnswer, Link, Transport
@@ -138,6 +139,12 @@ class LobbyServer:
         self._delivery = self.router.delivery
         self._window = settings.outbound_window
         """Bytes in a connection's outbound queue past which its agent is paced."""
+        self._pacer = Pacer(
+            self._delivery,
+            window=self._window,
+            limit=settings.max_outbound_bytes,
+            too_slow=self._too_slow,
+        )
         self._written: dict[Link, Session] = {}
         """Links with frames waiting to be flushed at the end of this batch."""
         self._batch_due = False
@@ -326,13 +333,9 @@ class LobbyServer:
                 log.debug("SEND_FAILED", exc_info=True)
                 continue
             if waiting > window:
-                self._pace(session, waiting)
-        delivery = self._delivery
-        if delivery.paced:
-            paced, delivery.paced = delivery.paced, {}
-            for session in paced:
-                if session.agent is not None:  # else closed since: nothing to pace
-                    self._pace(session)
+                self._pacer.flushed(session, waiting)
+        if self._delivery.paced:
+            self._pacer.held()
         if routed:
             self.batch_seconds.observe(time.perf_counter() - self._batch_started)
         self.committer.kick()
@@ -345,42 +348,8 @@ class LobbyServer:
     def drained(self, session: Session) -> None:
         """The outbound queue of `session`, once past the window, fell to the low-water mark:
         write what is held for its agent."""
-        agent = session.agent
-        if agent is not None and agent.paced:
-            self._pace(session)
+        if self._pacer.drained(session):
             self._batch()  # the committer sees what was delivered
-
-    def _pace(self, session: Session, waiting: int | None = None) -> None:
-        """After a flush left `waiting` bytes in the queue of `session` (None: flush it
-        now): close it with 4002 if they and what is held for its agent since it connected
-        pass `max_outbound_bytes`; pace its agent if they pass the window (the transport calls
-        `drained` when they fall below it); else write held messages while there is room."""
-        link: Link = session.link  # type: ignore[assignment]
-        window, limit = self._window, self.settings.max_outbound_bytes
-        agent = session.agent
-        try:
-            while True:
-                if waiting is None:
-                    waiting = link.flush()
-                if agent is None or agent.session is not session:
-                    # Not an agent's connection (yet): nothing held for it, no pacing.
-                    if waiting > limit:
-                        self._too_slow(session)
-                    return
-                if waiting + agent.held_bytes > limit:
-                    self._too_slow(session)
-                    return
-                if waiting > window:
-                    agent.paced = True
-                    return
-                if not agent.paced:
-                    return
-                for send in self._delivery.release(agent, window - waiting):
-                    if not link.put(send.frame):
-                        return  # closing: its agent is offline from here on
-                waiting = None
-        except Exception:
-            log.debug("SEND_FAILED", exc_info=True)
 
     def _too_slow(self, session: Session) -> None:
         """Detach at once so nothing more is written to it: what was held for its agent, or
