@@ -11,7 +11,11 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON, DEFAULT_DEDUPE_MAX
+from lobby.core.delivery import (
+    DEFAULT_DEDUPE_HORIZON,
+    DEFAULT_DEDUPE_MAX,
+    DEFAULT_DELIVERY_WINDOW,
+)
 from lobby.core.limits import Limits
 from lobby.core.router import DEFAULT_MAILBOX_LIMIT
 from lobby.core.tracing import Tracing
@@ -88,7 +92,17 @@ class Settings:
         256 * 1024, "largest accepted frame; a larger one closes its connection with 1009", above=0
     )
     max_outbound_bytes: int = _setting(
-        4 * 1024 * 1024, "bytes waiting for one receiver before it is closed with 4002", above=0
+        4 * 1024 * 1024,
+        "bytes waiting for one receiver (its queue, and what arrived for it while it was "
+        "connected and is held beyond the window) before it is closed with 4002",
+        above=0,
+    )
+    delivery_window: int = _setting(
+        DEFAULT_DELIVERY_WINDOW,
+        "bytes written ahead of a receiver's reading: past them in its outbound queue, what is "
+        "sent to it is held in its mailbox and written as the queue drains (at most half "
+        "--max-outbound-bytes)",
+        above=0,
     )
     mailbox_limit: int = _setting(
         DEFAULT_MAILBOX_LIMIT,
@@ -189,6 +203,19 @@ class Settings:
         """Seconds a closing connection has to finish the closing handshake before it is cut
         off (half the shutdown bound, so shutdown still ends in time)."""
         return self.shutdown_timeout / 2
+
+    @property
+    def outbound_window(self) -> int:
+        """The delivery window in force: `delivery_window`, at most half of
+        `max_outbound_bytes` (what is held for a connected receiver beyond it counts towards
+        that bound, so a window as large would leave a slow reader no room)."""
+        return min(self.delivery_window, self.max_outbound_bytes // 2)
+
+    @property
+    def outbound_low_water(self) -> int:
+        """A paced connection is written to again once its queue falls to this (a quarter
+        of the window, asyncio's own ratio): it keeps data to send while the lobby refills it."""
+        return self.outbound_window // 4
 
     def check(self) -> None:
         """Raise `SettingError` for the first value that is not allowed. Looks at files, never

@@ -8,11 +8,16 @@ A transport hands each message to `received` as its parser produces it, inside t
 brought it (no receive queue, no task switch per message), and calls `end_of_batch` when that
 read is done. The lobby never awaits on a receiver: a `Send` frames the message on the
 receiver's `Link`, and `end_of_batch` flushes every link written to, one write for a burst.
-The bytes that wait in a link are that connection's outbound queue, bounded by
-`max_outbound_bytes`: a receiver whose queue overflows is closed with 4002 rather than slowing
-its senders. (A writer task per connection would cost a task switch per message; the
-transport's own buffer gives the same bound for free.) Closes run as tracked tasks, awaited on
-shutdown.
+The bytes that wait in a link are that connection's outbound queue. Delivery is paced by it
+(`lobby.pacing`, `lobby.core.delivery`): past `outbound_window` bytes, the agent is `paced` and
+what is sent to it is held in its mailbox; the transport calls `drained` once the queue falls
+to `outbound_low_water`, and the held messages are written, oldest first, while the queue stays
+within the window. So a slow reader gets its backlog at its own speed, and a live message
+never overtakes a held one. A receiver that stops reading is still closed with 4002 rather
+than slowing its senders: once its queue plus what arrived for it while connected and is held
+pass `max_outbound_bytes`. (A writer task per connection would cost a task switch per message;
+the transport's own buffer and its flow-control callbacks give the same for free.) Closes run
+as tracked tasks, awaited on shutdown.
 
 DISCOVER_SERVICES are answered by a worker process holding a replica of the search index
 (`lobby.discovery_worker`), off this loop, unless `--no-discovery-worker`: then, as while the
@@ -47,6 +52,7 @@ from lobby.core.session import Action, Close, Send, Session
 from lobby.discovery_worker import DiscoveryWorker
 from lobby.metrics import CONTENT_TYPE, Metrics
 from lobby.observer import Observers
+from lobby.pacing import Pacer
 from lobby.store import SqliteStore, Store, open_store
 from lobby.store.base import StoreFenced
 from lobby.transport.base import HttpAnswer, Link, Transport
@@ -84,6 +90,7 @@ class LobbyServer:
             mailbox_limit=settings.mailbox_limit,
             dedupe_horizon=settings.dedupe_horizon,
             dedupe_max=settings.dedupe_max,
+            delivery_window=settings.outbound_window,
             tracing=settings.tracing(),
         )
         self.store: Store = store or open_store(settings)
@@ -129,6 +136,15 @@ class LobbyServer:
         """Connections that have not registered yet: closed with 1008 when it runs out."""
         self.connections = 0
         self._started = time.monotonic()
+        self._delivery = self.router.delivery
+        self._window = settings.outbound_window
+        """Bytes in a connection's outbound queue past which its agent is paced."""
+        self._pacer = Pacer(
+            self._delivery,
+            window=self._window,
+            limit=settings.max_outbound_bytes,
+            too_slow=self._too_slow,
+        )
         self._written: dict[Link, Session] = {}
         """Links with frames waiting to be flushed at the end of this batch."""
         self._batch_due = False
@@ -309,18 +325,17 @@ class LobbyServer:
         self._batch_due = False
         routed, self._unflushed = self._unflushed, 0
         written, self._written = self._written, {}
-        limit = self.settings.max_outbound_bytes
+        window = self._window
         for link, session in written.items():
             try:
                 waiting = link.flush()
             except Exception:
                 log.debug("SEND_FAILED", exc_info=True)
                 continue
-            if waiting > limit:
-                # Detach at once so nothing more is written to it: an acknowledging agent finds
-                # its unacknowledged messages in its mailbox when it resumes.
-                log.warning("CONNECTION_TOO_SLOW", remote=link.remote)
-                self._close(session, CloseCode.TOO_SLOW, "too slow: outbound queue overflowed")
+            if waiting > window:
+                self._pacer.flushed(session, waiting)
+        if self._delivery.paced:
+            self._pacer.held()
         if routed:
             self.batch_seconds.observe(time.perf_counter() - self._batch_started)
         self.committer.kick()
@@ -329,6 +344,19 @@ class LobbyServer:
         if self._changes and self.discovery is not None:
             self.discovery.feed()
         self.queries_waiting()
+
+    def drained(self, session: Session) -> None:
+        """The outbound queue of `session`, once past the window, fell to the low-water mark:
+        write what is held for its agent."""
+        if self._pacer.drained(session):
+            self._batch()  # the committer sees what was delivered
+
+    def _too_slow(self, session: Session) -> None:
+        """Detach at once so nothing more is written to it: what was held for its agent, or
+        is unacknowledged, it finds in its mailbox when it resumes."""
+        link: Link = session.link  # type: ignore[assignment]
+        log.warning("CONNECTION_TOO_SLOW", remote=link.remote)
+        self._close(session, CloseCode.TOO_SLOW, "too slow: outbound queue overflowed")
 
     def queries_waiting(self) -> None:
         """Make sure a waiting DISCOVER_SERVICES is answered (or handed to the worker) soon."""

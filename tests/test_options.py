@@ -96,3 +96,15 @@ def test_a_bad_config_file_names_the_file_and_the_setting(
 def test_a_missing_config_file_is_named(tmp_path: Path) -> None:
     with pytest.raises(SettingError, match=r"nope\.toml: cannot read it"):
         settings("--config", str(tmp_path / "nope.toml"))
+
+
+def test_the_delivery_window_is_at_most_half_the_outbound_bound() -> None:
+    """What is held past the window counts towards `--max-outbound-bytes`: a window as large
+    would leave a slow reader no room, so the one in force is capped at half of it."""
+    assert Settings().outbound_window == 1024 * 1024
+    assert settings("--delivery-window", "65536").outbound_window == 65536
+    capped = settings("--delivery-window", "8000000", "--max-outbound-bytes", "1000000")
+    assert capped.outbound_window == 500_000
+    assert capped.outbound_low_water == 125_000
+    with pytest.raises(SettingError, match="--delivery-window 0: must be above 0"):
+        settings("--delivery-window", "0").check()

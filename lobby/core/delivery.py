@@ -9,7 +9,15 @@ its mailbox. What a receiver holds:
   message in its mailbox until it sends `ACK {"up_to": seq}`; on resume everything not yet
   acknowledged is sent again, oldest first, marked `redelivered` when it had been sent before.
 - an agent that does not (a client written from seed 003 alone) counts a message as delivered
-  once it is written to its connection; only messages sent while it was offline are held.
+  once it is written to its connection; only messages sent while it was offline, or while its
+  connection was past the delivery window, are held.
+
+Delivery is paced by the reader: the lobby writes to a connection only while its outbound queue
+is within the delivery window (`window` bytes). The I/O layer, which alone sees the queue, sets
+`AgentRecord.paced` when a flush leaves it past the window; from then on what is accepted for
+the agent is held in its mailbox, as if it were offline, and `release` writes it, oldest first,
+once the queue has drained. A resume replays its backlog the same way, a window at a time, so a
+reader of any speed drains any backlog; a live message never overtakes a held one.
 
 A sender that set its own `message_id` may resend it (after a reconnect, say): within the
 dedupe horizon the resend is recognised, confirmed, and neither stored nor delivered again.
@@ -18,6 +26,7 @@ dedupe horizon the resend is recognised, confirmed, and neither stored nor deliv
 from __future__ import annotations
 
 import itertools
+from bisect import bisect_right
 from typing import Final
 
 from lobby.core.counters import Counters
@@ -31,6 +40,7 @@ from protocol.models import ErrorCode, Message, MessageType
 
 DEFAULT_DEDUPE_HORIZON: Final = 24 * 3600.0
 DEFAULT_DEDUPE_MAX: Final = 500_000
+DEFAULT_DELIVERY_WINDOW: Final = 1024 * 1024
 _REDELIVERED: Final = b',"redelivered":true}'
 _REQUEST: Final = MessageType.REQUEST
 _RESPONSE: Final = MessageType.RESPONSE
@@ -39,6 +49,11 @@ RECHECKED: Final = frozenset({MessageType.REQUEST, MessageType.RESPONSE, Message
 Everything else a node forwards it decided itself (a dialogue move, an order proposal, a
 payment: their state lives on one node, `lobby.core.negotiation`), and so do the lobby's
 notices: the home only stores and delivers those (`Router.decided`)."""
+
+
+def _seq(held: tuple[int, bytes]) -> int:
+    return held[0]
+
 
 Forward = tuple[str, str, str, str, bytes, bool]
 """(home node, receiver, sender, message_id, frame, decided) of a message to an agent on
@@ -57,6 +72,7 @@ class Delivery:
         mailbox_limit: int,
         dedupe_horizon: float = DEFAULT_DEDUPE_HORIZON,
         dedupe_max: int = DEFAULT_DEDUPE_MAX,
+        window: int = DEFAULT_DELIVERY_WINDOW,
         counters: Counters | None = None,
         tracing: Tracing | None = None,
     ) -> None:
@@ -65,6 +81,13 @@ class Delivery:
         self.mailbox_limit = mailbox_limit
         self.dedupe_horizon = dedupe_horizon
         self.dedupe_max = dedupe_max
+        self.window = window
+        """Bytes a resume writes of its backlog at once (the I/O layer writes the rest as the
+        connection's queue drains, `release`)."""
+        self.paced: dict[Session, AgentRecord] = {}
+        """Connected agents the I/O layer is to look at after this batch: a message was held
+        for one (is its queue plus what is held past `--max-outbound-bytes`?), or one resumed
+        with more held than a window (write more as its queue allows)."""
         self.journal: list[Record] = []
         """Records not yet handed to the store; the I/O layer takes them (`take_journal`)."""
         self.accepted: dict[Session, str] = {}
@@ -148,6 +171,7 @@ class Delivery:
         msg.redelivered = None
         frame = encode(msg)
         session = target.session
+        held = session is None or target.paced
         self.last_row += 1
         self.journal.append(
             MessageStored(
@@ -158,7 +182,7 @@ class Delivery:
                 msg.message_id,  # type: ignore[arg-type]  # set just above
                 msg.conversation_id,
                 effect,
-                DELIVERED if session is not None and not target.acks else frame,
+                frame if held or target.acks else DELIVERED,
                 now,
             )
         )
@@ -166,16 +190,21 @@ class Delivery:
             if sender_set_id is not None:
                 self.seen[(msg.sender_id, sender_set_id)] = now
             self.confirm(sender, msg.message_id, msg.traceparent)  # type: ignore[arg-type]
-        if target.acks or session is None:
+        if held:
+            # Offline, or its queue is past the window: written when it resumes or drains.
             target.mailbox.append((seq, frame))
-        if session is None:
+            if session is not None:
+                target.held_bytes += len(frame)
+                self.paced[session] = target
             return []
+        if target.acks:
+            target.mailbox.append((seq, frame))
         target.delivered_seq = seq
         if not target.acks:
             # Written to its connection = delivered, for an agent that does not acknowledge.
             # Coalesced: one Acked record per agent per commit, not one per message.
             self.delivered[target.agent_id] = target.acked_seq = seq
-        return [Send(session, frame)]
+        return [Send(session, frame)]  # type: ignore[arg-type]  # not None: not held
 
     def forward(
         self, target: AgentRecord, msg: Message, sender: Session | None, decided: bool = False
@@ -211,21 +240,58 @@ class Delivery:
         while mailbox and mailbox[0][0] <= up_to:
             mailbox.popleft()
         self.journal.append(Acked(agent.agent_id, up_to))
+        if up_to > agent.delivered_seq:
+            # Acknowledged before it was written (the agent read it with FETCH_MESSAGES, or
+            # acknowledged ahead): not to be written now, nor counted as held.
+            agent.delivered_seq = up_to
+            after = max(up_to, agent.resumed_seq)
+            agent.held_bytes = sum(len(frame) for seq, frame in mailbox if seq > after)
 
-    def replay(self, agent: AgentRecord, session: Session) -> list[Action]:
-        """On resume: everything held, oldest first; what was sent before is marked so."""
-        actions: list[Action] = []
-        for seq, frame in agent.mailbox:
-            if seq <= agent.delivered_seq:
+    def replay(self, agent: AgentRecord, session: Session) -> list[Send]:
+        """On resume: what is held, oldest first, a window of it at once (`release` writes the
+        rest as the connection drains); what an earlier connection got is marked redelivered."""
+        mailbox = agent.mailbox
+        agent.redeliver_upto = max(agent.redeliver_upto, agent.delivered_seq)
+        agent.delivered_seq = mailbox[0][0] - 1 if mailbox else agent.next_seq
+        agent.resumed_seq = agent.next_seq
+        agent.held_bytes = 0
+        agent.paced = bool(mailbox)
+        if not mailbox:
+            return []
+        actions = self.release(agent, self.window)
+        if agent.paced:
+            self.paced[session] = agent
+        return actions
+
+    def release(self, agent: AgentRecord, room: int) -> list[Send]:
+        """Write `agent`'s held messages to its connection, oldest first, until `room` bytes
+        are written (at least one message); once none is left, it is no longer paced. Call
+        when its connection's queue has `room` bytes left under the window."""
+        session = agent.session
+        if session is None:
+            return []
+        mailbox = agent.mailbox
+        start = bisect_right(mailbox, agent.delivered_seq, key=_seq)
+        resumed, redelivered = agent.resumed_seq, agent.redeliver_upto
+        actions: list[Send] = []
+        written = 0
+        for seq, frame in itertools.islice(mailbox, start, None):
+            if written >= room and actions:
+                break
+            written += len(frame)
+            if seq > resumed:
+                agent.held_bytes -= len(frame)
+            if seq <= redelivered:
                 frame = frame[:-1] + _REDELIVERED
             actions.append(Send(session, frame))
-        if agent.mailbox:
-            last = agent.mailbox[-1][0]
-            agent.delivered_seq = last
-            if not agent.acks:
-                agent.mailbox.clear()
-                self.journal.append(Acked(agent.agent_id, last))
-                agent.acked_seq = last
+            agent.delivered_seq = seq
+        else:
+            agent.paced = False
+        if actions and not agent.acks:
+            # Written = delivered, for an agent that does not acknowledge.
+            for _ in actions:
+                mailbox.popleft()
+            self.delivered[agent.agent_id] = agent.acked_seq = agent.delivered_seq
         return actions
 
     @property

@@ -71,7 +71,20 @@ class AgentRecord:
     next_seq: int = 0
     """The `seq` of the last message accepted for this agent."""
     delivered_seq: int = 0
-    """The `seq` of the last message written to one of its connections."""
+    """The `seq` of the last message written to its connection (while offline: to its last
+    one); those after it in the mailbox wait to be written."""
+    redeliver_upto: int = 0
+    """Messages up to this `seq` reached an earlier connection: written again, they are marked
+    `redelivered`."""
+    paced: bool = False
+    """Its connection's outbound queue passed the delivery window, or held messages wait to be
+    written: what is accepted for it is held in its mailbox, and written oldest first as the
+    queue drains (`Delivery.release`)."""
+    held_bytes: int = 0
+    """Bytes of the messages held unwritten that were accepted while it was connected (not
+    the backlog it resumed to): with its queue, bounded by `--max-outbound-bytes` (4002)."""
+    resumed_seq: int = 0
+    """`next_seq` when its connection registered: later messages arrived while connected."""
     acked_seq: int = 0
     open_requests: int = 0
     """Its REQUESTs not yet answered with a final RESPONSE (bounded by `max_open_requests`)."""

@@ -27,7 +27,12 @@ import structlog
 from lobby.core.between_nodes import BetweenNodes
 from lobby.core.conversations import ConversationKey, Conversations
 from lobby.core.counters import Counters
-from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON, DEFAULT_DEDUPE_MAX, Delivery
+from lobby.core.delivery import (
+    DEFAULT_DEDUPE_HORIZON,
+    DEFAULT_DEDUPE_MAX,
+    DEFAULT_DELIVERY_WINDOW,
+    Delivery,
+)
 from lobby.core.limits import Limits, pause_after
 from lobby.core.marketplace import Marketplace
 from lobby.core.negotiation import DEFAULT_DIALOGUE_TIMEOUT, Negotiations
@@ -81,6 +86,7 @@ class Router(BetweenNodes):
         mailbox_limit: int = DEFAULT_MAILBOX_LIMIT,
         dedupe_horizon: float = DEFAULT_DEDUPE_HORIZON,
         dedupe_max: int = DEFAULT_DEDUPE_MAX,
+        delivery_window: int = DEFAULT_DELIVERY_WINDOW,
         limits: Limits | None = None,
         clock: Callable[[], float] = time.time,
         trace: bool = False,
@@ -91,6 +97,7 @@ class Router(BetweenNodes):
             mailbox_limit=mailbox_limit,
             dedupe_horizon=dedupe_horizon,
             dedupe_max=dedupe_max,
+            delivery_window=delivery_window,
             limits=limits,
             clock=clock,
             trace=trace,

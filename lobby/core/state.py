@@ -21,7 +21,12 @@ import orjson
 import structlog
 
 from lobby.core.counters import Counters
-from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON, DEFAULT_DEDUPE_MAX, Delivery
+from lobby.core.delivery import (
+    DEFAULT_DEDUPE_HORIZON,
+    DEFAULT_DEDUPE_MAX,
+    DEFAULT_DELIVERY_WINDOW,
+    Delivery,
+)
 from lobby.core.limits import Limits
 from lobby.core.records import AgentRemoved, AgentSaved, Effect, Record, StateSaved
 from lobby.core.refusal import Refusal, error_payload, unknown_receiver
@@ -70,6 +75,7 @@ class LobbyState:
         mailbox_limit: int,
         dedupe_horizon: float = DEFAULT_DEDUPE_HORIZON,
         dedupe_max: int = DEFAULT_DEDUPE_MAX,
+        delivery_window: int = DEFAULT_DELIVERY_WINDOW,
         limits: Limits | None = None,
         clock: Callable[[], float] = time.time,
         trace: bool = False,
@@ -89,6 +95,7 @@ class LobbyState:
             mailbox_limit=mailbox_limit,
             dedupe_horizon=dedupe_horizon,
             dedupe_max=dedupe_max,
+            window=delivery_window,
             counters=self.counters,
             tracing=tracing,
         )

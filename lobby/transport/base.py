@@ -16,8 +16,12 @@ open (the peer's close frame, or a close the transport sent for a fault of the p
 1007, 1002), and `disconnected(session, code)` once it is gone.
 
 The lobby writes with `Link.put` and, at the end of a batch, `Link.flush`: the bytes `flush`
-reports still waiting are the connection's outbound queue, and the lobby closes a connection
-whose queue passes `max_outbound_bytes` with 4002. `Link.shut` sends a close frame; the
+reports still waiting are the connection's outbound queue. Past `outbound_window` bytes the
+lobby writes no more messages to it; the transport calls `drained(session)` once the queue,
+having passed `outbound_window`, falls to `outbound_low_water` (asyncio's `resume_writing`, with
+the transport's write buffer limits set to these two), and the lobby writes again. It closes a
+connection with 4002 whose queue, and what it holds for the agent beyond the window, pass
+`max_outbound_bytes`. `Link.shut` sends a close frame; the
 transport cuts off a peer that does not finish the closing handshake within `close_timeout`.
 The registration deadline (`handshake_timeout`, 1008) is the lobby's own.
 """
@@ -92,6 +96,10 @@ class Lobby(Protocol):
 
     def end_of_batch(self) -> None:
         """Call when a read is done: what it routed is written out now."""
+
+    def drained(self, session: Session) -> None:
+        """Call when the outbound queue of `session`, having passed `settings.outbound_window`
+        bytes, has fallen to `settings.outbound_low_water`."""
 
     def closing(self, session: Session, code: int | None) -> None:
         """Call as soon as the connection stops being open, though TCP may stay up."""

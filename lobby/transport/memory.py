@@ -11,8 +11,10 @@ the lobby and its clients in one process.
 It keeps the contract of the socket transports (`lobby.transport.base`), with memory for the
 wire:
 - A frame the lobby `put`s reaches the client when the lobby flushes it (at the end of the
-  batch). `flush` reports the bytes the client has not read yet: a client that stops reading
-  is closed with 4002 once they pass `max_outbound_bytes`, as it would be over a socket.
+  batch). `flush` reports the bytes the client has not read yet, the connection's outbound
+  queue: past `outbound_window` the lobby holds what is sent to it, and once `recv` has brought
+  the queue down to `outbound_low_water` the lobby is told (`drained`), as a socket's write
+  buffer would; a client that stops reading is closed with 4002, as it would be over a socket.
 - A message over `max_message_bytes` closes its connection with 1009.
 - The lobby's close (`shut`) follows the frames written before it: the client reads those,
   then `recv` raises `ConnectionClosed` with the code. There is no closing handshake to wait
@@ -123,6 +125,9 @@ class MemoryLink:
         self._links = links
         self._framed: list[bytes] = []
         self._gone = False
+        self.over_window = False
+        """The unread bytes passed the window at a flush: the lobby is told when the client
+        has read them down to the low-water mark."""
         self.readable = asyncio.Event()
         """Clear while the lobby reads nothing from this connection (`pause`): the client's
         `send` waits, as a socket's writer would once TCP's buffers are full."""
@@ -138,7 +143,10 @@ class MemoryLink:
         if not self.open:
             return 0
         self._write()
-        return self.client.unread
+        unread = self.client.unread
+        if unread > self.lobby.settings.outbound_window:
+            self.over_window = True
+        return unread
 
     def shut(self, code: int, reason: str) -> None:
         """Write what was framed, then the close: the client reads both, and the connection is
@@ -165,6 +173,17 @@ class MemoryLink:
         self.client.ended()
         assert self.session is not None
         self.lobby.disconnected(self.session, self.client.close_code)
+
+    def read(self) -> None:
+        """The client read a frame: tell the lobby if the queue has drained."""
+        if (
+            self.over_window
+            and self.open
+            and self.client.unread <= self.lobby.settings.outbound_low_water
+        ):
+            self.over_window = False
+            assert self.session is not None
+            self.lobby.drained(self.session)
 
     def _write(self) -> None:
         if self._framed:
@@ -235,6 +254,7 @@ class MemoryClient:
                 await self._changed.wait()
         frame = self._inbox.popleft()
         self.unread -= len(frame)
+        self._link.read()
         return frame.decode()
 
     async def close(self, code: int = CloseCode.NORMAL, reason: str = "") -> None:

@@ -86,6 +86,11 @@ class PicowsLink(WSListener):
         self._links.add(self)
         peer = transport.underlying_transport.get_extra_info("peername")
         self.remote = f"{peer[0]}:{peer[1]}" if peer else ""
+        # The lobby paces delivery by this buffer: `resume_writing` tells it to write more.
+        settings = self._lobby.settings
+        transport.underlying_transport.set_write_buffer_limits(
+            settings.outbound_window, settings.outbound_low_water
+        )
         self.session = self._lobby.connected(self, peer[0] if peer else "", self._path)
 
     def on_ws_disconnected(self, transport: WSTransport) -> None:
@@ -166,6 +171,15 @@ class PicowsLink(WSListener):
         self.flush()  # what was put before the close goes first
         transport.send_close(WSCloseCode.OK if code is None else code)  # type: ignore[arg-type]
         transport.disconnect()
+
+    def pause_writing(self) -> None:
+        """The write buffer passed `outbound_window`: the lobby saw it in `flush`."""
+
+    def resume_writing(self) -> None:
+        """The write buffer fell to `outbound_low_water`: the lobby writes what it held back."""
+        transport = self._transport
+        if self.session is not None and transport is not None and not transport.is_close_frame_sent:
+            self._lobby.drained(self.session)
 
     def _fail(self, code: int, reason: str) -> None:
         """Close for a fault of the peer's: its agent goes offline at once."""

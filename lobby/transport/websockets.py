@@ -147,6 +147,13 @@ class LobbyConnection(ServerConnection):
         if not self.transport.is_closing():
             self.transport.resume_reading()
 
+    def resume_writing(self) -> None:
+        """The write buffer fell to its low-water mark (`outbound_low_water`): the lobby
+        writes what it held back."""
+        super().resume_writing()
+        if self.session is not None and self._lobby is not None and not self._closing:
+            self._lobby.drained(self.session)
+
     def _abort_later(self) -> None:
         if self._abort is None and self.close_timeout is not None:
             self._abort = self.loop.call_later(self.close_timeout, self.transport.abort)
@@ -336,6 +343,8 @@ class WebsocketsTransport:
             ping_timeout=s.ping_timeout,
             # A peer that never answers our close frame is dropped in time for shutdown.
             close_timeout=s.close_timeout,
+            # The lobby paces delivery by this buffer: `resume_writing` tells it to write more.
+            write_limit=(s.outbound_window, s.outbound_low_water),
             process_request=self._process_request,
             server_header=None,
             ssl=tls_context(s),

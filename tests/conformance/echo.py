@@ -72,6 +72,9 @@ class EchoLobby:
         for link in unflushed:
             link.flush()
 
+    def drained(self, session: Session) -> None:
+        pass  # nothing is held back: every echo is written at once
+
     def closing(self, session: Session, code: int | None) -> None:
         pass
 

@@ -121,8 +121,9 @@ async def test_a_message_over_the_limit_closes_only_that_connection_with_1009() 
 
 
 async def test_a_client_that_stops_reading_is_closed_with_4002() -> None:
-    """Past `max_outbound_bytes` unread, the lobby closes the connection; the client finds
-    what was written before the close, then the code."""
+    """Past the delivery window unread, what is sent to the client is held; once that and
+    the unread pass `max_outbound_bytes`, the lobby closes the connection. The client finds
+    what was written before the close, then the code; the rest is held for its resume."""
     async with (
         in_memory(max_outbound_bytes=64 * 1024) as (lobby, transport),
         transport.connect() as stalled,
@@ -147,7 +148,38 @@ async def test_a_client_that_stops_reading_is_closed_with_4002() -> None:
             await flooder.send(text)
         read, code = await until_closed(stalled)
         assert code == 4002
-        assert [orjson.loads(text)["message_type"] for text in read] == ["TEXT"] * sent
+        assert [orjson.loads(text)["message_type"] for text in read] == ["TEXT"] * len(read)
+        assert 0 < len(read) * 8000 <= 32 * 1024 + 8000  # the window: half the bound
+        held = lobby.router.registry.agents["stalled"].mailbox
+        assert len(held) == sent + 3 - len(read)
+
+
+async def test_a_client_reading_slowly_gets_a_backlog_of_twice_the_bound_as_it_reads() -> None:
+    """Resumed to more than `max_outbound_bytes`, the client is written a window at a time:
+    the lobby writes more each time its reading brings the unread bytes down to the low-water
+    mark, and never cuts it."""
+    bound = 64 * 1024
+    async with (
+        in_memory(max_outbound_bytes=bound) as (lobby, transport),
+        transport.connect() as flooder,
+    ):
+        flooder_token = await token_of(flooder, "flooder")
+        async with transport.connect() as reader:
+            token = await token_of(reader, "reader", acks=True)
+        for n in range(20):
+            text = {"content": "z" * 8000, "n": n}
+            await flooder.send(
+                frame("flooder", "TEXT", text, receiver_id="reader", auth_token=flooder_token)
+            )
+        async with transport.connect() as reader:
+            await reader.send(frame("reader", "REGISTER", {"acks": True}, auth_token=token))
+            assert (await reply(reader))["payload"]["status"] == "success_resumed"
+            got = []
+            for _ in range(20):
+                assert reader.unread <= bound // 2 + 8100  # the window, and the one past it
+                got.append(orjson.loads(await reader.recv(timeout=BOUND))["payload"]["n"])
+            assert online(lobby, "reader")
+        assert got == list(range(20))
 
 
 async def test_no_register_in_time_closes_1008() -> None:
