@@ -142,9 +142,7 @@ async def test_a_malformed_frame_is_answered_in_reply_to_its_message_id(served: 
         token = await token_of(ws, "clumsy")
         for conversation_id, echoed in (("c1", "c1"), ("c" * 300, None)):
             bad = frame("clumsy", "TEXT", {"content": "x"}, auth_token=token, seq="not a number")
-            await ws.send(
-                bad[:-1] + f',"message_id":"m1","conversation_id":"{conversation_id}"}}'
-            )
+            await ws.send(bad[:-1] + f',"message_id":"m1","conversation_id":"{conversation_id}"}}')
             error = await reply(ws)
             assert error["payload"]["code"] == "malformed"
             assert error["in_reply_to"] == "m1"
