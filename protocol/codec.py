@@ -141,18 +141,20 @@ def encode(message: Message) -> bytes:
     return _dumps(to_dict(message))
 
 
+def _valid_id(value: object) -> str | None:
+    return value if type(value) is str and len(value) <= MAX_ID_LENGTH else None
+
+
 def _explain(obj: dict[str, Any]) -> DecodeError:
     """The precise error for an object that failed `decode`'s fast checks.
 
-    What it echoes is clipped: the message type like any quoted string, the conversation id at
-    the id limit (a valid one comes back whole, so the agent can still match the ERROR)."""
+    What it echoes: the message type clipped like any quoted string; the conversation id and
+    the message id only when they are valid ids (whole, so the agent can match the ERROR)."""
     raw_type = obj.get("message_type")
-    conversation_id = obj.get("conversation_id")
     context: dict[str, Any] = {
         "message_type": clip(raw_type) if type(raw_type) is str else None,
-        "conversation_id": (
-            clip(conversation_id, MAX_ID_LENGTH) if type(conversation_id) is str else None
-        ),
+        "conversation_id": _valid_id(obj.get("conversation_id")),
+        "message_id": _valid_id(obj.get("message_id")),
     }
     if "message_type" not in obj:
         return DecodeError("missing field 'message_type'", **context)

@@ -15,9 +15,10 @@ class DecodeError(ProtocolError):
     """A frame could not be decoded into a `Message`.
 
     `str(exc)` is a sentence naming the problem, fit to send back to the agent or to log: what
-    it quotes from the frame is clipped (`protocol.limits.clip`). The message type and
-    conversation id are kept when they could be read, so the ERROR can name them; they are
-    clipped too (the conversation id at `MAX_ID_LENGTH`, so a valid one is kept whole).
+    it quotes from the frame is clipped (`protocol.limits.clip`). The message type (clipped),
+    and the conversation id and message id when they are valid ids, are kept so the ERROR can
+    name them (`in_reply_to` is the refused frame's `message_id`); an invalid id is left out
+    rather than echoed in a form no schema allows.
     """
 
     def __init__(
@@ -26,8 +27,10 @@ class DecodeError(ProtocolError):
         *,
         message_type: str | None = None,
         conversation_id: str | None = None,
+        message_id: str | None = None,
     ) -> None:
         super().__init__(reason)
         self.reason = reason
         self.message_type = message_type
         self.conversation_id = conversation_id
+        self.message_id = message_id

@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from protocol import DecodeError, Message, MessageType, decode, encode
-from protocol.limits import MAX_AGENT_ID_LENGTH, MAX_ID_LENGTH, clip
+from protocol.limits import MAX_AGENT_ID_LENGTH, MAX_ID_LENGTH
 
 GOOD = (
     '{"sender_id": "a", "receiver_id": "b", "message_type": "REQUEST",'
@@ -175,21 +175,24 @@ def test_a_null_field_is_named_null() -> None:
     assert refused.value.reason == "field 'sender_id' must be a string, not null"
 
 
-def test_a_too_long_conversation_id_is_refused_and_echoed_clipped() -> None:
+def test_a_too_long_conversation_id_is_refused_and_not_echoed() -> None:
+    """An ERROR's conversation_id is a valid id or absent: an echo of an invalid one would break
+    the schema that every ERROR is checked against."""
     long_id = "c" * 257
     with pytest.raises(DecodeError) as refused:
-        decode(envelope(conversation_id=long_id))
+        decode(envelope(conversation_id=long_id, message_id="m1"))
     assert refused.value.reason == (
         "field 'conversation_id' has 257 characters; at most 256 are allowed"
     )
-    assert refused.value.conversation_id == clip(long_id, MAX_ID_LENGTH)
+    assert (refused.value.conversation_id, refused.value.message_id) == (None, "m1")
 
 
-def test_a_valid_conversation_id_comes_back_whole_with_the_error() -> None:
-    conversation_id = "c" * MAX_ID_LENGTH
+def test_valid_ids_come_back_whole_with_the_error() -> None:
+    conversation_id, message_id = "c" * MAX_ID_LENGTH, "m" * MAX_ID_LENGTH
     with pytest.raises(DecodeError) as refused:
-        decode(envelope(conversation_id=conversation_id, seq="x"))
+        decode(envelope(conversation_id=conversation_id, message_id=message_id, seq="x"))
     assert refused.value.conversation_id == conversation_id
+    assert refused.value.message_id == message_id
 
 
 def test_every_field_at_its_length_limit_is_accepted() -> None:

@@ -135,6 +135,20 @@ async def test_bad_input_gets_malformed_and_the_connection_stays_usable(
         assert (await reply(bystander))["message_type"] == "SERVICES_AVAILABLE"
 
 
+async def test_a_malformed_frame_is_answered_in_reply_to_its_message_id(served: Served) -> None:
+    """The ERROR names the refused frame's message_id and valid conversation_id, and leaves out
+    a conversation_id too long to be valid rather than echo it."""
+    async with served.connect() as ws:
+        token = await token_of(ws, "clumsy")
+        for conversation_id, echoed in (("c1", "c1"), ("c" * 300, None)):
+            bad = frame("clumsy", "TEXT", {"content": "x"}, auth_token=token, seq="not a number")
+            await ws.send(bad[:-1] + f',"message_id":"m1","conversation_id":"{conversation_id}"}}')
+            error = await reply(ws)
+            assert error["payload"]["code"] == "malformed"
+            assert error["in_reply_to"] == "m1"
+            assert error.get("conversation_id") == echoed
+
+
 async def test_resume_closes_the_old_connection_with_4001(served: Served) -> None:
     async with served.connect() as old, served.connect() as new:
         token = await token_of(old, "twin")

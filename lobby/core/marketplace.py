@@ -24,6 +24,7 @@ from lobby.core.registry import AgentRecord
 from lobby.core.session import Action, Session
 from lobby.core.state import LobbyState
 from lobby.core.tracing import trace_id
+from protocol.limits import clip
 from protocol.market import (
     InvalidOrder,
     InvalidPayment,
@@ -68,7 +69,12 @@ class Marketplace:
         if msg.message_id is None:  # `deliver` would name it too, after this check
             msg.message_id = state.delivery.new_message_id()  # pragma: no mutate
         elif msg.message_id in self.proposals:
-            state.refuse(ErrorCode.INVALID_PAYMENT, "that message_id already names a proposal")
+            # Payers name a proposal by its message_id alone: unique lobby-wide, not per sender.
+            state.refuse(
+                ErrorCode.INVALID_PAYMENT,
+                f"message_id {clip(msg.message_id)!r} already names an order proposal; give "
+                "each proposal an id of its own (rule: proposal_id_in_use)",
+            )
         actions = state.deliver(target, msg, session, Effect.NONE, now)
         if msg.traceparent is not None:
             self.traces[msg.message_id] = msg.traceparent

@@ -340,6 +340,7 @@ class Router(BetweenNodes):
                 exc.reason,
                 message_type=exc.message_type,
                 conversation_id=exc.conversation_id,
+                in_reply_to=exc.message_id,
             )
         agent = session.agent
         if agent is None:

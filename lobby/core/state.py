@@ -254,11 +254,13 @@ class LobbyState:
         *,
         message_type: str | None = None,
         conversation_id: str | None = None,
+        in_reply_to: str | None = None,
     ) -> list[Action]:
-        """The ERROR that refuses `msg` (or an undecodable frame: then `message_type` and
-        `conversation_id` say what could be read of it), to its sender alone."""
+        """The ERROR that refuses `msg` (or an undecodable frame: then `message_type`,
+        `conversation_id` and `in_reply_to` say what could be read of it), to its sender
+        alone."""
         self.counters.refused[code] += 1
-        original_id = traceparent = None
+        original_id, traceparent = in_reply_to, None
         if msg is not None:
             traceparent = msg.traceparent
             message_type = msg.message_type

@@ -133,7 +133,8 @@ def test_a_proposal_is_saved_whole_and_its_message_id_names_it_alone() -> None:
     error = alice.last()["payload"]
     assert (error["code"], error["error"]) == (
         "invalid_payment",
-        "that message_id already names a proposal",
+        f"message_id {assigned!r} already names an order proposal; give each proposal an id "
+        "of its own (rule: proposal_id_in_use)",
     )
     assert shop.take() == []
     assert router.market.proposals[assigned].sender_id == "shop"
