@@ -91,6 +91,11 @@ def transient(exc: nats.js.errors.APIError) -> bool:
     )
 
 
+START_PATIENCE: Final = 30.0
+"""Seconds a node waits at start for a forming NATS cluster (at least; the write deadline if
+longer): servers started together elect a JetStream leader within a few seconds, slower on a
+loaded host."""
+
 NOT_ENOUGH_PEERS: Final = 10005
 """JetStream's "no suitable peers for placement": a cluster with fewer servers up than the
 stream's replicas (yet)."""
@@ -217,8 +222,8 @@ class JetStreamStore:
         js = self._nc.jetstream()
         # A NATS cluster that is still forming (its servers started with the lobby) refuses
         # for a while: no JetStream leader yet, or not enough peers for the replicas. Wait for
-        # it, up to the write deadline, rather than fail the start.
-        deadline = time.monotonic() + self.write_deadline
+        # it (`START_PATIENCE`) rather than fail the start.
+        deadline = time.monotonic() + max(self.write_deadline, START_PATIENCE)
         waited = False
         while True:
             try:
