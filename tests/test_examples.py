@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import subprocess
 import sys
+from typing import Any
 
-from agent_sdk import Agent
+from agent_sdk import Agent, CapabilityError, RequestContext, capability
 from examples.agora import run as agora
 from examples.echo.echo_agent import EchoAgent
 from examples.fipa_haggle import run as fipa_haggle
@@ -30,11 +32,36 @@ async def test_price_hunter_scenario(lobby: LobbyServer) -> None:
     )
 
 
-def test_every_example_script_runs_twice_against_one_lobby_process(
+class Decoy(Agent):
+    """Another agent of a shared lobby offering what the examples call, answering nothing
+    useful: an example that takes whichever provider it finds first fails."""
+
+    agent_id = "decoy"
+
+    @capability("quote", description="A quote from someone else.")
+    async def quote(self, request: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        raise CapabilityError("the decoy was called", code="decoy")
+
+    @capability("find_cheapest_item_price_v2", description="Prices from someone else.")
+    async def hunt(self, request: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        raise CapabilityError("the decoy was called", code="decoy")
+
+    @capability("echo", description="An echo from someone else.")
+    async def echo(self, request: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        raise CapabilityError("the decoy was called", code="decoy")
+
+
+async def test_every_example_script_runs_twice_against_one_lobby_process(
     lobby_process: LobbyProcess,
 ) -> None:
-    """Scripts as a user runs them; the second run resumes every agent of the first that did
-    not unregister (their tokens were saved) and ends the same way."""
+    """Scripts as a user runs them, on a lobby that already holds another agent offering the
+    same capabilities; the second run resumes every agent of the first that did not unregister
+    (their tokens were saved) and ends the same way."""
+    async with Decoy(lobby_url=lobby_process.url):
+        await asyncio.to_thread(_run_every_example_twice, lobby_process)
+
+
+def _run_every_example_twice(lobby_process: LobbyProcess) -> None:
     expected = {
         "echo": ["echo answered: 'hi' (2 characters)"],
         "price_hunter": ["Search complete.", "rogue_007 <- lobby: Unauthorized"],

@@ -104,11 +104,12 @@ class ItemSearchAgent(Agent):
                 code="not_found",
             )
         await ctx.progress({"message": f"found on {request.target_website}, hunting prices"})
+        # A shared lobby may hold other agents offering the capability: pick ours by id.
         hunters = await self.discover("find_cheapest_item_price_v2")
-        if not hunters:
-            raise CapabilityError("no price hunter is registered", code="unavailable")
+        if not any(hunter.agent_id == PRICE_HUNTER_ID for hunter in hunters):
+            raise CapabilityError(f"{PRICE_HUNTER_ID} is not registered", code="unavailable")
         cheapest = await self.request(
-            hunters[0].agent_id,
+            PRICE_HUNTER_ID,
             "find_cheapest_item_price_v2",
             PriceQuery(item_name=request.item_to_find),
             output_type=CheapestPrice,

@@ -101,8 +101,10 @@ async def main(lobby_url: str) -> list[str]:
         Agent("grocer", lobby_url=lobby_url) as grocer,
         Agent("stranger", lobby_url=lobby_url) as stranger,
     ):
-        [service] = await grocer.discover("quote")
-        say(f"quote is offered by {service.agent_id}")
+        # Other agents may offer `quote` too: the grocer checks that its pricer is among them.
+        offers = {service.agent_id for service in await grocer.discover("quote")}
+        if "apple_pricer" in offers:
+            say("quote is offered by apple_pricer")
         quote = await grocer.request("apple_pricer", "quote", Item(name="apple"), output_type=Quote)
         say(f"an apple costs {quote.price}")
         say("stranger: " + await failure(stranger.request("apple_pricer", "quote", {"name": "x"})))
