@@ -16,6 +16,7 @@ import contextlib
 import dataclasses
 import errno
 import gc
+import importlib.util
 import os
 import resource
 import shutil
@@ -40,6 +41,7 @@ from lobby.options import add_serve_options, settings_from
 from lobby.server import LobbyServer
 from lobby.store.base import StoreUnavailable
 from lobby.store.sqlite import FILE_NAME, StoreLocked
+from lobby.transport.base import tls_context
 from protocol.asyncapi import VIEWS, asyncapi_document
 from protocol.schema import all_schemas
 
@@ -285,7 +287,56 @@ async def _rejoined(fenced: LobbyServer, stop: asyncio.Event) -> LobbyServer | N
 
 
 async def _started(settings: Settings) -> LobbyServer:
-    """A started LobbyServer (raises StartFailed with the one line to print)."""
+    """A started LobbyServer (raises StartFailed with the one line to print). A data dir this
+    start made is removed again when it fails."""
+    made = not settings.data_dir.exists()
+    try:
+        _preflight(settings)
+        return await _starting(settings)
+    except StartFailed:
+        if made:
+            shutil.rmtree(settings.data_dir, ignore_errors=True)
+        raise
+
+
+def _preflight(settings: Settings) -> None:
+    """What can be checked before the store is opened (and logs its first line): the
+    transport's package, the TLS files, and that the address can be listened on."""
+    if settings.transport == "picows" and importlib.util.find_spec("picows") is None:
+        raise StartFailed(
+            "--transport picows needs the picows package: install the lobby with its extra, "
+            "`.venv/bin/pip install -e '.[picows]'` in the checkout (`make test` has it)"
+        )
+    try:
+        tls_context(settings)
+    except ssl.SSLError as exc:  # before OSError, of which it is a kind
+        raise StartFailed(_tls_failure(settings, exc)) from None
+    except OSError as exc:
+        raise StartFailed(f"cannot read --tls-cert or --tls-key: {exc}") from None
+    try:
+        # A bind as the server will make (SO_REUSEADDR), closed at once: a port in use or an
+        # address not of this machine is said before anything else is done.
+        socket.getaddrinfo(settings.host, settings.port, type=socket.SOCK_STREAM)
+        with socket.create_server((settings.host, settings.port)):
+            pass
+    except OSError as exc:
+        raise StartFailed(_listen_failure(settings, exc)) from None
+    try:
+        settings.data_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        raise StartFailed(
+            f"cannot use --data-dir {str(settings.data_dir)!r}: {exc.strerror or exc}"
+        ) from None
+
+
+def _tls_failure(settings: Settings, exc: ssl.SSLError) -> str:
+    return (
+        f"cannot load --tls-cert {settings.tls_cert} with --tls-key {settings.tls_key}: "
+        f"not a PEM certificate chain and its private key ({exc.reason or exc})"
+    )
+
+
+async def _starting(settings: Settings) -> LobbyServer:
     if settings.cluster is not None and settings.node_id is not None:
         try:
             from lobby.cluster.recovery import wait_for_recovery  # nats-py: the cluster extra
@@ -303,10 +354,7 @@ async def _started(settings: Settings) -> LobbyServer:
     try:
         await server.start()
     except ssl.SSLError as exc:  # before OSError, of which it is a kind
-        raise StartFailed(
-            f"cannot load --tls-cert {settings.tls_cert} with --tls-key {settings.tls_key}: "
-            f"not a PEM certificate chain and its private key ({exc.reason or exc})"
-        ) from None
+        raise StartFailed(_tls_failure(settings, exc)) from None
     except OSError as exc:
         raise StartFailed(_listen_failure(settings, exc)) from None
     except StoreUnavailable as exc:  # --cluster: the shared registry

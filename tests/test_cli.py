@@ -151,6 +151,7 @@ def test_a_port_in_use_is_one_line_and_leaves_no_data_dir(tmp_path: Path) -> Non
         done = lobby_cli("serve", "--port", port, "--data-dir", "second/data", cwd=tmp_path)
         assert done.returncode == 1
         assert f"port {port} is in use" in one_line(done)
+        assert done.stdout == ""  # said before the store is opened: no log line first
         assert not (tmp_path / "second").exists()
     finally:
         first.signal(signal.SIGTERM)
@@ -174,6 +175,24 @@ def test_a_second_lobby_on_the_same_data_dir_is_refused(tmp_path: Path) -> None:
     assert second.wait(5) == 0
 
 
+@pytest.mark.parametrize(
+    ("args", "names"),
+    [
+        (["--data-dir", "/proc/nope/data"], "cannot use --data-dir '/proc/nope/data'"),
+        (["--host", "10.255.255.254"], "cannot listen on --host '10.255.255.254'"),
+        (["--host", "no-such-host.invalid"], "cannot listen on --host 'no-such-host.invalid'"),
+    ],
+)
+def test_a_start_that_cannot_happen_is_one_line_before_anything_else(
+    tmp_path: Path, args: list[str], names: str
+) -> None:
+    done = lobby_cli("serve", "--port", "0", "--data-dir", "data", *args, cwd=tmp_path)
+    assert done.returncode == 1
+    assert names in one_line(done)
+    assert done.stdout == ""
+    assert list(tmp_path.iterdir()) == []
+
+
 def test_a_tls_cert_that_is_not_pem_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "cert.pem").write_text("not a certificate")
     done = lobby_cli(
@@ -183,6 +202,7 @@ def test_a_tls_cert_that_is_not_pem_is_one_line(tmp_path: Path) -> None:
     )
     assert done.returncode == 1
     assert "cannot load --tls-cert cert.pem" in one_line(done)
+    assert done.stdout == ""
     assert not (tmp_path / "data").exists()
 
 
