@@ -38,23 +38,29 @@ def new_identity() -> str:
 
 
 def kept_identity(data_dir: Path) -> str:
-    """The identity kept in `data_dir`, made and written (mode 0600) if there is none yet."""
+    """The identity kept in `data_dir`, made and written (mode 0600) if there is none yet (or
+    only the empty file a crash while writing it left). The caller holds the data dir's lock."""
     path = data_dir / IDENTITY_FILE
-    identity = new_identity()
     try:
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-    except FileExistsError:
-        identity = path.read_text(encoding="ascii", errors="replace").strip()
-        if not PATTERN.fullmatch(identity):
-            raise IdentityUnreadable(
-                f"{path} holds no lobby identity (32 hex digits): delete it to make a new one"
-            ) from None
-        return identity
+        kept = path.read_text(encoding="ascii", errors="replace").strip()
+    except FileNotFoundError:
+        kept = ""
+    if PATTERN.fullmatch(kept):
+        return kept
+    if kept:
+        raise IdentityUnreadable(
+            f"{path} holds no lobby identity (32 hex digits): delete it, and the lobby starts "
+            "under a new one (agents then register afresh)"
+        )
+    identity = new_identity()
+    temporary = data_dir / f".{IDENTITY_FILE}.tmp"
+    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
     try:
         os.write(fd, f"{identity}\n".encode())
         os.fsync(fd)
     finally:
         os.close(fd)
+    os.replace(temporary, path)
     return identity
 
 

@@ -20,8 +20,9 @@ from agent_sdk import Agent, FileTokenStore, MemoryTokenStore, TokenRefusedError
 from lobby import admin_cli
 from lobby.admin_endpoint import TOKEN_FILE
 from lobby.core.session import Session
-from lobby.identity import IDENTITY_FILE, PATTERN
+from lobby.identity import IDENTITY_FILE, PATTERN, IdentityUnreadable, kept_identity
 from lobby.server import LobbyServer
+from lobby.store.base import StoreUnavailable
 from tests.conftest import SETTINGS
 from tests.test_cli import lobby_cli, one_line
 from tests.wsclient import register
@@ -60,6 +61,22 @@ async def test_the_lobby_announces_its_identity_kept_in_its_data_dir(lobby: Lobb
     assert ack["payload"]["lobby_id"] == "global_lobby"  # the receiver id, unchanged
     health = await asyncio.to_thread(healthz, lobby)
     assert (health["lobby_id"], health["lobby_identity"]) == ("global_lobby", identity)
+
+
+def test_the_identity_is_made_once_and_a_damaged_file_is_named(tmp_path: Path) -> None:
+    made = kept_identity(tmp_path)
+    assert PATTERN.fullmatch(made)
+    assert kept_identity(tmp_path) == made
+    (tmp_path / IDENTITY_FILE).write_text("")  # a crash while it was written
+    remade = kept_identity(tmp_path)
+    assert remade != made
+    assert PATTERN.fullmatch(remade)
+    (tmp_path / IDENTITY_FILE).write_text("not an identity\n")
+    with pytest.raises(IdentityUnreadable) as caught:
+        kept_identity(tmp_path)
+    assert isinstance(caught.value, StoreUnavailable)  # `lobby serve` prints it as one line
+    assert str(tmp_path / IDENTITY_FILE) in str(caught.value)
+    assert "\n" not in str(caught.value)
 
 
 async def test_a_token_is_offered_only_to_the_lobby_that_issued_it(
