@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import urllib.request
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 
@@ -114,6 +115,43 @@ async def test_a_token_is_offered_only_to_the_lobby_that_issued_it(
     assert store.load(second.identity, "wanderer") not in (None, again.presented[0])
     tokens = sorted(p.name for p in (agent_state_dir / "tokens").iterdir())
     assert tokens == sorted([first.identity, second.identity])  # nothing under host_port
+
+
+async def until(predicate: Callable[[], bool], limit: float = 10.0) -> None:
+    async with asyncio.timeout(limit):
+        while not predicate():
+            await asyncio.sleep(0.02)
+
+
+async def test_a_running_agent_that_reconnects_to_another_lobby_keeps_its_token_home(
+    tmp_path: Path,
+) -> None:
+    first = RecordingLobby(tmp_path / "first")
+    await first.start()
+    port = first.port
+    agent = Agent("roamer", lobby_url=first.url, reconnect_max_delay=0.5)
+    lobbies = [first]
+    try:
+        await agent.__aenter__()
+        await first.stop()
+        # The agent reconnects on its own to whatever answers on the port now.
+        second = RecordingLobby(tmp_path / "second", port)
+        lobbies.append(second)
+        await second.start()
+        await until(lambda: agent.stats.connects == 2)
+        assert agent.stats.resumes == 0
+        await second.stop()
+        again = RecordingLobby(tmp_path / "first", port)
+        lobbies.append(again)
+        await again.start()
+        await until(lambda: agent.stats.connects == 3)
+        assert agent.stats.resumes == 1
+    finally:
+        await agent.stop()
+        for lobby in lobbies:
+            await lobby.stop()
+    assert second.presented == [None]
+    assert again.presented == [FileTokenStore().load(first.identity, "roamer")]
 
 
 async def test_a_token_saved_under_host_and_port_moves_to_the_identity_once(
