@@ -14,7 +14,14 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Generator, Sequence
+from collections.abc import (
+    AsyncGenerator,
+    AsyncIterator,
+    Awaitable,
+    Callable,
+    Generator,
+    Sequence,
+)
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -25,6 +32,7 @@ from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
 
 from agent_sdk.errors import LobbyUnreachableError, RegistrationError
+from agent_sdk.identity import IDENTITY_HEADER, announced_identity
 from agent_sdk.logs import log
 from protocol.codec import decode, encode
 from protocol.errors import DecodeError
@@ -163,12 +171,15 @@ async def registered_links(
     *,
     agent_id: str,
     register_payload: Callable[[], dict[str, Any]],
-    token: Callable[[], str | None],
+    token: Callable[[str | None], Awaitable[str | None]],
     max_delay: float = 10.0,
     open_timeout: float = 10.0,
     ssl_context: ssl.SSLContext | None = None,
 ) -> AsyncGenerator[tuple[Link, Registration]]:
-    """Connect, register (or resume with `token()`), yield; reconnect when iterated again.
+    """Connect, register (or resume with `await token(identity)`), yield; reconnect when
+    iterated again. `identity` is the one the lobby announced in its handshake response
+    (`Agent-Lobby-Id`), None when it announced none: asked after each handshake, before
+    REGISTER, so a token is offered only to the lobby it is for.
 
     `urls` are the lobby's addresses (one, or the nodes of a cluster, which share their
     state): a reconnect tries the address that last worked first, and every failed attempt
@@ -198,7 +209,12 @@ async def registered_links(
             await asyncio.sleep(next(waits))
             continue
         try:
-            registration = await _register(ws, agent_id, register_payload(), token(), open_timeout)
+            response = ws.response
+            header = None if response is None else response.headers.get(IDENTITY_HEADER)
+            presented = await token(announced_identity(header))
+            registration = await _register(
+                ws, agent_id, register_payload(), presented, open_timeout
+            )
         except (ConnectionClosed, TimeoutError, OSError, _RetryLater) as exc:
             # Connected but dropped during REGISTER (e.g. the lobby is shutting down).
             log.info("REGISTER_INTERRUPTED", agent_id=agent_id, error=repr(exc))

@@ -61,7 +61,8 @@ class AgentCore:
 
     Options are keyword-only: `lobby_url` (default: `$LOBBY_URL`, else ws://127.0.0.1:8765/;
     several, as a list or comma-separated, for the nodes of a cluster: a reconnect moves on to
-    the next after a failed attempt, and the token is kept under the first),
+    the next after a failed attempt; the token is kept under the identity the lobby announces,
+    else under the first),
     `max_concurrency` handlers at once, `backlog` more waiting, `request_timeout` default for
     calls, `reconnect` (False: `run()` returns when the connection drops), `reconnect_max_delay`
     cap of the backoff, `dedupe_window` message ids remembered to drop redeliveries,
@@ -104,7 +105,8 @@ class AgentCore:
         self.lobby_urls = lobby_urls(lobby_url or os.environ.get("LOBBY_URL") or DEFAULT_LOBBY_URL)
         """Where the lobby listens: one address, or the nodes of a cluster."""
         self.lobby_url = self.lobby_urls[0]
-        """The first of `lobby_urls`: the token store keeps the agent's token under it."""
+        """The first of `lobby_urls`: the token store keeps the agent's token under it for a
+        lobby that announces no identity."""
         self.request_timeout = request_timeout
         self.reconnect = reconnect
         self.reconnect_max_delay = reconnect_max_delay
@@ -334,12 +336,16 @@ class AgentCore:
     async def _serve(self) -> None:
         self.status = Status.CONNECTING
         sender = self._sender
-        sender.token = sender.token or await self._identity.load()
+
+        async def token_for(announced: str | None) -> str | None:
+            sender.token = await self._identity.token_for(announced)
+            return sender.token
+
         links = registered_links(
             self.lobby_urls,
             agent_id=self.agent_id,
             register_payload=self._capabilities_payload,
-            token=lambda: sender.token,
+            token=token_for,
             max_delay=self.reconnect_max_delay,
             open_timeout=min(self.connect_timeout, 10.0),
             ssl_context=self.ssl_context,
@@ -354,7 +360,7 @@ class AgentCore:
         sender = self._sender
         async for link, registration in links:
             sender.token = registration.token
-            await self._identity.keep(registration.token)
+            await self._identity.keep(registration.token, registration.resumed)
             self._dispatcher.registered(resumed=registration.resumed)
             if not await sender.resend(link):
                 continue

@@ -33,7 +33,7 @@ from typing import Any, NoReturn
 import orjson
 import structlog
 
-from lobby import a2a_cli, admin, admin_cli, backup, mcp_cli
+from lobby import a2a_cli, admin, admin_cli, backup, mcp_cli, reset_cli
 from lobby.config import SettingError, Settings
 from lobby.logs import configure
 from lobby.natsdev import add_nats_parser, run_nats
@@ -94,6 +94,7 @@ def build_parser() -> argparse.ArgumentParser:
         admin.add_argument("--data-dir", type=Path, default=data_dir, help="(%(default)s)")
         admin.add_argument("--json", action="store_true", help="print JSON")
     admin_cli.add_commands(commands)
+    reset_cli.add_command(commands)
     mcp_cli.add_commands(commands, _Parser)
     a2a_cli.add_commands(commands, _Parser)
     return parser
@@ -120,10 +121,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         return backup.run(args)
     if args.command in admin_cli.COMMANDS:
         try:
-            sys.stdout.write(admin_cli.run(args) + "\n")
+            done, refused = admin_cli.run(args)
         except admin_cli.AdminFailed as failed:
             sys.stderr.write(f"lobby: {failed}\n")
             return 1
+        sys.stdout.write("".join(f"{line}\n" for line in done))
+        sys.stderr.write("".join(f"lobby: {line}\n" for line in refused))
+        return 1 if refused else 0
+    if args.command == "reset":
+        try:
+            lines = reset_cli.run(args)
+        except reset_cli.ResetRefused as refused:
+            sys.stderr.write(f"lobby: {refused}\n")
+            return 1
+        sys.stdout.write("".join(f"{line}\n" for line in lines))
         return 0
     if args.command == "nats":
         return run_nats(args)

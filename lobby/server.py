@@ -50,6 +50,7 @@ from lobby.core.counters import SECONDS, Buckets
 from lobby.core.router import Router
 from lobby.core.session import Action, Close, Send, Session
 from lobby.discovery_worker import DiscoveryWorker
+from lobby.identity import kept_identity, new_identity
 from lobby.metrics import CONTENT_TYPE, Metrics
 from lobby.observer import Observers
 from lobby.pacing import Pacer
@@ -94,6 +95,16 @@ class LobbyServer:
             tracing=settings.tracing(),
         )
         self.store: Store = store or open_store(settings)
+        try:
+            self.identity = (
+                kept_identity(self.store.path.parent)
+                if isinstance(self.store, SqliteStore)
+                else new_identity()
+            )
+            """This lobby's identity (`lobby.identity`); a cluster's replaces it at start."""
+        except BaseException:
+            self.store.close()
+            raise
         self.committer = Committer(
             self.store,
             self.router,
@@ -194,6 +205,8 @@ class LobbyServer:
         try:
             if self.cluster is not None:
                 await self.cluster.start()
+                self.identity = self.cluster.identity
+            self.router.state.identity = self.identity
             self._port = await self.transport.start(self)
         except BaseException:
             if self.cluster is not None:
@@ -207,7 +220,14 @@ class LobbyServer:
         self._started = time.monotonic()
         self._compactor = asyncio.create_task(self._compact_periodically())
         self._ticker = asyncio.create_task(self._tick_periodically())
-        log.info("LOBBY_LISTENING", lobby_id=LOBBY_ID, host=s.host, port=self._port, url=self.url)
+        log.info(
+            "LOBBY_LISTENING",
+            lobby_id=LOBBY_ID,
+            lobby_identity=self.identity,
+            host=s.host,
+            port=self._port,
+            url=self.url,
+        )
 
     async def stop(self) -> None:
         """Close every connection with 1001 and stop listening, within `shutdown_timeout`."""
@@ -553,6 +573,7 @@ class LobbyServer:
         return {
             "status": "ok",
             "lobby_id": LOBBY_ID,
+            "lobby_identity": self.identity,
             "agents": len(agents),
             "agents_online": sum(1 for a in agents.values() if a.session is not None),
             "connections": self.connections,

@@ -60,6 +60,12 @@ class RegisterAckPayload(_Payload):
     status: RegisterStatus
     lobby_id: str = LOBBY_ID
     auth_token: str
+    lobby_identity: str | None = Field(
+        default=None,
+        description="This lobby's own identity, kept with its state (the same on every node "
+        "of a cluster): a client keeps the auth_token under it, and offers it to no other "
+        "lobby. The handshake response's Agent-Lobby-Id header carries it too.",
+    )
 
 
 DISCOVER_LIMIT: Final = 100

@@ -17,6 +17,7 @@ import websockets.exceptions
 from websockets.asyncio.client import ClientConnection
 
 from lobby.cluster.keys import AGENTS, agent_key
+from lobby.identity import PATTERN
 from tests.conftest import LobbyProcess
 from tests.natskit import connect, nats_server
 from tests.routerkit import cap
@@ -194,6 +195,10 @@ async def test_healthz_lists_the_live_nodes_and_drops_a_stopped_or_killed_one(
             await until_nodes(a, ["a", "b", "c"])
             health = await healthz(b)
             assert health["node_id"] == "b"
+            # One lobby to its agents: every node announces the identity the first one made.
+            identities = {(await healthz(proc))["lobby_identity"] for proc in (a, b, c)}
+            assert len(identities) == 1
+            assert PATTERN.fullmatch(str(health["lobby_identity"]))
             stop(b)  # a clean stop deletes its key
             await until_nodes(a, ["a", "c"])
             c.signal(signal.SIGKILL)  # a killed node's key expires (NODE_TTL)

@@ -174,6 +174,8 @@ async def test_registrations_tokens_and_conversations_survive_a_restart(tmp_path
                 "status": "success_resumed",
                 "lobby_id": "global_lobby",
                 "auth_token": responder_token,
+                # The identity made at the first start, kept across the restart.
+                "lobby_identity": (data / "lobby.id").read_text().strip(),
             }
             resumed["sender_id"] = "requester"
             resumed["auth_token"] = requester_token

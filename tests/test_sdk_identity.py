@@ -68,9 +68,8 @@ async def test_the_token_file_is_private_and_keyed_by_lobby(
 ) -> None:
     other = make_lobby(tmp_path / "other-lobby")
     await other.start()
-    urls = (lobby.url, other.url)
     try:
-        for url in urls:
+        for url in (lobby.url, other.url):
             async with Agent("keeper", lobby_url=url) as first:
                 assert first.stats.resumes == 0
             async with Agent("keeper", lobby_url=url) as again:
@@ -80,7 +79,7 @@ async def test_the_token_file_is_private_and_keyed_by_lobby(
     assert state_dir() == agent_state_dir
     tokens = agent_state_dir / "tokens"
     files = sorted(tokens.glob("*/keeper.token"))
-    assert [f.parent.name for f in files] == sorted(map(lobby_key, urls))
+    assert [f.parent.name for f in files] == sorted([lobby.identity, other.identity])
     assert files[0].read_text() != files[1].read_text()
     for path in files:
         assert stat.S_IMODE(path.stat().st_mode) == 0o600
@@ -110,7 +109,7 @@ async def test_an_explicit_token_and_a_token_in_the_environment_resume(
     memory = MemoryTokenStore()
     async with Agent("holder", lobby_url=lobby.url, token_store=memory) as first:
         assert first.stats.resumes == 0
-    token = memory.load(lobby.url, "holder")
+    token = memory.load(lobby.identity, "holder")
     assert token is not None
     async with Agent("holder", lobby_url=lobby.url, token=token, token_store=None) as given:
         assert given.stats.resumes == 1
@@ -126,19 +125,20 @@ async def test_a_refused_saved_token_names_the_file_and_what_to_do(lobby: LobbyS
         pass  # registered under a token nobody saved
     store = FileTokenStore()
     wrong = str(uuid.uuid4())
-    store.save(lobby.url, "claimed", wrong)
+    store.save(lobby.identity, "claimed", wrong)
     with sdk_events() as logs, pytest.raises(TokenRefusedError) as caught:
         async with Agent("claimed", lobby_url=lobby.url):
             pass
     refused = caught.value
     assert (refused.code, refused.agent_id) == ("agent_id_taken", "claimed")
-    assert refused.source == f"file {store.path(lobby.url, 'claimed')}"
-    assert str(store.path(lobby.url, "claimed")) in str(refused)
+    assert refused.source == f"file {store.path(lobby.identity, 'claimed')}"
+    assert str(store.path(lobby.identity, "claimed")) in str(refused)
     assert "another id" in str(refused)
-    assert "--data-dir" in str(refused)
+    assert "`lobby remove claimed`" in str(refused)
+    assert "no command" not in str(refused)
     assert wrong not in str(refused)
     assert wrong not in repr(logs)
-    assert store.load(lobby.url, "claimed") == wrong  # left as it was, for the user to judge
+    assert store.load(lobby.identity, "claimed") == wrong  # left as it was, for the user to judge
 
 
 async def test_a_lobby_that_forgot_the_agent_issues_a_token_that_replaces_the_saved_one(
@@ -146,10 +146,10 @@ async def test_a_lobby_that_forgot_the_agent_issues_a_token_that_replaces_the_sa
 ) -> None:
     store = FileTokenStore()
     stale = str(uuid.uuid4())
-    store.save(lobby.url, "returning", stale)
+    store.save(lobby.identity, "returning", stale)
     async with Agent("returning", lobby_url=lobby.url) as agent:
         assert agent.stats.resumes == 0
-    fresh = store.load(lobby.url, "returning")
+    fresh = store.load(lobby.identity, "returning")
     assert fresh is not None
     assert fresh != stale
     async with Agent("returning", lobby_url=lobby.url) as agent:
@@ -160,9 +160,9 @@ async def test_unregistering_deletes_the_saved_token(lobby: LobbyServer) -> None
     store = FileTokenStore()
     agent = Agent("leaving", lobby_url=lobby.url)
     async with agent:
-        assert store.load(lobby.url, "leaving") is not None
+        assert store.load(lobby.identity, "leaving") is not None
         await agent.unregister()
-    assert not store.path(lobby.url, "leaving").exists()
+    assert not store.path(lobby.identity, "leaving").exists()
     async with Agent("leaving", lobby_url=lobby.url) as back:  # a new agent under the id
         assert back.stats.resumes == 0
 

@@ -47,6 +47,7 @@ from lobby.core.records import AgentRemoved, AgentSaved
 from lobby.core.router import Router
 from lobby.core.session import Action
 from lobby.core.shared import Claim
+from lobby.identity import new_identity
 from lobby.store.base import StoreUnavailable
 from lobby.store.jetstream import replicated
 
@@ -63,6 +64,9 @@ PING_INTERVAL: Final = 1.0
 MISSED_PINGS: Final = 3
 """Pings left unanswered after which the server counts as gone and another is tried."""
 DELETED = ("DEL", "PURGE")
+LOBBY: Final = "lobby"
+"""The KV bucket of facts about the whole cluster: key `identity`, the lobby identity every
+node announces (`lobby.identity`), made by the first node ever to start."""
 
 Change = AgentSaved | AgentRemoved
 
@@ -114,6 +118,8 @@ class ClusterNode:
         self._tasks: set[asyncio.Task[None]] = set()
         self._watching: asyncio.Task[None] | None = None
         self._stopping = False
+        self.identity = new_identity()
+        """The cluster's lobby identity, read from (or first written to) KV `lobby` at start."""
         self.liveness = Liveness(node_id, dead_after)
         """Which nodes are alive (KV bucket `nodes`)."""
         self.relay = Relay(node_id, router, execute, durable)
@@ -162,11 +168,12 @@ class ClusterNode:
             watcher = await self._kv.watchall()
             while (entry := await _next(watcher, 30)) is not None:
                 self._apply(entry)
+            self.identity = await _shared_identity(js, replicas)
             await self.liveness.start(js, replicas)
             await self.relay.start(self._nc)
             await self.handovers.start(self._nc)
             await self.recovery.start(js, replicas)
-            for bucket in (AGENTS, NODES, RECOVERIES):
+            for bucket in (AGENTS, NODES, RECOVERIES, LOBBY):
                 await replicated(js, f"KV_{bucket}", replicas)
             await replicated(js, f"OBJ_{HANDOVERS}", replicas)
         except (OSError, *_FAILED) as exc:
@@ -420,3 +427,16 @@ async def _next(watcher: KeyValue.KeyWatcher, timeout: float) -> KeyValue.Entry 
 async def _quiet(error: Exception) -> None:
     """nats-py reports every failed (re)connect attempt here: at debug, not a traceback."""
     log.debug("NATS_ERROR", error=repr(error))
+
+
+async def _shared_identity(js: nats.js.JetStreamContext, replicas: int) -> str:
+    """The cluster's identity in KV `lobby`: this node's new one if it is the first to write."""
+    try:
+        kv = await js.key_value(LOBBY)
+    except nats.js.errors.BucketNotFoundError:
+        kv = await js.create_key_value(bucket=LOBBY, history=1, replicas=replicas)
+    # A create that loses to another node's raises: both then read the winner's.
+    with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):
+        await kv.create("identity", new_identity().encode())
+    entry = await kv.get("identity")
+    return (entry.value or b"").decode()

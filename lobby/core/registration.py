@@ -249,6 +249,8 @@ class Registrar:
         self, session: Session, agent_id: str, status: RegisterStatus, token: str
     ) -> Send:
         payload = {"status": status, "lobby_id": LOBBY_ID, "auth_token": token}
+        if self.state.identity is not None:
+            payload["lobby_identity"] = self.state.identity
         return Send(session, self.state.from_lobby(agent_id, MessageType.REGISTER_ACK, payload))
 
     def forget_idle(self, now: float) -> None:

@@ -82,6 +82,8 @@ class LobbyState:
         tracing: Tracing | None = None,
     ) -> None:
         self.registry = Registry()
+        self.identity: str | None = None
+        """The lobby's identity (`lobby.identity`), told in REGISTER_ACK; set by the server."""
         self.limits = limits or Limits()
         self.clock = clock
         self.trace = trace

@@ -32,7 +32,7 @@ import ssl
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING, Final, Protocol
 
 import orjson
 
@@ -74,9 +74,19 @@ class Link(Protocol):
         limit): its frames wait in TCP's buffers, and the sender's writes stall there."""
 
 
+IDENTITY_HEADER: Final = "Agent-Lobby-Id"
+"""The handshake response header that carries the lobby's identity (`lobby.identity`): agents
+learn from it, before they send REGISTER, which token to offer."""
+
+
 class Lobby(Protocol):
     """What the lobby offers a transport. A transport calls these from the event loop, never
     from another thread."""
+
+    @property
+    def identity(self) -> str:
+        """The lobby's identity: every accepted WebSocket's handshake response carries it in
+        `IDENTITY_HEADER`."""
 
     @property
     def settings(self) -> Settings:

@@ -33,7 +33,7 @@ from picows import (
 )
 
 from lobby.core.session import Session
-from lobby.transport.base import Lobby, tls_context
+from lobby.transport.base import IDENTITY_HEADER, Lobby, tls_context
 from lobby.transport.rfc6455 import Utf8Stream, sendable_close_code, valid_utf8
 from protocol.models import CloseCode
 
@@ -253,7 +253,8 @@ class PicowsTransport:
             authorization = request.headers.get("Authorization")
             answer = lobby.admit(path, authorization)
             if answer is None:
-                return PicowsLink(lobby, self._links, path)
+                accept = WSUpgradeResponse.create_101_response({IDENTITY_HEADER: lobby.identity})
+                return WSUpgradeResponseWithListener(accept, PicowsLink(lobby, self._links, path))
             headers = {"Content-Type": answer.content_type}
             if answer.status < 400:
                 response = WSUpgradeResponse.create_ok_response(answer.body, headers)

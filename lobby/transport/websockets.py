@@ -33,7 +33,7 @@ except ImportError:  # pragma: no cover - websockets built without its C extensi
     from websockets.utils import apply_mask
 
 from lobby.core.session import Session
-from lobby.transport.base import HttpAnswer, Lobby, tls_context
+from lobby.transport.base import IDENTITY_HEADER, HttpAnswer, Lobby, tls_context
 from lobby.transport.rfc6455 import Utf8Stream, valid_utf8
 from protocol.models import CloseCode
 
@@ -346,6 +346,7 @@ class WebsocketsTransport:
             # The lobby paces delivery by this buffer: `resume_writing` tells it to write more.
             write_limit=(s.outbound_window, s.outbound_low_water),
             process_request=self._process_request,
+            process_response=self._process_response,
             server_header=None,
             ssl=tls_context(s),
             create_connection=LobbyConnection,
@@ -373,6 +374,13 @@ class WebsocketsTransport:
         if answer is None:
             return None
         return _http(connection, answer)
+
+    def _process_response(
+        self, connection: ServerConnection, request: Request, response: Response
+    ) -> None:
+        assert self._lobby is not None
+        if response.status_code == 101:
+            response.headers[IDENTITY_HEADER] = self._lobby.identity
 
 
 def _http(connection: ServerConnection, answer: HttpAnswer) -> Response:

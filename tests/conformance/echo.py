@@ -45,6 +45,10 @@ class EchoLobby:
     def settings(self) -> Settings:
         return self._settings
 
+    @property
+    def identity(self) -> str:
+        return "conformance-echo"
+
     def admit(self, path: str, authorization: str | None = None) -> HttpAnswer | None:
         return None
 

@@ -15,7 +15,7 @@ from agent_sdk import (
     RegistrationError,
     TokenRefusedError,
 )
-from agent_sdk.identity import Identity
+from agent_sdk.identity import Identity, announced_identity, lobby_key
 from tests.sdklogs import sdk_events
 
 LOBBY = "ws://127.0.0.1:8765/"
@@ -76,8 +76,50 @@ def test_a_taken_id_is_explained_with_or_without_a_token() -> None:
     assert type(without) is AgentIdTakenError
     assert without.source is None
     assert "no token store" in str(without)
+    assert "`lobby remove a`" in str(without)
     identity.source = "the token= argument"
     with_token = identity.refusal(taken, TOKEN)
     assert isinstance(with_token, TokenRefusedError)
     assert with_token.source == "the token= argument"
     assert TOKEN not in str(with_token)
+
+
+ONE = "0123456789abcdef0123456789abcdef"
+OTHER = "fedcba9876543210fedcba9876543210"
+
+
+def test_a_lobby_is_keyed_by_its_identity_else_its_host_and_port() -> None:
+    assert lobby_key(ONE) == ONE
+    assert lobby_key(LOBBY) == "127.0.0.1_8765"
+    assert announced_identity(ONE) == ONE
+    for unusable in (None, "", "127.0.0.1_8765", "../../etc", "x" * 65, "ABC"):
+        assert announced_identity(unusable) is None
+
+
+async def test_a_token_is_offered_to_its_own_lobby_only() -> None:
+    store = MemoryTokenStore()
+    store.save(ONE, "a", TOKEN)
+    identity = Identity("a", LOBBY, None, store)
+    assert await identity.token_for(ONE) == TOKEN
+    assert await identity.token_for(OTHER) is None  # another lobby on the same address
+    await identity.keep("issued-by-other", resumed=False)
+    assert store.load(OTHER, "a") == "issued-by-other"
+    assert await identity.token_for(ONE) == TOKEN
+    assert await identity.token_for(None) is None  # a lobby announcing none: host_port
+    explicit = Identity("a", LOBBY, "given", None)
+    assert await explicit.token_for(ONE) == "given"
+    assert await explicit.token_for(ONE) == "given"  # a reconnect to the same lobby
+    assert await explicit.token_for(OTHER) is None  # it was for the first lobby reached
+    assert await explicit.token_for(ONE) is None
+
+
+async def test_a_revoked_token_is_explained_as_one_to_delete() -> None:
+    store = MemoryTokenStore()
+    store.save(ONE, "a", TOKEN)
+    identity = Identity("a", LOBBY, None, store)
+    presented = await identity.token_for(ONE)
+    revoked = RegistrationError("agent_id_taken", "the auth_token of agent 'a' was revoked")
+    refusal = identity.refusal(revoked, presented)
+    assert isinstance(refusal, TokenRefusedError)
+    assert "an operator revoked it; delete it (this process's memory)" in str(refusal)
+    assert TOKEN not in str(refusal)
