@@ -27,6 +27,7 @@ from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from lobby.cluster.verdicts import Verdicts
+from lobby.store.jetstream import once_answered
 
 log = structlog.get_logger("lobby.cluster")
 
@@ -79,7 +80,7 @@ class Liveness:
             self._kv = await js.create_key_value(
                 bucket=NODES, history=1, ttl=NODE_TTL, replicas=replicas
             )
-        await self._beat()
+        await once_answered(self._beat)
         watcher = await self._kv.watchall()
         self._tasks = [
             asyncio.create_task(self._heartbeats()),

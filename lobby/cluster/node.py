@@ -49,7 +49,7 @@ from lobby.core.session import Action
 from lobby.core.shared import Claim
 from lobby.identity import new_identity
 from lobby.store.base import StoreUnavailable
-from lobby.store.jetstream import replicated
+from lobby.store.jetstream import once_answered, replicated
 
 log = structlog.get_logger("lobby.cluster")
 
@@ -435,8 +435,12 @@ async def _shared_identity(js: nats.js.JetStreamContext, replicas: int) -> str:
         kv = await js.key_value(LOBBY)
     except nats.js.errors.BucketNotFoundError:
         kv = await js.create_key_value(bucket=LOBBY, history=1, replicas=replicas)
-    # A create that loses to another node's raises: both then read the winner's.
-    with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):
-        await kv.create("identity", new_identity().encode())
-    entry = await kv.get("identity")
-    return (entry.value or b"").decode()
+
+    async def claim() -> str:
+        # A create that loses to another node's raises: both then read the winner's.
+        with contextlib.suppress(nats.js.errors.KeyWrongLastSequenceError):
+            await kv.create("identity", new_identity().encode())
+        entry = await kv.get("identity")
+        return (entry.value or b"").decode()
+
+    return await once_answered(claim)

@@ -50,7 +50,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import time
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any, Final, TypeVar
 
 import nats
@@ -113,6 +113,19 @@ def _forming(exc: BaseException) -> bool:
 
 
 T = TypeVar("T")
+
+
+async def once_answered(call: Callable[[], Awaitable[T]]) -> T:
+    """`call()`, again while a stream just made has no leader to answer it (a NATS cluster
+    still forming: its servers started with this node), for up to `START_PATIENCE`."""
+    deadline = asyncio.get_running_loop().time() + START_PATIENCE
+    while True:
+        try:
+            return await call()
+        except (nats.js.errors.NoStreamResponseError, nats.errors.TimeoutError, TimeoutError):
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.25)
 
 
 async def replicated(js: Any, stream: str, replicas: int) -> None:
