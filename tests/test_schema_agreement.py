@@ -346,3 +346,26 @@ def test_schema_and_lobby_agree(document: dict[str, Any], case: Case) -> None:
     with_token = frame if case.message_type == "REGISTER" else {**frame, "auth_token": "t"}
     assert (schema_accepts(document, with_token), lobby_accepts(frame)) == (case.valid, case.valid)
 
+
+def test_money_as_a_number_is_taken_and_delivered_as_a_string(document: dict[str, Any]) -> None:
+    """Older senders write money as a JSON number, which the schema (a decimal string) refuses
+    but the lobby still takes; its receiver gets decimal strings, as the delivered schema says."""
+    router = make_router()
+    alice = join(router, "alice")
+    bob = join(router, "bob")
+    items = [{**ITEM, "price": 2.5}, {**ITEM, "id": "i2", "price": 1, "quantity": 1}]
+    order = {"items": items, "total_price": 6}
+    frame: dict[str, Any] = {"sender_id": "alice", "receiver_id": "bob"}
+    frame |= {"message_type": "ORDER_PROPOSAL", "payload": order, "message_id": "o1"}
+    frame["auth_token"] = alice.token
+    assert not schema_accepts(document, frame)
+    alice.send("ORDER_PROPOSAL", order, receiver_id="bob", message_id="o1")
+    (proposal,) = bob.take()
+    assert [i["price"] for i in proposal["payload"]["items"]] == ["2.5", "1"]
+    assert proposal["payload"]["total_price"] == "6"
+    bob.send("PAYMENT", {"amount": 6.0, "proposal_message_id": "o1"}, receiver_id="alice")
+    payment = next(m for m in alice.take() if m["message_type"] == "PAYMENT")
+    assert payment["payload"]["amount"] == "6.0"
+    for delivered in (proposal, payment):
+        name = f"#/components/schemas/{delivered['message_type'].title().replace('_', '')}Delivered"
+        assert jsonschema_rs.validator_for({**document, "$ref": name}).is_valid(delivered)
