@@ -42,6 +42,12 @@ class Capability(BaseModel):
         description="Structured metadata that DISCOVER_SERVICES `filters` match on "
         "(e.g. price, city, cuisine).",
     )
+    arguments_form: Literal["flat", "object"] | None = Field(
+        default=None,
+        description="How this capability's REQUESTs are delivered: 'flat' (the default) with "
+        "the arguments beside `capability_name`, or 'object' with them in `arguments`, for a "
+        "receiver whose generated models keep only declared fields.",
+    )
 
 
 class RegisterPayload(_Payload):
@@ -199,11 +205,18 @@ class ServicesAvailablePayload(_Payload):
 
 
 class RequestPayload(BaseModel):
-    """REQUEST: the capability to call plus its input, as fields beside `capability_name`."""
+    """REQUEST: the capability to call plus its input, as fields beside `capability_name`, or
+    as one `arguments` object (then the payload's only other field). The lobby delivers them in
+    the form the capability's `arguments_form` asks for."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
     capability_name: str
+    arguments: dict[str, Any] | None = Field(
+        default=None,
+        description="The capability's input as one object, instead of fields beside "
+        "`capability_name`: the form a generated model keeps whole.",
+    )
 
 
 class ResponsePayload(BaseModel):

@@ -159,6 +159,13 @@ CORPUS = [
         receiver_id="bob",
         conversation_id="k1",
     ),
+    ok(
+        "request: arguments as an object",
+        "REQUEST",
+        {"capability_name": "c", "arguments": {"x": 1}},
+        receiver_id="bob",
+        conversation_id="k4",
+    ),
     bad("request: no conversation_id", "REQUEST", {"capability_name": "c"}, receiver_id="bob"),
     bad(
         "request: no capability_name", "REQUEST", {"x": 1}, receiver_id="bob", conversation_id="k2"
