@@ -21,6 +21,21 @@ class _Payload(BaseModel):
     model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
 
 
+# An attribute's or a filter's value as a schema without a type: its rules sit in `not`, which
+# generators leave alone, so a Go model holds any value (Modelina's Go unions drop theirs).
+ATTRIBUTE_VALUE: Final[dict[str, Any]] = {
+    "title": "AttributeValue",
+    "description": "A string, a number, a boolean or a list of strings.",
+    "not": {
+        "anyOf": [
+            {"type": ["object", "null"]},
+            {"type": "array", "contains": {"not": {"type": "string"}}},
+        ]
+    },
+}
+AttributeValue = Annotated[str | int | float | bool | list[str], WithJsonSchema(ATTRIBUTE_VALUE)]
+
+
 class Capability(BaseModel):
     """A service an agent offers (seed 003 section 7)."""
 
@@ -37,7 +52,7 @@ class Capability(BaseModel):
     keywords: list[Name] = Field(default_factory=list)
     authorized_requester_ids: list[AgentIdRef] | None = None
     """Agents allowed to call this capability; `null` or `[]` means public."""
-    attributes: dict[Name, str | int | float | bool | list[str]] | None = Field(
+    attributes: dict[Name, AttributeValue] | None = Field(
         default=None,
         description="Structured metadata that DISCOVER_SERVICES `filters` match on "
         "(e.g. price, city, cuisine).",
@@ -84,12 +99,13 @@ FILTER_SCHEMA: Final[dict[str, Any]] = {
         "op": {"title": "FilterOp", "type": "string", "enum": list(FILTER_OPS), "default": "eq"},
         "value": {
             "title": "FilterValue",
-            "anyOf": [
-                {"type": "string"},
-                {"type": "number"},
-                {"type": "boolean"},
-                {"type": "array", "items": {"anyOf": [{"type": t} for t in _SCALAR["type"]]}},
-            ],
+            "description": "A string, a number or a boolean; a list of them for `in`.",
+            "not": {
+                "anyOf": [
+                    {"type": ["object", "null"]},
+                    {"type": "array", "contains": {"type": ["object", "array", "null"]}},
+                ]
+            },
         },
     },
     "required": ["attribute", "value"],
