@@ -1,9 +1,9 @@
 """The agent's AsyncAPI document and the lobby agree on what an agent may send: for each frame
 of a corpus of valid and invalid frames, the frame's schema (a JSON Schema validator, with the
-whole document as root) accepts it exactly when the lobby's core (the Router, as the server
-runs it) does. A refusal counts when it is about the frame's shape (`malformed`, `invalid_*`);
-refusals that depend on state (an unknown receiver, an unpaid proposal) are kept out of the
-corpus, since no schema can state them."""
+whole document as root), and the message type's schema in protocol/schema/, accept it exactly
+when the lobby's core (the Router, as the server runs it) does. A refusal counts when it is
+about the frame's shape (`malformed`, `invalid_*`); refusals that depend on state (an unknown
+receiver, an unpaid proposal) are kept out of the corpus, since no schema can state them."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ from protocol.asyncapi import sent_name
 from protocol.models import ErrorCode, MessageType
 from tests.routerkit import Peer, cap, frames, join, make_router
 
-AGENT_DOCUMENT = Path(__file__).parent.parent / "protocol" / "asyncapi-agent.json"
+PROTOCOL = Path(__file__).parent.parent / "protocol"
+AGENT_DOCUMENT = PROTOCOL / "asyncapi-agent.json"
 SHAPE_CODES = {
     ErrorCode.MALFORMED,
     ErrorCode.INVALID_INPUT,
@@ -317,6 +318,12 @@ def schema_accepts(document: dict[str, Any], frame: dict[str, Any]) -> bool:
     return bool(jsonschema_rs.validator_for(root).is_valid(frame))
 
 
+def message_schema_accepts(frame: dict[str, Any]) -> bool:
+    """The verdict of protocol/schema/<TYPE>.json, the schema of one message type."""
+    schema = orjson.loads((PROTOCOL / "schema" / f"{frame['message_type']}.json").read_bytes())
+    return bool(jsonschema_rs.validator_for(schema).is_valid(frame))
+
+
 def lobby_accepts(frame: dict[str, Any]) -> bool:
     """Whether a fresh lobby, with `alice` registered and `bob` serving `c`, takes the frame
     from alice (or, for a REGISTER, from a new connection)."""
@@ -351,7 +358,8 @@ def _frame(case: Case) -> dict[str, Any]:
 def test_schema_and_lobby_agree(document: dict[str, Any], case: Case) -> None:
     frame = _frame(case)
     with_token = frame if case.message_type == "REGISTER" else {**frame, "auth_token": "t"}
-    assert (schema_accepts(document, with_token), lobby_accepts(frame)) == (case.valid, case.valid)
+    verdicts = schema_accepts(document, with_token), message_schema_accepts(with_token)
+    assert (*verdicts, lobby_accepts(frame)) == (case.valid,) * 3
 
 
 def test_money_as_a_number_is_taken_and_delivered_as_a_string(document: dict[str, Any]) -> None:
