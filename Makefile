@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint conformance conformance-autobahn conformance-mcp conformance-a2a bench bench-peers mutation schema asyncapi node-deps chromium clean
+.PHONY: run test lint conformance conformance-autobahn conformance-mcp conformance-a2a bench bench-peers mutation schema asyncapi node-deps chromium golang clean
 
 $(BIN)/python:
 	@echo "make: creating $(VENV) with $(PYTHON)"
@@ -73,9 +73,18 @@ $(CHROMIUM):
 
 chromium: $(CHROMIUM)
 
+# The generated Go models' test (tests/test_generated_clients.py) builds them with Debian's Go,
+# offline and with the standard library only: installed here when no `go` is on PATH (as root,
+# as in CI).
+golang:
+	@command -v go >/dev/null || { \
+		echo "make: installing Debian's golang-go for the generated Go models' test"; \
+		DEBIAN_FRONTEND=noninteractive apt-get install -y golang-go || \
+		(apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y golang-go); }
+
 # Two workers, each taking whole files (a file's module fixtures are made once): most tests
 # wait on sockets and child processes, so the suite takes about half as long.
-test: lint node-deps chromium
+test: lint node-deps chromium golang
 	$(BIN)/pytest -q -n 2 --dist loadfile
 
 bench: $(STAMP)

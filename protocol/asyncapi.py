@@ -16,7 +16,7 @@ from typing import Any, Final
 from pydantic import TypeAdapter
 from pydantic.json_schema import JsonSchemaMode
 
-from protocol.models import LOBBY_ID, Message, MessageType
+from protocol.models import AGENT_ID_PATTERN, LOBBY_ID, Message, MessageType
 from protocol.payloads import PAYLOAD_MODELS
 
 ASYNCAPI_VERSION: Final = "3.0.0"
@@ -74,6 +74,9 @@ REPLIES: Final[dict[MessageType, tuple[MessageType, ...]]] = {
 }
 """What answers a message sent to the lobby; any other is answered only by an ERROR if refused
 (an agent-to-agent move is answered by the other agent, not the lobby)."""
+
+IN_CONVERSATION: Final = (T.REQUEST, T.CFP, T.PROPOSE, T.ACCEPT, T.DECLINE, T.MATCH_ACCEPT)
+"""Messages the lobby refuses without a `conversation_id` (a call's, or a dialogue's id)."""
 
 _DIRECTION: Final = {
     **dict.fromkeys(TO_LOBBY, "Agent to lobby."),
@@ -178,9 +181,14 @@ def _frame(
     properties["message_type"] = {"$ref": _SCHEMAS + _camel(message_type) + "Type"}
     properties["payload"] = {"$ref": _SCHEMAS + PAYLOAD_MODELS[message_type].__name__}
     required = ["sender_id", "receiver_id", "message_type", "payload"]
+    if message_type in IN_CONVERSATION:
+        required.append("conversation_id")
+        properties["conversation_id"] = {**properties["conversation_id"], "type": "string"}
     if sent:
         for lobby_only in ("seq", "redelivered"):
             del properties[lobby_only]
+        # The agent id it registers (or registered) under, as the lobby checks it.
+        properties["sender_id"] = {**properties["sender_id"], "pattern": AGENT_ID_PATTERN}
         if message_type is not T.REGISTER:
             required.append("auth_token")
             properties["auth_token"] = {**properties["auth_token"], "type": "string"}

@@ -119,6 +119,22 @@ def check_order_proposal(payload: dict[str, Any]) -> OrderProposal:
     return OrderProposal(tuple(items), total, _expiry(payload.get("expires_at")))
 
 
+def decimal_text(value: Decimal) -> str:
+    """An amount as the lobby forwards it: the sender's digits in plain notation (`2.5` stays
+    "2.5", `"2.50"` stays "2.50", `1e3` becomes "1000")."""
+    return f"{value:f}"
+
+
+def with_text_money(payload: dict[str, Any], order: OrderProposal) -> dict[str, Any]:
+    """An ORDER_PROPOSAL payload checked into `order`, its money as decimal strings: what the
+    receiver gets, so a typed client reads one type (the schema's) whatever the sender wrote."""
+    items = [
+        {**raw, "price": decimal_text(item.price)}
+        for raw, item in zip(payload["items"], order.items, strict=True)
+    ]
+    return {**payload, "items": items, "total_price": decimal_text(order.total_price)}
+
+
 def _expiry(raw: object) -> float | None:
     if raw is None:
         return None

@@ -24,8 +24,12 @@ LOBBY_ID: Final = "global_lobby"
 AGENT_ID_PATTERN: Final = rf"^[A-Za-z0-9._:@-]{{1,{MAX_AGENT_ID_LENGTH}}}$"
 AGENT_ID_RE: Final = re.compile(AGENT_ID_PATTERN)
 
-TRACEPARENT_PATTERN: Final = r"^[0-9a-f]{2}-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}(-.*)?$"
-"""A W3C `traceparent` (version-traceid-parentid-flags); `codec.decode` checks the rest."""
+_TRACE_IDS: Final = r"(?!0{32})[0-9a-f]{32}-(?!0{16})[0-9a-f]{16}-[0-9a-f]{2}"
+TRACEPARENT_PATTERN: Final = (
+    rf"^(?:00-{_TRACE_IDS}|(?!00|ff)[0-9a-f]{{2}}-{_TRACE_IDS}(?:-[^ \t\n\r\f\v]*)?)$"
+)
+"""A W3C `traceparent` (version-traceid-parentid-flags) as `tracecontext.problem` holds it:
+not version ff, version 00 exactly 55 characters, no all-zero trace-id or parent-id."""
 
 AgentId = Annotated[str, Field(pattern=AGENT_ID_PATTERN)]
 AgentIdRef = Annotated[str, Field(max_length=MAX_AGENT_ID_LENGTH)]
@@ -209,7 +213,8 @@ class Message:
     traceparent: Annotated[
         str | None,
         Field(
-            pattern=TRACEPARENT_PATTERN,
+            # Look-ahead, which pydantic's regex engine lacks: in the schema only.
+            json_schema_extra={"pattern": TRACEPARENT_PATTERN},
             description="W3C Trace Context: the trace this message belongs to. Kept on "
             "everything the lobby forwards, with a new parent-id per hop.",
         ),

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Final, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from protocol.fipa import MAX_ROUND_REPLY_BY
 from protocol.limits import MAX_NAME_LENGTH
@@ -16,7 +16,24 @@ from protocol.models import LOBBY_ID, AgentIdRef, ErrorCode, MessageType, Name, 
 
 
 class _Payload(BaseModel):
-    model_config = ConfigDict(extra="ignore", frozen=True)
+    # Strict: JSON types as the schemas state them (`"3"` is not an integer, `"yes"` not a
+    # boolean), so what the schema refuses the lobby refuses too.
+    model_config = ConfigDict(extra="ignore", frozen=True, strict=True)
+
+
+# An attribute's or a filter's value as a schema without a type: its rules sit in `not`, which
+# generators leave alone, so a Go model holds any value (Modelina's Go unions drop theirs).
+ATTRIBUTE_VALUE: Final[dict[str, Any]] = {
+    "title": "AttributeValue",
+    "description": "A string, a number, a boolean or a list of strings.",
+    "not": {
+        "anyOf": [
+            {"type": ["object", "null"]},
+            {"type": "array", "contains": {"not": {"type": "string"}}},
+        ]
+    },
+}
+AttributeValue = Annotated[str | int | float | bool | list[str], WithJsonSchema(ATTRIBUTE_VALUE)]
 
 
 class Capability(BaseModel):
@@ -35,10 +52,16 @@ class Capability(BaseModel):
     keywords: list[Name] = Field(default_factory=list)
     authorized_requester_ids: list[AgentIdRef] | None = None
     """Agents allowed to call this capability; `null` or `[]` means public."""
-    attributes: dict[Name, str | int | float | bool | list[str]] | None = Field(
+    attributes: dict[Name, AttributeValue] | None = Field(
         default=None,
         description="Structured metadata that DISCOVER_SERVICES `filters` match on "
         "(e.g. price, city, cuisine).",
+    )
+    arguments_form: Literal["flat", "object"] | None = Field(
+        default=None,
+        description="How this capability's REQUESTs are delivered: 'flat' (the default) with "
+        "the arguments beside `capability_name`, or 'object' with them in `arguments`, for a "
+        "receiver whose generated models keep only declared fields.",
     )
 
 
@@ -67,6 +90,47 @@ class RegisterAckPayload(_Payload):
         "lobby. The handshake response's Agent-Lobby-Id header carries it too.",
     )
 
+
+FILTER_OPS: Final = ("eq", "ne", "lt", "le", "gt", "ge", "in", "contains")
+_SCALAR: Final = {"type": ["string", "number", "boolean"]}
+_BOOLEAN: Final = {"type": "boolean"}
+_NOT_IN: Final = {"not": {"const": "in"}}
+FILTER_SCHEMA: Final[dict[str, Any]] = {
+    "title": "Filter",
+    "description": "One constraint on a capability attribute (lobby/core/filters.py): `in` takes "
+    "a list of values, `lt`/`le`/`gt`/`ge` a number or a string, the others one value.",
+    "type": "object",
+    "properties": {
+        "attribute": {"type": "string", "minLength": 1},
+        "op": {"title": "FilterOp", "type": "string", "enum": list(FILTER_OPS), "default": "eq"},
+        "value": {
+            "title": "FilterValue",
+            "description": "A string, a number or a boolean; a list of them for `in`.",
+            "not": {
+                "anyOf": [
+                    {"type": ["object", "null"]},
+                    {"type": "array", "contains": {"type": ["object", "array", "null"]}},
+                ]
+            },
+        },
+    },
+    "required": ["attribute", "value"],
+    "additionalProperties": False,
+    # The rules between `op` and `value` as one `not` (no combination of them may hold):
+    # generators take `if`/`then` or `oneOf` into the model's types, `not` they leave alone.
+    "not": {
+        "anyOf": [
+            {"required": ["op", "value"], "properties": {"op": {"const": "in"}, "value": _SCALAR}},
+            {"required": ["value"], "properties": {"op": _NOT_IN, "value": {"type": "array"}}},
+            {
+                "required": ["op", "value"],
+                "properties": {"op": {"enum": ["lt", "le", "gt", "ge"]}, "value": _BOOLEAN},
+            },
+        ]
+    },
+}
+"""The schema of a DISCOVER_SERVICES filter; the lobby parses filters itself (`parse_filters`)
+and refuses with `malformed` exactly what this refuses."""
 
 DISCOVER_LIMIT: Final = 100
 """Capabilities in one DISCOVER_SERVICES answer when `limit` is not given (a lookup)."""
@@ -98,11 +162,10 @@ class DiscoverServicesPayload(_Payload):
     algorithm: Literal["simple", "filtered", "lexical"] | None = Field(
         default=None, description="Ranked search; default lexical with a query, else filtered."
     )
-    filters: list[dict[str, Any]] | None = Field(
+    filters: list[Annotated[dict[str, Any], WithJsonSchema(FILTER_SCHEMA)]] | None = Field(
         default=None,
         max_length=8,
-        description="Constraints on capability `attributes`: "
-        '{"attribute": str, "op": "eq"|"ne"|"lt"|"le"|"gt"|"ge"|"in"|"contains", "value": ...}.',
+        description="Constraints on capability `attributes`, all of which must hold.",
     )
     limit: int | None = Field(
         default=None,
@@ -130,9 +193,15 @@ class DiscoverServicesPayload(_Payload):
         return any(v is not None for v in (self.query, self.algorithm, self.filters))
 
 
+class FoundCapability(Capability):
+    """A capability in a SERVICES_AVAILABLE answer."""
+
+    score: float | None = Field(default=None, description="Its score, in a ranked search.")
+
+
 class ServiceRecord(_Payload):
     agent_id: str
-    relevant_capabilities: list[Capability]
+    relevant_capabilities: list[FoundCapability]
     online: bool
     score: float | None = Field(default=None, description="Best score, in a ranked search.")
 
@@ -158,11 +227,18 @@ class ServicesAvailablePayload(_Payload):
 
 
 class RequestPayload(BaseModel):
-    """REQUEST: the capability to call plus its input, as fields beside `capability_name`."""
+    """REQUEST: the capability to call plus its input, as fields beside `capability_name`, or
+    as one `arguments` object (then the payload's only other field). The lobby delivers them in
+    the form the capability's `arguments_form` asks for."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
     capability_name: str
+    arguments: dict[str, Any] | None = Field(
+        default=None,
+        description="The capability's input as one object, instead of fields beside "
+        "`capability_name`: the form a generated model keeps whole.",
+    )
 
 
 class ResponsePayload(BaseModel):
@@ -173,6 +249,11 @@ class ResponsePayload(BaseModel):
     status: str
     code: str | None = None
     error: str | None = None
+    path: str | None = Field(
+        default=None,
+        description="On the lobby's `invalid_input` RESPONSE: the JSON Pointer of the failing "
+        "argument.",
+    )
 
 
 class ErrorPayload(_Payload):
@@ -203,8 +284,22 @@ class AcceptedPayload(_Payload):
     message_id: str
 
 
-Number = int | float | str
-"""Money and prices: a JSON number (or a numeric string), read as an exact decimal."""
+MONEY_PATTERN: Final = r"^(?=[0-9.]*[1-9])[0-9]{1,15}(\.[0-9]{1,6})?$"
+"""A positive amount as a decimal string: below 10^15, at most six decimal places
+(`protocol.market`)."""
+Money = Annotated[
+    int | float | str,
+    WithJsonSchema(
+        {
+            "type": "string",
+            "pattern": MONEY_PATTERN,
+            "description": 'A positive decimal amount, as a string ("12.50"); the lobby also '
+            "takes a JSON number from older senders.",
+        }
+    ),
+]
+"""Money and prices: written as a decimal string, read as an exact decimal (a JSON number
+is still taken)."""
 
 
 class SealedTerms(_Payload):
@@ -221,7 +316,7 @@ class CfpPayload(_Payload):
         description="What is wanted: free-form (goods, quantities, an RFP...). "
         "`role`: 'buyer' (default) or 'seller' says which side the CFP's sender is on."
     )
-    reply_by: float | None = Field(default=None, description="Seconds to the first reply.")
+    reply_by: float | None = Field(default=None, gt=0, description="Seconds to the first reply.")
     sealed: SealedTerms | None = Field(
         default=None,
         description="A sealed round (CFP addressed to 'global_lobby'): the lobby holds every "
@@ -320,18 +415,18 @@ class TextPayload(_Payload):
 class OrderItemModel(_Payload):
     id: str
     name: str
-    price: Number
-    quantity: int
+    price: Money
+    quantity: int = Field(ge=1)
 
 
 class OrderProposalPayload(_Payload):
-    items: list[OrderItemModel]
-    total_price: Number
+    items: list[OrderItemModel] = Field(min_length=1)
+    total_price: Money
     expires_at: str | None = Field(default=None, description="ISO-8601 date-time.")
 
 
 class PaymentPayload(_Payload):
-    amount: Number
+    amount: Money
     proposal_message_id: str
 
 

@@ -11,7 +11,8 @@ from typing import Any, Final
 
 from pydantic import TypeAdapter
 
-from protocol.models import Message, MessageType
+from protocol.asyncapi import FROM_LOBBY, IN_CONVERSATION, TO_LOBBY
+from protocol.models import AGENT_ID_PATTERN, LOBBY_ID, Message, MessageType
 from protocol.payloads import PAYLOAD_MODELS, Capability
 
 SCHEMA_DIALECT: Final = "https://json-schema.org/draft/2020-12/schema"
@@ -35,13 +36,26 @@ def message_schema(message_type: MessageType) -> dict[str, Any]:
     properties = dict(envelope["properties"])
     properties["message_type"] = {"const": message_type.value, "type": "string"}
     properties["payload"] = payload
+    # The rules the lobby holds a frame of this type to (protocol/asyncapi.py has them per
+    # direction): an agent's id as sender, the lobby as receiver, a conversation to belong to.
+    properties["sender_id"] = {**properties["sender_id"], "pattern": AGENT_ID_PATTERN}
+    if message_type in TO_LOBBY or message_type in FROM_LOBBY:
+        lobby_end = "receiver_id" if message_type in TO_LOBBY else "sender_id"
+        properties[lobby_end] = {**properties[lobby_end], "const": LOBBY_ID}
+    required = list(envelope["required"])
+    if message_type in IN_CONVERSATION:
+        nullable = dict(properties["conversation_id"])
+        (string,) = (b for b in nullable.pop("anyOf") if b != {"type": "null"})
+        nullable.pop("default")
+        properties["conversation_id"] = {**nullable, **string}
+        required.append("conversation_id")
     return {
         "$schema": SCHEMA_DIALECT,
         "$id": f"{message_type.value}.json",
         "title": message_type.value,
         "type": "object",
         "properties": properties,
-        "required": envelope["required"],
+        "required": required,
         **({"$defs": defs} if defs else {}),
     }
 

@@ -1,15 +1,19 @@
 """Models generated from protocol/asyncapi-agent.json by the AsyncAPI project's own generator
 (Modelina), as a team writing an agent in another language would make them: they compile
-(`tsc --strict`) or import, and parse every frame of a recorded session of every message type
-(tests/recording.py) with nothing lost: each frame, parsed and written back, is the same JSON."""
+(`tsc --strict`, `go vet` and `go build`) or import, and parse every frame of a recorded session
+of every message type (tests/recording.py) with nothing lost: each frame, parsed and written
+back, is the same JSON. Go builds offline, with the standard library alone (`make test`
+installs Debian's golang-go)."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib
+import os
+import shutil
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -65,14 +69,29 @@ def generated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return out
 
 
-def _same_json(frames: list[tuple[str, str]], written: list[str]) -> list[str]:
-    """Each frame whose model wrote it back differently, with both versions."""
+def _same_json(
+    frames: list[tuple[str, str]], written: list[str], read: Callable[[Any], Any] = lambda v: v
+) -> list[str]:
+    """Each frame whose model wrote it back differently (as `read` sees them), with both."""
     assert len(written) == len(frames)
     return [
         f"{name}: {text} -> {again}"
         for (name, text), again in zip(frames, written, strict=True)
-        if orjson.loads(text) != orjson.loads(again)
+        if read(orjson.loads(text)) != read(orjson.loads(again))
     ]
+
+
+def _as_go_reads(value: Any) -> Any:
+    """`value` without the fields a Go model cannot tell from absent: a null, an empty list or
+    map (nil, all of them). For an optional field each means what absence does, the schema's
+    default; the one exception, a resuming REGISTER's `capabilities: []` (clear them, where
+    absent keeps them), a Go agent says with UPDATE_CAPABILITIES, where the field is required."""
+    if isinstance(value, dict):
+        kept = {key: _as_go_reads(item) for key, item in value.items()}
+        return {key: item for key, item in kept.items() if item not in (None, [], {})}
+    if isinstance(value, list):
+        return [_as_go_reads(item) for item in value]
+    return value
 
 
 TS_CHECK = """\
@@ -157,3 +176,93 @@ def test_python_models_parse_every_frame(session: Session, python_models: str) -
         model = getattr(module, name).model_validate_json(text)
         written.append(model.model_dump_json(exclude_unset=True, by_alias=True))
     assert _same_json(session.frames, written) == []
+
+
+GO_CHECK = """\
+package main
+
+import (
+\t"bufio"
+\t"encoding/json"
+\t"fmt"
+\t"os"
+
+\t"lobby"
+)
+
+var models = map[string]func() any{{
+{table}
+}}
+
+// Each frame, parsed into its model and written back, one line each.
+func main() {{
+\traw, err := os.ReadFile(os.Args[1])
+\tif err != nil {{
+\t\tpanic(err)
+\t}}
+\tvar frames [][2]string
+\tif err := json.Unmarshal(raw, &frames); err != nil {{
+\t\tpanic(err)
+\t}}
+\tout := bufio.NewWriter(os.Stdout)
+\tdefer out.Flush()
+\tfor _, frame := range frames {{
+\t\tmodel := models[frame[0]]()
+\t\tif err := json.Unmarshal([]byte(frame[1]), model); err != nil {{
+\t\t\tfmt.Fprintf(os.Stderr, "%s: %v: %s\\n", frame[0], err, frame[1])
+\t\t\tos.Exit(1)
+\t\t}}
+\t\tagain, err := json.Marshal(model)
+\t\tif err != nil {{
+\t\t\tpanic(err)
+\t\t}}
+\t\tout.Write(append(again, '\\n'))
+\t}}
+}}
+"""
+
+
+def go() -> str:
+    found = shutil.which("go")
+    assert found, "no go on PATH: `make test` installs Debian's golang-go"
+    return found
+
+
+@pytest.mark.timeout(300)
+def test_go_models_vet_build_and_parse_every_frame(
+    session: Session, generated: Path, tmp_path: Path
+) -> None:
+    """Offline, with the standard library alone: no module is fetched."""
+    models = generated / "go"
+    (models / "go.mod").write_text("module lobby\n\ngo 1.19\n")
+    check = models / "cmd" / "check"
+    check.mkdir(parents=True)
+    table = "\n".join(
+        f"\t{n!r}: func() any {{ return &lobby.{n}{{}} }},"
+        for n in sorted({name for name, _ in session.frames})
+    ).replace("'", '"')
+    (check / "main.go").write_text(GO_CHECK.format(table=table))
+    env = {
+        **os.environ,
+        "GOFLAGS": "-mod=mod",
+        "GOPROXY": "off",
+        "GOTOOLCHAIN": "local",
+        "GOCACHE": str(tmp_path / "cache"),
+        "GOPATH": str(tmp_path / "path"),
+    }
+    for command in (["vet", "./..."], ["build", "-o", str(tmp_path / "check"), "./cmd/check"]):
+        done = subprocess.run(
+            [go(), *command], cwd=models, env=env, capture_output=True, text=True, timeout=240
+        )
+        assert done.returncode == 0, f"go {command[0]}: {done.stderr[-3000:]}"
+    frames_file = tmp_path / "frames.json"
+    frames_file.write_bytes(orjson.dumps(session.frames))
+    parsed = subprocess.run(
+        [str(tmp_path / "check"), str(frames_file)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert parsed.returncode == 0, parsed.stderr[-3000:]
+    assert _same_json(session.frames, parsed.stdout.splitlines(), _as_go_reads) == []

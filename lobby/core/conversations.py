@@ -10,6 +10,8 @@ one `deliver`, and a schema check only for a capability that declares a schema.
 
 from __future__ import annotations
 
+from typing import Any
+
 import structlog
 
 from lobby.core.records import Effect, Snapshot
@@ -19,6 +21,7 @@ from lobby.core.session import Action, Send, Session
 from lobby.core.state import LobbyState
 from protocol.limits import clip
 from protocol.models import ErrorCode, Message, MessageType, ResponseStatus
+from protocol.payloads import Capability
 
 log = structlog.get_logger("lobby")
 
@@ -115,9 +118,12 @@ class Conversations:
         now = state.clock()
         if state.is_duplicate(msg, session, now):
             return []
+        payload = msg.payload
+        nested = _nested_arguments(payload, entry.model) if "arguments" in payload else None
+        flat = payload if nested is None else {"capability_name": name, **nested}
         check = entry.input_check
         if check is not None:
-            invalid = check.invalid(msg.payload)
+            invalid = check.invalid(flat)
             if invalid is not None:
                 reason = invalid.sentence(name, target.agent_id)
                 return self._deny(session, msg, ErrorCode.INVALID_INPUT, reason, invalid.path)
@@ -128,6 +134,11 @@ class Conversations:
                 f"agent {agent.agent_id!r} already has {limit} REQUESTs waiting for a final "
                 "RESPONSE; this one was not routed",
             )
+        if entry.model.arguments_form == "object":
+            arguments = nested if nested is not None else _without(payload, "capability_name")
+            msg.payload = {"capability_name": name, "arguments": arguments}
+        elif nested is not None:
+            msg.payload = flat
         actions = state.deliver(target, msg, session, Effect.OPENS, now)
         key = (agent.agent_id, target.agent_id, conversation_id)
         self._opens(key)
@@ -206,3 +217,21 @@ def _no_open_request(msg: Message, agent: AgentRecord) -> Refusal:
         f"no open REQUEST from {msg.receiver_id!r} to {agent.agent_id!r} in conversation "
         f"{conversation!r}",
     )
+
+
+def _nested_arguments(payload: dict[str, Any], capability: Capability) -> dict[str, Any] | None:
+    """The arguments of a REQUEST in the object form, `{"capability_name", "arguments": {}}`;
+    None for the flat form. A payload with other fields, an `arguments` that is not an object,
+    or a capability whose input schema declares an `arguments` property is the flat form:
+    an agent may have an argument of that name."""
+    arguments = payload.get("arguments")
+    if type(arguments) is not dict or len(payload) != 2:
+        return None
+    properties = capability.input_schema.get("properties")
+    return None if isinstance(properties, dict) and "arguments" in properties else arguments
+
+
+def _without(payload: dict[str, Any], key: str) -> dict[str, Any]:
+    rest = dict(payload)
+    rest.pop(key, None)
+    return rest

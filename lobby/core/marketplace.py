@@ -31,7 +31,9 @@ from protocol.market import (
     ProposalRecord,
     check_order_proposal,
     check_payment,
+    decimal_text,
     transaction,
+    with_text_money,
 )
 from protocol.models import ErrorCode, Message, MessageType
 
@@ -62,6 +64,7 @@ class Marketplace:
             order = check_order_proposal(msg.payload)
         except InvalidOrder as invalid:
             state.refuse(ErrorCode.INVALID_PAYMENT, str(invalid))
+        msg.payload = with_text_money(msg.payload, order)
         target = state.receiver(msg)
         now = state.clock()
         if state.is_duplicate(msg, session, now):
@@ -110,6 +113,7 @@ class Marketplace:
         except InvalidPayment as invalid:
             state.refuse(ErrorCode.INVALID_PAYMENT, str(invalid))
         assert proposal is not None
+        msg.payload = {**msg.payload, "amount": decimal_text(amount)}
         if msg.traceparent is None:
             msg.traceparent = self.traces.get(proposal.message_id)
         actions = state.deliver(target, msg, session, Effect.NONE, now)

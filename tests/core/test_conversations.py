@@ -4,6 +4,7 @@ conversations and their bound, and the refusals (lobby/core/conversations.py).""
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
@@ -312,3 +313,44 @@ def test_a_response_with_its_own_trace_keeps_it() -> None:
     request(alice, conversation="u")
     bob.to("alice", "RESPONSE", {"status": "success"}, conversation_id="u")
     assert alice.last()["conversation_id"] == "u"
+
+
+NAMED = {"type": "object", "properties": {"item": {"type": "string"}}, "required": ["item"]}
+
+
+@pytest.mark.parametrize("form", [None, "flat", "object"])
+def test_arguments_in_either_form_reach_a_capability_in_the_form_it_asks_for(
+    form: str | None,
+) -> None:
+    router = make_router()
+    alice = join(router, "alice")
+    extra: dict[str, Any] = {"arguments_form": form} if form else {}
+    bob = join(router, "bob", capabilities=[cap("c", input_schema=NAMED, **extra)])
+    wanted = (
+        {"capability_name": "c", "arguments": {"item": "x"}}
+        if form == "object"
+        else {"capability_name": "c", "item": "x"}
+    )
+    for conversation, sent in (("k1", {"item": "x"}), ("k2", {"arguments": {"item": "x"}})):
+        request(alice, conversation=conversation, **sent)
+        assert bob.last()["payload"] == wanted
+    # Checked against the input schema in either form: `path` points into the arguments.
+    request(alice, conversation="k3", arguments={"item": 5})
+    refused = alice.last()["payload"]
+    assert (refused["code"], refused["path"]) == ("invalid_input", "/item")
+    assert bob.take() == []
+
+
+def test_an_argument_named_arguments_stays_flat() -> None:
+    """The object form is `arguments` alone beside `capability_name`, as an object, for a
+    capability whose input schema has no `arguments` property: anything else is flat."""
+    router = make_router()
+    alice = join(router, "alice")
+    declared = {"type": "object", "properties": {"arguments": {"type": "object"}}}
+    bob = join(router, "bob", capabilities=[cap("c"), cap("d", input_schema=declared)])
+    flat: list[dict[str, Any]] = [{"arguments": 1}, {"arguments": {"a": 1}, "b": 2}]
+    for n, arguments in enumerate(flat):
+        request(alice, conversation=f"k{n}", **arguments)
+        assert bob.last()["payload"] == {"capability_name": "c", **arguments}
+    alice.to("bob", "REQUEST", {"capability_name": "d", "arguments": {"a": 1}}, conversation_id="k")
+    assert bob.last()["payload"] == {"capability_name": "d", "arguments": {"a": 1}}

@@ -1,0 +1,3 @@
+module agentlobby/example
+
+go 1.19
