@@ -30,9 +30,9 @@ def test_the_site_builds_strictly(tmp_path: Path) -> None:
     assert "WARNING" not in done.stderr, done.stderr
     site = tmp_path / "site"
     # The included files and the API reference are there, not just their pages' titles.
-    assert "1. Connecting" in (site / "protocol" / "index.html").read_text()
-    assert "FileTokenStore" in (site / "reference" / "index.html").read_text()
-    assert "echo is offered by" in (site / "getting-started" / "index.html").read_text()
+    assert "1. Connecting" in (site / "protocol.html").read_text()
+    assert "FileTokenStore" in (site / "reference.html").read_text()
+    assert "echo is offered by" in (site / "getting-started.html").read_text()
 
 
 def test_every_python_block_is_a_program_or_marked_as_a_fragment() -> None:
