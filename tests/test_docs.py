@@ -5,16 +5,56 @@ fragments are marked as such (tests/docblocks.py)."""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import signal
 import subprocess
 import sys
 from pathlib import Path
+from types import ModuleType
 
 from tests.conftest import start_lobby_process
 from tests.docblocks import ROOT, program_env, programs, python_blocks, run_once
 
 PAGES = sorted((ROOT / "docs").glob("*.md"))
+
+
+def hooks() -> ModuleType:
+    """docs/hooks.py, which MkDocs loads by its path (docs/ is not a package)."""
+    spec = importlib.util.spec_from_file_location("docs_hooks", ROOT / "docs" / "hooks.py")
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_links_of_an_included_file_are_made_relative_to_the_page() -> None:
+    relink = hooks().relink
+    # From README.md (the repository's root) into docs/index.md: pages stay links...
+    assert relink("[p](PROTOCOL.md#4-x)", "README.md", "docs/index.md") == "[p](protocol.md#4-x)"
+    assert relink("[s](docs/sdk.md#a)", "README.md", "docs/index.md") == "[s](sdk.md#a)"
+    # ...a file the site does not publish becomes its path in code, code blocks are left alone.
+    assert relink("[`e.py`](examples/e.py)", "README.md", "docs/index.md") == "`e.py`"
+    assert relink("[it](examples/e.py)", "README.md", "docs/x.md") == "it (`examples/e.py`)"
+    fenced = "```md\n[p](PROTOCOL.md)\n```\n"
+    assert relink(fenced, "README.md", "docs/index.md") == fenced
+    # From examples/js/README.md, relative to its own directory; web links are kept.
+    assert relink("[P](../../PROTOCOL.md)", "examples/js/README.md", "docs/node-agent.md") == (
+        "[P](protocol.md)"
+    )
+    assert relink("[w](https://a2a-protocol.org)", "README.md", "docs/a.md") == (
+        "[w](https://a2a-protocol.org)"
+    )
+
+
+def test_an_include_takes_a_whole_file_or_one_marked_section() -> None:
+    expand = hooks().expand
+    page = expand('--8<-- "README.md:first-agent"', "docs/getting-started.md")
+    assert page.startswith("Save this agent")
+    assert "--8<--" not in page
+    assert "class EchoAgent(Agent):" in page
+    assert expand('--8<-- "PROTOCOL.md"', "docs/protocol.md").startswith("# The Agent Lobby")
 
 
 def test_the_site_builds_strictly(tmp_path: Path) -> None:
