@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed-dev
 
-.PHONY: run test lint conformance conformance-autobahn conformance-mcp conformance-a2a bench bench-peers mutation schema asyncapi node-deps chromium golang clean
+.PHONY: run test lint docs conformance conformance-autobahn conformance-mcp conformance-a2a bench bench-peers mutation schema asyncapi node-deps chromium golang clean
 
 $(BIN)/python:
 	@echo "make: creating $(VENV) with $(PYTHON)"
@@ -87,6 +87,11 @@ golang:
 test: lint node-deps chromium golang
 	$(BIN)/pytest -q -n 2 --dist loadfile
 
+# The documentation site (mkdocs.yml) into site/: --strict, so a broken link or anchor fails.
+# `make test` builds it too (tests/test_docs.py).
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks
 
@@ -145,4 +150,4 @@ asyncapi: $(STAMP)
 	$(BIN)/lobby asyncapi --view agent --write protocol/asyncapi-agent.json
 
 clean:
-	rm -rf $(VENV) .venv-peers .node22 .conformance .mypy_cache .ruff_cache .pytest_cache mutants $(addsuffix /node_modules,$(NODE_DIRS) $(CONFORMANCE_DIR))
+	rm -rf $(VENV) site .venv-peers .node22 .conformance .mypy_cache .ruff_cache .pytest_cache mutants $(addsuffix /node_modules,$(NODE_DIRS) $(CONFORMANCE_DIR))

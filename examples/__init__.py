@@ -1,7 +1,7 @@
 """Runnable example agents; each has a `run.py` with a `main()` the tests run.
 
 Every example takes `--lobby-url`, one address or several comma-separated: the nodes of a
-cluster (README "Cluster"). With several, `spread` starts each agent on the next node, so the
+cluster (docs/cluster.md). With several, `spread` starts each agent on the next node, so the
 example's agents talk across nodes, and each fails over to the others.
 """
 

@@ -8,7 +8,7 @@ needs nothing beyond pip. This command finds that binary and replaces itself wit
 server directly (Ctrl-C stops it). With `--name`, `--cluster-port` and `--routes` it is one
 server of a NATS cluster (cluster name `lobby`): three of them, each routed to the other two,
 are the 3-server cluster that `lobby serve --cluster-replicas 3` keeps three copies on
-(README, "Cluster").
+(docs/cluster.md).
 """
 
 from __future__ import annotations

@@ -64,7 +64,7 @@ async def nats_server(directory: Path) -> AsyncIterator[NatsServer]:
 @asynccontextmanager
 async def nats_cluster(directory: Path, size: int = 3) -> AsyncIterator[list[NatsServer]]:
     """`size` servers of one NATS cluster, each `lobby nats --name --cluster-port --routes` as
-    the README's recipe, on free ports; yielded once each answers clients and JetStream has
+    docs/cluster.md's recipe, on free ports; yielded once each answers clients and JetStream has
     a meta leader."""
     routes = [f"nats://127.0.0.1:{free_port()}" for _ in range(size)]
     servers: list[NatsServer] = []

@@ -1,4 +1,4 @@
-"""The README's cluster walk-through: the examples, as a user runs them, with their agents
+"""The cluster walk-through of docs/cluster.md: the examples, as a user runs them, with their agents
 spread over two real `lobby serve --cluster` nodes on one real `nats-server -js`; the failover
 example keeps counting while the node of one of its agents is SIGKILLed."""
 

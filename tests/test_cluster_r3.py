@@ -1,7 +1,7 @@
 """A lobby node on a 3-server NATS cluster with `--cluster-replicas 3`: its journal, snapshots
 and buckets are kept by all three servers, and the server leading the journal stream killed
 while a sender streams REQUESTs loses nothing: every message arrives once, in order, after
-JetStream elects another leader. Real `lobby nats` servers (the README's recipe), a real
+JetStream elects another leader. Real `lobby nats` servers (docs/cluster.md's recipe), a real
 `lobby serve --cluster` process, SDK agents."""
 
 from __future__ import annotations

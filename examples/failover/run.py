@@ -5,7 +5,7 @@ it runs and watch its agent resume on the other, with every tick counted once, i
         --lobby-url ws://127.0.0.1:8765/,ws://127.0.0.1:8766/ --seconds 30
 
 The ticker starts on the first node, the tally on the second; each has both addresses and
-moves to the other when its node is gone (README "Cluster": a killed node's agents resume on a
+moves to the other when its node is gone (docs/cluster.md: a killed node's agents resume on a
 survivor within about 5 s). Ends with "received N of N ticks, each once, in order", or exits 1
 saying what is missing. With one address, both agents share one lobby.
 """

@@ -41,7 +41,7 @@ Needs nats-server 2.11 or later (`Nats-Expected-Last-Subject-Sequence-Subject`);
 
 Durability: the stream is created with one replica and the server's default sync (JetStream
 fsyncs every 2 minutes): a commit survives the lobby process dying and the NATS process dying,
-not the machine losing power. A 3-server NATS cluster and an R3 stream close that (README).
+not the machine losing power. A 3-server NATS cluster and an R3 stream close that (docs/cluster.md).
 """
 
 from __future__ import annotations
