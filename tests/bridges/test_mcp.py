@@ -480,9 +480,9 @@ def test_lobby_serve_never_imports_mcp_or_the_sdk() -> None:
     assert loaded.strip() == "[]"
 
 
-def test_the_readme_configuration_runs_lobby_mcp() -> None:
-    """The JSON the README gives to paste into an MCP client names valid `lobby` arguments."""
-    readme = (Path(__file__).resolve().parents[2] / "README.md").read_text()
+def test_the_documented_configuration_runs_lobby_mcp() -> None:
+    """The JSON docs/mcp.md gives to paste into an MCP client names valid `lobby` arguments."""
+    readme = (Path(__file__).resolve().parents[2] / "docs" / "mcp.md").read_text()
     block = readme.split('```json\n{\n  "mcpServers"', 1)[1].split("```", 1)[0]
     entry = json.loads('{"mcpServers"' + block)["mcpServers"]["agent-lobby"]
     assert entry["command"].endswith("/.venv/bin/lobby")
