@@ -2,8 +2,9 @@
 client templates, offline, as a team writing an agent would make one: the Python client, driven
 through its generated API alone (tests/asyncapi/drive_client.py), registers, discovers an SDK
 agent's capability, calls it and acknowledges the answers against a real lobby. The JavaScript
-client is generated too and is valid JavaScript; it cannot run here, as it requires
-@asyncapi/keeper, which the npm registry does not serve (docs/generated-clients.md)."""
+client is generated too and is valid JavaScript; it does not run here, as it requires
+@asyncapi/keeper, which the npm registry does not serve to this project
+(docs/generated-clients.md)."""
 
 from __future__ import annotations
 
