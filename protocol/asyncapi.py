@@ -319,7 +319,9 @@ VIEWS: Final = ("lobby", "agent")
 """The application a document describes: the lobby (`protocol/asyncapi.json`), or an agent
 (`protocol/asyncapi-agent.json`, from which a generator makes an agent-side client)."""
 
-_VIEW_TITLES: Final = {"lobby": "Agent Lobby Protocol", "agent": "Agent Lobby Protocol: an agent"}
+# A client generator names its class after the title less its spaces (@asyncapi/generator's
+# client templates): the agent's title has to make an identifier that way.
+_VIEW_TITLES: Final = {"lobby": "Agent Lobby Protocol", "agent": "Lobby Agent"}
 _VIEW_DESCRIPTIONS: Final = {
     "lobby": " This document describes the lobby; `protocol/asyncapi-agent.json` describes the "
     "same messages from an agent's side.",
