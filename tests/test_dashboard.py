@@ -238,6 +238,11 @@ async def test_the_dashboard_clicks_through_and_reconnects_after_a_restart(tmp_p
                     await expect(page.locator("#viewer-key")).to_have_value(answered["trace_id"])
                     await expect(page.locator("#viewer p.traces")).to_have_count(0)  # redrawn
                     await expect(moves).to_have_count(2)
+                    # and back from a party of the diagram to that agent's conversations
+                    await page.locator("#sequence text.party", has_text="echo").click()
+                    await expect(page.locator("#viewer h3")).to_have_text("Conversations of echo")
+                    listed = page.locator("#agent-conversations")
+                    await expect(listed).to_contain_text(answered["conversation_id"])
             status = page.locator("#status")
             await expect(status).to_contain_text("reconnecting in")
 

@@ -326,7 +326,9 @@ function showConversation(answer) {
   const drawing = svg("svg", { width, height, id: "sequence" });
   parties.forEach((name, i) => {
     const x = column * i + column / 2;
-    drawing.append(svg("text", { x, y: 16, "text-anchor": "middle", "font-weight": "bold" }, name));
+    const head = svg("text", { x, y: 16, "text-anchor": "middle", "font-weight": "bold", class: "party" }, name);
+    head.addEventListener("click", () => showAgent(name)); // a party is an agent: its conversations
+    drawing.append(head);
     drawing.append(svg("line", { x1: x, y1: 24, x2: x, y2: height, stroke: "#bbb", "stroke-dasharray": "4 3" }));
   });
   const marker = svg("marker", { id: "arrow", markerWidth: 8, markerHeight: 8, refX: 8, refY: 4, orient: "auto" });
