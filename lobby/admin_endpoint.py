@@ -16,15 +16,18 @@ optional) is echoed, so answers can be matched when several are in flight, and t
 from the events a streaming command (`observe`) sends, which carry `event`
 instead of `ok`. New commands are new entries in `AdminEndpoint.commands`.
 
-The token is `--admin-token`, or one made at start: written to `DATA_DIR/admin.token` (mode
-0600, replaced at each start) for the sqlite store, printed once on stderr for the memory
-store. It is never logged.
+The token is `--admin-token`, or the one kept in `DATA_DIR/admin.token` (mode 0600) for the
+sqlite store: made at the first start and kept across restarts, so an open dashboard
+reconnects by itself; deleting the file before a start rotates it. With the memory store a
+new one is printed once on stderr at each start. It is never logged. A wrong token is
+answered "wrong admin token: see WHERE", WHERE naming where this lobby's token is.
 """
 
 from __future__ import annotations
 
 import hmac
 import os
+import secrets
 import sys
 from collections.abc import Callable
 from http import HTTPStatus
@@ -51,12 +54,38 @@ BROWSER_QUERY = "auth=message"
 """`/admin?auth=message`: the token comes in the first message, not in a header."""
 
 Answer = dict[str, Any]
+MIN_TOKEN = 16
+"""Characters an admin token has at least (`--admin-token` is held to the same)."""
+
+
+def kept_token(data_dir: Path | None) -> str | None:
+    """The token a previous start wrote to `data_dir/admin.token`, if it is there and long
+    enough to be one (a truncated or emptied file gets a new token)."""
+    if data_dir is None:
+        return None
+    try:
+        token = (data_dir / TOKEN_FILE).read_text().strip()
+    except (OSError, UnicodeDecodeError):
+        return None
+    return token if len(token) >= MIN_TOKEN else None
+
+
+def choose_token(given: str | None, data_dir: Path | None) -> tuple[str, str]:
+    """The admin token for a start, and where an operator finds it: `given`
+    (`--admin-token`), else the one kept in `data_dir` (so open dashboards reconnect after a
+    restart), else a new one that `publish_token` makes known once the lobby listens."""
+    if given is not None:
+        return given, "the --admin-token (LOBBY_ADMIN_TOKEN) the lobby was started with"
+    token = kept_token(data_dir) or secrets.token_urlsafe(32)
+    if data_dir is None:
+        return token, "the lobby's stderr at start (printed once)"
+    return token, str(data_dir / TOKEN_FILE)
 
 
 def publish_token(token: str, data_dir: Path | None) -> None:
-    """Make a generated admin token known, once the lobby listens (a start that fails
-    replaces no file): written to `data_dir/admin.token` (mode 0600), or, without a data
-    dir, printed once on stderr."""
+    """Make a generated or kept admin token known, once the lobby listens (a start that
+    fails replaces no file): written to `data_dir/admin.token` (mode 0600, whatever mode an
+    older run left it with), or, without a data dir, printed once on stderr."""
     if data_dir is None:
         sys.stderr.write(f"lobby: admin token (for /admin, lobby revoke/remove): {token}\n")
         return
@@ -73,9 +102,14 @@ class AdminEndpoint:
     """The /admin connections of one lobby: `admit` checks the token, `received` runs a
     command."""
 
-    def __init__(self, server: LobbyServer, token: str, sessions: set[Session]) -> None:
+    def __init__(
+        self, server: LobbyServer, token: str, sessions: set[Session], *, where: str
+    ) -> None:
         self._server = server
         self._token = token.encode()
+        self.where = where
+        """Where an operator finds the token (`DATA_DIR/admin.token`, ...), told to whoever
+        presents a wrong one."""
         self.sessions = sessions
         """The open /admin connections (the server checks membership for each message that
         comes from a connection without an agent)."""
@@ -99,6 +133,8 @@ class AdminEndpoint:
             return None
         log.warning("ADMIN_AUTHENTICATION_FAILED", presented=bool(presented))
         error = "/admin needs the header 'Authorization: Bearer ADMIN_TOKEN' with the lobby's token"
+        if presented:
+            error = f"wrong admin token: see {self.where}"
         return HttpAnswer.json(HTTPStatus.UNAUTHORIZED, {"error": error, "code": "auth_failed"})
 
     def _proves(self, presented: str) -> bool:
@@ -147,7 +183,10 @@ class AdminEndpoint:
             self._send(session, {"ok": True, **answer})
             return
         log.warning("ADMIN_AUTHENTICATION_FAILED", presented=isinstance(token, str))
-        reason = "the first message must be {'command': 'auth', 'token': ADMIN_TOKEN}"
+        if answer["command"] == "auth" and isinstance(token, str):
+            reason = f"wrong admin token: see {self.where}"
+        else:
+            reason = "the first message must be {'command': 'auth', 'token': ADMIN_TOKEN}"
         self._fail(session, answer, "auth_failed", reason)
         self._server.execute([Close(session, CloseCode.POLICY_VIOLATION, "auth_failed")])
 
@@ -205,4 +244,13 @@ class AdminEndpoint:
         self._server.send(session, orjson.dumps(answer))
 
 
-__all__ = ["BROWSER_QUERY", "PATH", "TOKEN_FILE", "AdminEndpoint", "publish_token"]
+__all__ = [
+    "BROWSER_QUERY",
+    "MIN_TOKEN",
+    "PATH",
+    "TOKEN_FILE",
+    "AdminEndpoint",
+    "choose_token",
+    "kept_token",
+    "publish_token",
+]

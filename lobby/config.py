@@ -165,8 +165,9 @@ class Settings:
     admin_token: str | None = _setting(
         None,
         "the secret /admin wants (lobby revoke, lobby remove), 16 characters or more "
-        "(default: a new random one each start, written to DATA_DIR/admin.token, mode 0600; "
-        "printed once on stderr with --store memory)",
+        "(default: the one kept in DATA_DIR/admin.token, mode 0600, made at the first start "
+        "and kept across restarts, rotated by deleting that file before a start; a new one "
+        "printed once on stderr at each start with --store memory)",
     )
     tls_cert: Path | None = _setting(
         None, "PEM certificate (chain) file: agents connect with wss:// (needs --tls-key)"

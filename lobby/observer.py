@@ -218,6 +218,12 @@ class Observers:
                 summary["refused"] = {"code": payload.get("code"), "error": payload.get("error")}
             elif kind in _NOTICES and frame.get("sender_id") == LOBBY_ID:
                 notices.append(summarize(frame, now))
+            elif kind == summary["message_type"] and frame.get("sender_id") == summary["sender_id"]:
+                # The message as forwarded: ids the lobby gave it (a trace started for a
+                # message sent without one) find it in the viewer too.
+                for key, find in KEYS.items():
+                    summary[key] = summary[key] or find(frame)
+                summary["message_id"] = summary["message_id"] or frame.get("message_id")
         self._record(summary)
         for notice in notices:
             self._record(notice)

@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import secrets
 import time
 from collections.abc import Coroutine, Iterable
 from http import HTTPStatus
@@ -200,8 +199,9 @@ class LobbyServer:
     async def start(self) -> None:
         s = self.settings
         self.router.restore(self.store.load())
-        token = s.admin_token or secrets.token_urlsafe(32)
-        self.admin = AdminEndpoint(self, token, self._admin_sessions)
+        data_dir = self.store.path.parent if isinstance(self.store, SqliteStore) else None
+        token, where = admin_endpoint.choose_token(s.admin_token, data_dir)
+        self.admin = AdminEndpoint(self, token, self._admin_sessions, where=where)
         try:
             if self.cluster is not None:
                 await self.cluster.start()
@@ -214,7 +214,6 @@ class LobbyServer:
             await self.committer.close()  # a lobby that could not listen lets go of its store
             raise
         if s.admin_token is None:
-            data_dir = self.store.path.parent if isinstance(self.store, SqliteStore) else None
             admin_endpoint.publish_token(token, data_dir)
         self._running = True
         self._started = time.monotonic()

@@ -1,7 +1,8 @@
 """The dashboard's files (`GET /dashboard`): plain HTML, JS and CSS shipped inside the package,
 no CDN and no build step. The page asks for the admin token, opens `/admin?auth=message`,
 sends the token as its first message, then `observe`s: the lobby pushes a snapshot and events
-(`lobby.observer`), the page never polls.
+(`lobby.observer`), the page never polls. When the connection closes (the lobby restarts) it
+opens a new one with backoff and the same token, which the lobby keeps across restarts.
 """
 
 from __future__ import annotations
