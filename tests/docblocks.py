@@ -12,6 +12,8 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -118,6 +120,49 @@ def run_once(
             # Only what the program prints: the SDK logs nothing on stdout.
             assert run.stdout == program.output, f"{program.source}: {run.stdout!r}"
     return done
+
+
+SOMEONE_ELSE = """\
+from typing import Any
+
+from agent_sdk import Agent, CapabilityError, RequestContext, capability
+
+
+class SomeoneElse(Agent):
+    agent_id = "someone_else"
+
+    @capability("echo", description="Another agent's echo.")
+    async def echo(self, request: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        raise CapabilityError("someone else's echo was called", code="not_yours")
+
+    @capability("quote", description="Another agent's quote.")
+    async def quote(self, request: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        raise CapabilityError("someone else's quote was called", code="not_yours")
+
+
+SomeoneElse().run_forever()
+"""
+"""An agent a shared lobby already holds, offering what the documents' programs call: a
+program that takes whichever provider the lobby lists first meets it and fails."""
+
+
+@contextmanager
+def someone_else(lobby: LobbyProcess, workdir: Path, env: dict[str, str]) -> Iterator[None]:
+    """`SOMEONE_ELSE` running against `lobby` for the duration."""
+    path = workdir / "someone_else.py"
+    path.write_text(SOMEONE_ELSE)
+    seen = len(lobby.events())
+    process = subprocess.Popen([sys.executable, str(path)], env=env, cwd=workdir, text=True)
+    try:
+        deadline = time.monotonic() + 20
+        while not registered(lobby, {"someone_else"}, seen):
+            assert time.monotonic() < deadline, "someone_else never registered"
+            assert process.poll() is None, "someone_else exited"
+            time.sleep(0.05)
+        yield
+    finally:
+        process.send_signal(signal.SIGINT)
+        process.wait(10)
 
 
 def program_env(lobby: LobbyProcess, state_dir: Path) -> dict[str, str]:

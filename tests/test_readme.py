@@ -13,7 +13,15 @@ from pathlib import Path
 import orjson
 
 from tests.conftest import LobbyProcess, start_lobby_process
-from tests.docblocks import ROOT, program_env, programs, python_blocks, run_once, serves
+from tests.docblocks import (
+    ROOT,
+    program_env,
+    programs,
+    python_blocks,
+    run_once,
+    serves,
+    someone_else,
+)
 
 README = ROOT / "README.md"
 
@@ -60,7 +68,8 @@ def test_every_readme_program_runs_twice_against_one_durable_lobby(tmp_path: Pat
     lobby = start_lobby_process(data_dir)
     env = program_env(lobby, tmp_path / "state")
     try:
-        outputs = [run for _ in range(2) for run in run_once(lobby, readme, tmp_path, env)]
+        with someone_else(lobby, tmp_path, env):  # a lobby that already holds other agents
+            outputs = [run for _ in range(2) for run in run_once(lobby, readme, tmp_path, env)]
         # Each agent registered on the first run and resumed on the second.
         for agent_id in ("echo", "my_client"):
             assert arrivals(lobby, agent_id) == ["AGENT_REGISTERED", "AGENT_RESUMED"], agent_id
@@ -68,7 +77,7 @@ def test_every_readme_program_runs_twice_against_one_durable_lobby(tmp_path: Pat
         assert mailbox(data_dir, "my_client") == []
         # Tokens are kept in the state dir and in no log.
         tokens = [path.read_text() for path in (tmp_path / "state").rglob("*.token")]
-        assert len(tokens) == 2
+        assert len(tokens) == 3  # echo, my_client, and the agent that was there before them
         logged = lobby.log_path.read_text() + "".join(out.stdout + out.stderr for out in outputs)
         assert not any(token in logged for token in tokens)
     finally:
