@@ -20,7 +20,7 @@ from lobby.core.limits import Limits
 from lobby.core.router import DEFAULT_MAILBOX_LIMIT
 from lobby.core.tracing import Tracing
 
-LogFormat = Literal["json", "console"]
+LogFormat = Literal["auto", "json", "console"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 StoreKind = Literal["sqlite", "memory"]
 TransportKind = Literal["websockets", "picows"]
@@ -184,7 +184,11 @@ class Settings:
         "answer DISCOVER_SERVICES in a worker process holding a replica of the search index, "
         "off the event loop (false: in the lobby's own process)",
     )
-    log_format: LogFormat = _setting("json", "json (one object a line) or console (for people)")
+    log_format: LogFormat = _setting(
+        "auto",
+        "json (one object a line), console (for people), or auto: console when stdout is a "
+        "terminal, else json",
+    )
     log_level: LogLevel = _setting("info", "debug, info, warning or error")
     trace_ids: bool = _setting(
         False,
