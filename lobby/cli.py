@@ -35,7 +35,7 @@ import structlog
 
 from lobby import a2a_cli, admin, admin_cli, backup, dashboard, mcp_cli, reset_cli
 from lobby.admin_endpoint import TOKEN_FILE
-from lobby.config import SettingError, Settings
+from lobby.config import SettingError, Settings, install_hint
 from lobby.logs import configure
 from lobby.natsdev import add_nats_parser, run_nats
 from lobby.options import add_serve_options, settings_from
@@ -333,10 +333,7 @@ def _preflight(settings: Settings) -> None:
     """What can be checked before the store is opened (and logs its first line): the
     transport's package, the TLS files, and that the address can be listened on."""
     if settings.transport == "picows" and importlib.util.find_spec("picows") is None:
-        raise StartFailed(
-            "--transport picows needs the picows package: install the lobby with its extra, "
-            "`.venv/bin/pip install -e '.[picows]'` in the checkout (`make test` has it)"
-        )
+        raise StartFailed(f"--transport picows needs the picows package: {install_hint('picows')}")
     try:
         tls_context(settings)
     except ssl.SSLError as exc:  # before OSError, of which it is a kind

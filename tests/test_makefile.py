@@ -4,8 +4,12 @@ where a real install would take minutes: what make would do is what is checked."
 
 from __future__ import annotations
 
+import re
 import subprocess
+import tomllib
 from pathlib import Path
+
+from lobby.config import install_hint
 
 ROOT = Path(__file__).parent.parent
 
@@ -81,3 +85,26 @@ def test_extras_install_from_the_checkout(tmp_path: Path) -> None:
     assert f"touch {venv}/.installed-run-bridges-cluster" in done.stdout
     plain = make("-n", "run", f"VENV={venv}")
     assert "-e '.'" in plain.stdout
+
+
+def test_every_install_hint_names_an_extra_the_checkout_has() -> None:
+    """Extras are not on PyPI: the docs and the lobby's errors say how to install them from
+    this checkout, and name only extras pyproject.toml declares."""
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"][
+        "optional-dependencies"
+    ]
+    pages = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+    for page in pages:
+        assert "pip install 'agent-lobby[" not in page.read_text(), page
+    named = set()
+    for page in pages:
+        named |= set(re.findall(r"EXTRAS=\"?([a-z ]+)", page.read_text()))
+    assert named, "the docs name no extra"
+    for words in named:
+        assert set(words.split()) <= set(extras), words
+    for extra in ("bridges", "cluster", "otel", "picows"):
+        hint = install_hint(extra)
+        assert extra in extras
+        assert hint == (
+            f"make run EXTRAS={extra}, or .venv/bin/pip install -e '.[{extra}]' in the checkout"
+        )
