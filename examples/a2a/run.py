@@ -11,17 +11,25 @@ import asyncio
 import os
 import uuid
 
-import httpx
-from a2a.client import ClientConfig, create_client
-from a2a.types import Message, Role, SendMessageRequest
-from google.protobuf.struct_pb2 import Struct
-
 from agent_sdk import Agent
-from agent_sdk.bridges.a2a import Gateway, base_url, bind, hashed_tokens, serve_http, serving
-from agent_sdk.bridges.a2a_join import A2AAgent, fetch_card
-from agent_sdk.bridges.a2a_parts import data_parts, payload_of
-from examples.a2a import shouter
 from examples.echo.echo_agent import EchoAgent
+
+try:
+    import httpx
+    from a2a.client import ClientConfig, create_client
+    from a2a.types import Message, Role, SendMessageRequest
+    from google.protobuf.struct_pb2 import Struct
+
+    from agent_sdk.bridges.a2a import Gateway, base_url, bind, hashed_tokens, serve_http, serving
+    from agent_sdk.bridges.a2a_join import A2AAgent, fetch_card
+    from agent_sdk.bridges.a2a_parts import data_parts, payload_of
+    from examples.a2a import shouter
+except ModuleNotFoundError as missing:  # the bridges extra, which `make run` leaves out
+    package = (missing.name or "a package").split(".")[0]
+    raise SystemExit(
+        f"examples.a2a needs the bridges extra ({package} is not installed): "
+        "make run EXTRAS=bridges, or .venv/bin/pip install -e '.[bridges]'"
+    ) from None
 
 TOKEN = "example-secret"  # noqa: S105  # the example's own bearer token, mapped to my_client (echo lets it call)
 
