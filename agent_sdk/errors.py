@@ -203,11 +203,13 @@ class MoveTimeoutError(DialogueError, TimeoutError):
 
 
 class DialogueEndedError(DialogueError):
-    """The dialogue ended (`kind`: DECLINE, DIALOGUE_EXPIRED, ...) before what was awaited."""
+    """The dialogue ended (`kind`: DECLINE, DIALOGUE_EXPIRED, ...) before what was awaited;
+    `reason` is the one a DECLINE gave, if any (also in the message)."""
 
-    def __init__(self, message: str, *, kind: str) -> None:
+    def __init__(self, message: str, *, kind: str, reason: str | None = None) -> None:
         super().__init__(message)
         self.kind = kind
+        self.reason = reason
 
 
 class CapabilityError(AgentSDKError):
