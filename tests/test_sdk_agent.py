@@ -169,6 +169,11 @@ async def test_each_failure_raises_its_typed_error(lobby: LobbyServer) -> None:
             "Unauthorized: Agent 'rogue_007' is not authorized to call capability "
             "'find_cheapest_item_price_v2' on agent 'price_hunter'."
         )
+        # The lobby's text keeps its wire form; the error names the code once.
+        assert str(unauthorized.value) == (
+            "unauthorized: Agent 'rogue_007' is not authorized to call capability "
+            "'find_cheapest_item_price_v2' on agent 'price_hunter'."
+        )
         with pytest.raises(CapabilityNotFoundError):
             await me.request("price_hunter", "no_such_capability", {})
         with pytest.raises(UnknownReceiverError):
