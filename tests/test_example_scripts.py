@@ -128,3 +128,20 @@ def test_the_tools_server_over_http_is_joined_by_the_bridge(
     assert bridge.stderr.readline() == (
         "lobby bridge mcp: agent 'calculator' offers add, count, divide\n"
     )
+
+
+def test_the_echo_agent_says_when_it_is_up(
+    lobby_process: LobbyProcess, started: list[subprocess.Popen[str]]
+) -> None:
+    echo = subprocess.Popen(
+        [sys.executable, "-m", "examples.echo.echo_agent"],
+        stdout=subprocess.PIPE,
+        text=True,
+        cwd=ROOT,
+        env={**os.environ, "LOBBY_URL": lobby_process.url},
+    )
+    started.append(echo)
+    assert echo.stdout is not None
+    assert echo.stdout.readline() == "echo is up: serving echo until Ctrl-C\n"
+    registered = [e for e in lobby_process.events() if e.get("event") == "AGENT_REGISTERED"]
+    assert [e["agent_id"] for e in registered] == ["echo"]
