@@ -108,3 +108,17 @@ def test_every_install_hint_names_an_extra_the_checkout_has() -> None:
         assert hint == (
             f"make run EXTRAS={extra}, or .venv/bin/pip install -e '.[{extra}]' in the checkout"
         )
+
+
+def test_what_the_docs_commands_write_is_ignored_by_git() -> None:
+    """Files the docs' commands leave in the checkout (a tokens file, NATS and lobby data
+    directories) never show up as changes to commit."""
+    paths = ["a2a-tokens.json", ".nats-0/x", ".nats/x", ".lobby/x", ".lobby-b/x", "echo.token"]
+    done = subprocess.run(
+        ["git", "-C", str(ROOT), "check-ignore", "--no-index", *paths],
+        capture_output=True,
+        text=True,
+        timeout=10,
+        check=False,
+    )
+    assert done.stdout.split() == paths
