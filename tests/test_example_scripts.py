@@ -130,9 +130,11 @@ def test_the_tools_server_over_http_is_joined_by_the_bridge(
     )
 
 
-def test_the_echo_agent_says_when_it_is_up(
+def test_the_echo_agent_says_when_it_is_up_and_the_a2a_example_calls_it_as_it_runs(
     lobby_process: LobbyProcess, started: list[subprocess.Popen[str]]
 ) -> None:
+    """The A2A page starts the echo agent; the A2A example then calls that one rather than
+    starting its own, which would take the running agent's id over."""
     echo = subprocess.Popen(
         [sys.executable, "-m", "examples.echo.echo_agent"],
         stdout=subprocess.PIPE,
@@ -145,3 +147,20 @@ def test_the_echo_agent_says_when_it_is_up(
     assert echo.stdout.readline() == "echo is up: serving echo until Ctrl-C\n"
     registered = [e for e in lobby_process.events() if e.get("event") == "AGENT_REGISTERED"]
     assert [e["agent_id"] for e in registered] == ["echo"]
+    done = subprocess.run(
+        [sys.executable, "-m", "examples.a2a.run", "--lobby-url", lobby_process.url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=ROOT,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "A2A client: echo answered: 'hi' (2 characters)" in done.stdout
+    assert echo.poll() is None  # still serving: not replaced
+    echo_joined = [
+        e["event"]
+        for e in lobby_process.events()
+        if e.get("agent_id") == "echo" and e.get("event") in ("AGENT_REGISTERED", "AGENT_RESUMED")
+    ]
+    assert echo_joined == ["AGENT_REGISTERED"]
