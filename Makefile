@@ -2,26 +2,47 @@
 PYTHON ?= python3
 VENV ?= .venv
 BIN := $(VENV)/bin
-RUN_STAMP := $(VENV)/.installed-run
 STAMP := $(VENV)/.installed-dev
+# Optional extras for `make run` (pyproject.toml's optional-dependencies; they are not on PyPI,
+# so they install from this checkout): `make run EXTRAS="bridges cluster"`. One stamp per set.
+EXTRAS ?=
+comma := ,
+space := $(subst ,, )
+EXTRAS_LIST := $(sort $(EXTRAS))
+RUN_STAMP := $(VENV)/.installed-run$(subst $(space),,$(addprefix -,$(EXTRAS_LIST)))
+RUN_SPEC := .$(if $(EXTRAS_LIST),[$(subst $(space),$(comma),$(EXTRAS_LIST))])
 
 .PHONY: run test lint docs conformance conformance-autobahn conformance-mcp conformance-a2a bench bench-peers mutation schema asyncapi node-deps chromium golang clean
 
+# The lobby needs Python 3.11 or newer: a venv whose python is gone (a dangling link) or too old
+# (made by an older Python) would fail every install after, so it is removed and made again.
+NEW_ENOUGH := import sys; sys.exit(sys.version_info < (3, 11))
+ifneq ($(wildcard $(VENV)/.),)
+ifneq ($(shell $(BIN)/python -c '$(NEW_ENOUGH)' >/dev/null 2>&1 && echo ok),ok)
+$(info make: $(VENV) has no working Python 3.11 or newer: making it again)
+$(shell rm -rf $(VENV))
+endif
+endif
+
 $(BIN)/python:
+	@$(PYTHON) -c '$(NEW_ENOUGH)' >/dev/null 2>&1 || { \
+		echo "make: Agent Lobby needs Python 3.11 or newer; $(PYTHON) is" \
+			"$$($(PYTHON) --version 2>/dev/null || echo not found). Name one: make run PYTHON=python3.11"; \
+		exit 1; }
 	@echo "make: creating $(VENV) with $(PYTHON)"
 	$(PYTHON) -m venv $(VENV)
 
-# `make run` installs what the lobby needs, nothing more.
+# `make run` installs what the lobby needs (and EXTRAS), nothing more.
 $(RUN_STAMP): pyproject.toml | $(BIN)/python
-	@echo "make: installing the lobby into $(VENV)"
-	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e .
+	@echo "make: installing the lobby$(if $(EXTRAS_LIST), with $(EXTRAS_LIST),) into $(VENV)"
+	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '$(RUN_SPEC)'
 	touch $(RUN_STAMP)
 
-# Every other target also needs the test and lint tools.
+# Every other target also needs the test and lint tools (and every extra).
 $(STAMP): pyproject.toml | $(BIN)/python
 	@echo "make: installing the lobby and its development tools into $(VENV)"
 	$(BIN)/python -m pip install --quiet --disable-pip-version-check -e '.[dev]'
-	touch $(STAMP) $(RUN_STAMP)
+	touch $(STAMP) $(VENV)/.installed-run
 
 run: $(RUN_STAMP)
 	$(BIN)/lobby serve

@@ -1,4 +1,4 @@
-"""A pydantic-ai agent as an Agora bidder (`pip install 'agent-lobby[ai]'`).
+"""A pydantic-ai agent as an Agora bidder (the `ai` extra: `make run EXTRAS=ai`).
 
 The seed's bidder is a pydantic-ai `Agent` whose output is a `BidResponse`; this wraps one so
 it bids over the lobby: the model decides `bid()`, and a second agent (or the same model with

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar, overload
 
@@ -15,8 +16,9 @@ from protocol.models import LOBBY_ID, Message, MessageType
 from protocol.payloads import MAX_DISCOVER_LIMIT, ServiceRecord, ServicesAvailablePayload
 
 M = TypeVar("M", bound=BaseModel)
-Progress = Callable[[dict[str, Any]], Awaitable[None]]
-"""What `request(on_progress=...)` awaits with each `in_progress` update."""
+Progress = Callable[[dict[str, Any]], Awaitable[None] | None]
+"""What `request(on_progress=...)` calls with each `in_progress` update: a coroutine function
+(awaited) or a plain function."""
 
 
 class Caller(AgentCore):
@@ -61,8 +63,9 @@ class Caller(AgentCore):
         an `output_type` instance. Raises a `RequestError` subclass on failure (a `RemoteError`
         subclass chosen by the error's code, `RequestTimeoutError` on a timeout, the
         caller's or the capability's), `PayloadError` if the answer does not fit
-        `output_type`. `on_progress` is awaited with each `in_progress` update (its payload,
-        `status` included) as it arrives, before the final answer is returned."""
+        `output_type`. `on_progress` is called (and awaited, if it is a coroutine function) with
+        each `in_progress` update (its payload, `status` included) as it arrives, before the
+        final answer is returned."""
         stream = on_progress is not None
         conversation_id, call = await self._start_call(agent_id, capability, payload, stream)
         outstanding = self._outstanding
@@ -244,11 +247,19 @@ async def _with_progress(call: Call, on_progress: Progress) -> dict[str, Any]:
         finally:
             update.cancel()
         if update.done() and not update.cancelled():
-            await on_progress(update.result())
+            await _report(on_progress, update.result())
             continue
         while not call.updates.empty():
-            await on_progress(call.updates.get_nowait())
+            await _report(on_progress, call.updates.get_nowait())
         return call.result.result()
+
+
+async def _report(on_progress: Progress, update: dict[str, Any]) -> None:
+    """Hand one update to `on_progress`, awaiting what it returns if that is awaitable (a
+    plain function returns None)."""
+    outcome = on_progress(update)
+    if inspect.isawaitable(outcome):
+        await outcome
 
 
 def _result(payload: dict[str, Any], output_type: type[M] | None) -> Any:

@@ -73,8 +73,8 @@ class AgentCore:
     `log_level` to show the SDK's own log from that level (`agent_sdk.logs`; default: as the
     application configured `logging`, which prints nothing but warnings, to stderr),
     `otel` True (the global tracer provider) or a `TracerProvider` to handle each message in an
-    OpenTelemetry span (`pip install 'agent-lobby[otel]'`; `agent_sdk.otel`). Either way, what a
-    handler sends carries the trace of the message it handles (`agent_sdk.tracing`).
+    OpenTelemetry span (the `otel` extra: `make run EXTRAS=otel`; `agent_sdk.otel`). Either way,
+    what a handler sends carries the trace of the message it handles (`agent_sdk.tracing`).
     """
 
     agent_id: str = ""

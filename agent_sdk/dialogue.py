@@ -113,6 +113,8 @@ class DialogueHandle:
         are sent in it."""
         self._moves: asyncio.Queue[Move] = asyncio.Queue(MOVE_QUEUE_SIZE)
         self._changed = asyncio.Event()
+        self._declined: tuple[str, str | None] | None = None
+        """Who declined the dialogue and the reason they gave, once one side did."""
 
     @property
     def state(self) -> str:
@@ -200,10 +202,17 @@ class DialogueHandle:
 
     def _check_not_ended(self) -> None:
         ending = _ENDINGS.get(self.view.state)
-        if ending is not None:
-            raise DialogueEndedError(
-                f"dialogue {self.dialogue_id!r} is over: {ending}", kind=self.view.state
-            )
+        if ending is None:
+            return
+        reason = None
+        if self._declined is not None:
+            who, reason = self._declined
+            ending = f"{who!r} declined it" + (f": {reason}" if reason else "")
+        raise DialogueEndedError(
+            f"dialogue {self.dialogue_id!r} is over: {ending}",
+            kind=self.view.state,
+            reason=reason,
+        )
 
     async def _move(self, performative: Performative, payload: dict[str, Any]) -> None:
         me, loop = self._me, asyncio.get_running_loop()
@@ -215,6 +224,8 @@ class DialogueHandle:
             )
         except IllegalMove as illegal:
             raise IllegalMoveError(illegal.rule, illegal.reason) from None
+        if performative is Performative.DECLINE:
+            self._declined = (me, payload.get("reason"))
         await self._agent.send(
             self.counterpart,
             MessageType(performative.value),
@@ -228,6 +239,9 @@ class DialogueHandle:
     def _received(self, move: Move) -> None:
         if self.traceparent is None:
             self.traceparent = move.message.traceparent
+        if move.kind == MessageType.DECLINE:
+            reason = move.payload.get("reason")
+            self._declined = (self.counterpart, reason if isinstance(reason, str) else None)
         if self._moves.full():
             self._moves.get_nowait()  # a handle nobody reads keeps the latest moves only
         self._moves.put_nowait(move)

@@ -123,7 +123,7 @@ class RemoteError(RequestError):
             _REMOTE_ERRORS[code] = cls
 
     def __init__(self, code: str, message: str, payload: dict[str, Any] | None = None) -> None:
-        super().__init__(f"{code}: {message}")
+        super().__init__(with_code(code, message))
         self.code = code
         self.message = message
         self.payload = payload or {}
@@ -158,7 +158,7 @@ class RequestRefusedError(RequestError):
     """The lobby refused the REQUEST with an ERROR (e.g. `mailbox_full`, `malformed`)."""
 
     def __init__(self, code: str, message: str) -> None:
-        super().__init__(f"{code}: {message}")
+        super().__init__(with_code(code, message))
         self.code = code
         self.message = message
 
@@ -203,11 +203,13 @@ class MoveTimeoutError(DialogueError, TimeoutError):
 
 
 class DialogueEndedError(DialogueError):
-    """The dialogue ended (`kind`: DECLINE, DIALOGUE_EXPIRED, ...) before what was awaited."""
+    """The dialogue ended (`kind`: DECLINE, DIALOGUE_EXPIRED, ...) before what was awaited;
+    `reason` is the one a DECLINE gave, if any (also in the message)."""
 
-    def __init__(self, message: str, *, kind: str) -> None:
+    def __init__(self, message: str, *, kind: str, reason: str | None = None) -> None:
         super().__init__(message)
         self.kind = kind
+        self.reason = reason
 
 
 class CapabilityError(AgentSDKError):
@@ -217,6 +219,16 @@ class CapabilityError(AgentSDKError):
         super().__init__(message)
         self.code = code
         self.message = message
+
+
+def with_code(code: str, message: str) -> str:
+    """`code: message`, as an error reads, without saying the code twice when the message
+    already opens with it in words (the lobby's `Unauthorized: Agent ...` for `unauthorized`)."""
+    words = code.replace("_", " ")
+    head, colon, rest = message.partition(": ")
+    if colon and head.casefold() == words.casefold():
+        message = rest
+    return f"{code}: {message}"
 
 
 def remote_error(payload: dict[str, Any]) -> RemoteError:

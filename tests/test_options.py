@@ -42,7 +42,11 @@ def test_a_flag_wins_over_the_environment_which_wins_over_the_file(tmp_path: Pat
         ([], {"LOBBY_PORT": "abc"}, "LOBBY_PORT='abc': expected a whole number"),
         ([], {"LOBBY_STORE": "bogus"}, "LOBBY_STORE='bogus': expected one of sqlite, memory"),
         ([], {"LOBBY_FSYNC": "maybe"}, "LOBBY_FSYNC='maybe': expected true or false"),
-        ([], {"LOBBY_LOG_FORMAT": "xml"}, "LOBBY_LOG_FORMAT='xml': expected one of json, console"),
+        (
+            [],
+            {"LOBBY_LOG_FORMAT": "xml"},
+            "LOBBY_LOG_FORMAT='xml': expected one of auto, json, console",
+        ),
         ([], {"LOBBY_MAX_MESSAGE_BYTES": "-5"}, "LOBBY_MAX_MESSAGE_BYTES='-5': must be above 0"),
         ([], {"LOBBY_COMMIT_INTERVAL": "nan"}, "expected a finite number"),
         (["--message-rate", "-1"], {}, "--message-rate -1: must be at least 0"),

@@ -145,6 +145,23 @@ async def test_request_on_progress_sees_each_update_before_the_result(
     assert result == PriceResult(item="x", price=108.8, source="search_agent")
 
 
+async def test_request_on_progress_may_be_a_plain_function(lobby: LobbyServer) -> None:
+    seen: list[dict[str, Any]] = []
+    async with PriceHunter(lobby_url=lobby.url), Agent("search_agent", lobby_url=lobby.url) as me:
+        result = await me.request(
+            "price_hunter",
+            "find_cheapest_item_price_v2",
+            PriceQuery(item="x"),
+            output_type=PriceResult,
+            on_progress=seen.append,  # not a coroutine function
+        )
+    assert seen == [
+        {"searched": 1, "status": "in_progress"},
+        {"searched": 2, "status": "in_progress"},
+    ]
+    assert result == PriceResult(item="x", price=108.8, source="search_agent")
+
+
 async def test_invalid_input_is_refused_before_the_handler_runs(lobby: LobbyServer) -> None:
     async with (
         PriceHunter(lobby_url=lobby.url) as hunter,
@@ -167,6 +184,11 @@ async def test_each_failure_raises_its_typed_error(lobby: LobbyServer) -> None:
             await rogue.request("price_hunter", "find_cheapest_item_price_v2", {"item": "x"})
         assert unauthorized.value.message == (
             "Unauthorized: Agent 'rogue_007' is not authorized to call capability "
+            "'find_cheapest_item_price_v2' on agent 'price_hunter'."
+        )
+        # The lobby's text keeps its wire form; the error names the code once.
+        assert str(unauthorized.value) == (
+            "unauthorized: Agent 'rogue_007' is not authorized to call capability "
             "'find_cheapest_item_price_v2' on agent 'price_hunter'."
         )
         with pytest.raises(CapabilityNotFoundError):

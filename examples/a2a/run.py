@@ -8,33 +8,55 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import uuid
 
-import httpx
-from a2a.client import ClientConfig, create_client
-from a2a.types import Message, Role, SendMessageRequest
-from google.protobuf.struct_pb2 import Struct
-
 from agent_sdk import Agent
-from agent_sdk.bridges.a2a import Gateway, base_url, bind, hashed_tokens, serve_http, serving
-from agent_sdk.bridges.a2a_join import A2AAgent, fetch_card
-from agent_sdk.bridges.a2a_parts import data_parts, payload_of
-from examples.a2a import shouter
 from examples.echo.echo_agent import EchoAgent
+
+try:
+    import httpx
+    from a2a.client import ClientConfig, create_client
+    from a2a.types import Message, Role, SendMessageRequest
+    from google.protobuf.struct_pb2 import Struct
+
+    from agent_sdk.bridges.a2a import Gateway, base_url, bind, hashed_tokens, serve_http, serving
+    from agent_sdk.bridges.a2a_join import A2AAgent, fetch_card
+    from agent_sdk.bridges.a2a_parts import data_parts, payload_of
+    from examples.a2a import shouter
+except ModuleNotFoundError as missing:  # the bridges extra, which `make run` leaves out
+    package = (missing.name or "a package").split(".")[0]
+    raise SystemExit(
+        f"examples.a2a needs the bridges extra ({package} is not installed): "
+        "make run EXTRAS=bridges, or .venv/bin/pip install -e '.[bridges]'"
+    ) from None
 
 TOKEN = "example-secret"  # noqa: S105  # the example's own bearer token, mapped to my_client (echo lets it call)
 
 
+async def echo_is_online(lobby_url: str) -> bool:
+    """Whether an echo agent is running already (`examples.echo.echo_agent`, say): then the
+    example calls it rather than starting one that would take its id over."""
+    async with Agent("shout_client", lobby_url=lobby_url) as probe:
+        offers = await probe.discover("echo")
+    return any(offer.agent_id == "echo" and offer.online for offer in offers)
+
+
 async def call_echo(lobby_url: str) -> list[str]:
     """An A2A client (the official SDK's) sends a message to the lobby's echo capability."""
+    echo = (
+        contextlib.nullcontext()
+        if await echo_is_online(lobby_url)
+        else EchoAgent(lobby_url=lobby_url)
+    )
     sock = bind("127.0.0.1", 0)
     gateway = Gateway(
         "a2a_gateway", tokens=hashed_tokens({TOKEN: "my_client"}), lobby_url=lobby_url
     )
     headers = {"Authorization": f"Bearer {TOKEN}"}
     async with (
-        EchoAgent(lobby_url=lobby_url),
+        echo,
         serving(gateway, sock),
         httpx.AsyncClient(headers=headers) as http,
     ):

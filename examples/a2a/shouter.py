@@ -1,7 +1,16 @@
 """A small A2A agent built with the official a2a-sdk: skill `shout` upper-cases `text`, after
-one status update saying it started. `lobby a2a join` makes it a lobby agent."""
+one status update saying it started. `lobby a2a join` makes it a lobby agent:
+
+    .venv/bin/python -m examples.a2a.shouter [--port 9001]
+    .venv/bin/lobby a2a join --agent-id shouter \
+        --card http://127.0.0.1:9001/.well-known/agent-card.json
+"""
 
 from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
 
 from a2a.helpers import new_task_from_user_message
 from a2a.server.agent_execution import AgentExecutor, RequestContext
@@ -12,7 +21,10 @@ from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, TaskState
 from starlette.applications import Starlette
 
+from agent_sdk.bridges.a2a import base_url, bind, serve_http
 from agent_sdk.bridges.a2a_parts import data_parts, payload_of
+
+PORT = 9001
 
 
 class Shouter(AgentExecutor):
@@ -57,3 +69,23 @@ def app(url: str) -> Starlette:
     )
     handler = DefaultRequestHandler(Shouter(), InMemoryTaskStore(), card)
     return Starlette(routes=[*create_agent_card_routes(card), *create_jsonrpc_routes(handler, "/")])
+
+
+async def serve(port: int) -> None:
+    """Serve the shouter on 127.0.0.1:`port` until interrupted."""
+    sock = bind("127.0.0.1", port)
+    url = base_url(sock)
+    async with serve_http(app(url + "/"), sock):
+        print(f"shouter (A2A agent): card at {url}/.well-known/agent-card.json", flush=True)
+        await asyncio.Event().wait()
+
+
+if __name__ == "__main__":
+    parser = argparse.ArgumentParser(description="The shouter A2A agent.")
+    parser.add_argument("--port", type=int, default=PORT, help="(%(default)s)")
+    try:
+        asyncio.run(serve(parser.parse_args().port))
+    except KeyboardInterrupt:
+        pass
+    except OSError as exc:  # a port in use: one line, not a traceback
+        sys.exit(f"shouter: cannot listen on port {parser.parse_args().port}: {exc.strerror}")

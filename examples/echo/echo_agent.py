@@ -26,6 +26,9 @@ class EchoAgent(Agent):
         await ctx.progress({"step": "measuring"})  # optional: an in_progress RESPONSE
         return EchoReply(text=request.text, length=len(request.text))
 
+    async def on_connected(self) -> None:  # after each REGISTER: say it is up
+        print("echo is up: serving echo until Ctrl-C", flush=True)
+
 
 if __name__ == "__main__":
     EchoAgent().run_forever()  # connects to $LOBBY_URL, else ws://127.0.0.1:8765/

@@ -13,10 +13,17 @@ import os
 import sys
 from collections.abc import AsyncIterator
 
-from mcp import ClientSession, StdioServerParameters
-from mcp.client.stdio import stdio_client
-
 from agent_sdk import Agent
+
+try:
+    from mcp import ClientSession, StdioServerParameters
+    from mcp.client.stdio import stdio_client
+except ModuleNotFoundError as missing:  # the bridges extra, which `make run` leaves out
+    package = (missing.name or "a package").split(".")[0]
+    raise SystemExit(
+        f"examples.mcp needs the bridges extra ({package} is not installed): "
+        "make run EXTRAS=bridges, or .venv/bin/pip install -e '.[bridges]'"
+    ) from None
 
 LOBBY = [sys.executable, "-m", "lobby"]
 TOOLS_SERVER = [sys.executable, "-m", "examples.mcp.tools_server"]
@@ -55,8 +62,10 @@ async def main(lobby_url: str) -> list[str]:
         )
         async with stdio_client(server) as (read, write), ClientSession(read, write) as mcp:
             await mcp.initialize()
+            # Every online agent my_client may call is a tool: a shared lobby has others.
             tools = [tool.name for tool in (await mcp.list_tools()).tools]
-            lines.append(f"MCP client sees: {', '.join(sorted(tools))}")
+            mine = sorted(tool for tool in tools if tool.startswith("calculator."))
+            lines.append(f"MCP client sees: {', '.join(mine)}")
             result = await mcp.call_tool("calculator.add", {"a": 4, "b": 5})
             assert result.structuredContent is not None
             lines.append(f"MCP client: calculator.add(4, 5) = {result.structuredContent['result']}")

@@ -1,8 +1,17 @@
-"""A small MCP server (the official SDK's FastMCP) that `lobby bridge mcp` joins to the lobby.
+"""A small MCP server (the official SDK's FastMCP) that `lobby bridge mcp` joins to the lobby,
+over stdio (the bridge starts it; name the venv's python, the bridge does not activate it):
 
-    lobby bridge mcp --agent-id calculator --authorize my_client -- \
-        python -m examples.mcp.tools_server
+    .venv/bin/lobby bridge mcp --agent-id calculator --authorize my_client -- \
+        .venv/bin/python -m examples.mcp.tools_server
+
+or over streamable HTTP, started on its own:
+
+    .venv/bin/python -m examples.mcp.tools_server --http 9000   # http://127.0.0.1:9000/mcp
+    .venv/bin/lobby bridge mcp --agent-id calculator --url http://127.0.0.1:9000/mcp
 """
+
+import argparse
+import sys
 
 from mcp.server.fastmcp import Context, FastMCP
 
@@ -32,4 +41,12 @@ async def divide(a: float, b: float) -> float:
 
 
 if __name__ == "__main__":
-    server.run()  # stdio
+    parser = argparse.ArgumentParser(description="The calculator MCP server (stdio by default).")
+    parser.add_argument("--http", type=int, metavar="PORT", help="serve streamable HTTP instead")
+    port = parser.parse_args().http
+    if port is None:
+        server.run()  # stdio: stdout is the protocol's, so nothing is printed
+    else:
+        server.settings.port = port
+        print(f"calculator MCP server: http://127.0.0.1:{port}/mcp", file=sys.stderr, flush=True)
+        server.run("streamable-http")

@@ -20,9 +20,9 @@ def open_store(settings: Settings) -> Store:
         try:
             from lobby.store.jetstream import JetStreamStore  # nats-py: the cluster extra
         except ImportError:
-            raise StoreUnavailable(
-                "--cluster needs nats-py: pip install 'agent-lobby[cluster]'"
-            ) from None
+            from lobby.config import install_hint
+
+            raise StoreUnavailable(f"--cluster needs nats-py: {install_hint('cluster')}") from None
         assert settings.node_id is not None  # Settings.check
         return JetStreamStore(
             settings.cluster_urls(),

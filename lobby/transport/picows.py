@@ -1,4 +1,4 @@
-"""An optional transport on picows (`pip install 'agent-lobby[picows]'`, `lobby serve
+"""An optional transport on picows (`make run EXTRAS=picows`, `lobby serve
 --transport picows`): WebSocket framing and parsing in C, behind the same `LobbyServer` and
 router as the default. Measured next to the default in BENCHMARKS.md.
 

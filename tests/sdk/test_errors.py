@@ -36,6 +36,7 @@ from agent_sdk.errors import (
     UnknownReceiverError,
     refused_error,
     remote_error,
+    with_code,
 )
 from lobby.server import LobbyServer
 
@@ -144,6 +145,19 @@ def test_a_class_declared_later_is_raised_for_its_code_and_one_without_code_for_
 
     assert type(remote_error({"code": "sold_out_today", "error": "gone"})) is Sold
     assert type(remote_error({"error": "no code"})) is RemoteError  # Plain took no code
+
+
+def test_an_error_names_its_code_once() -> None:
+    assert with_code("unauthorized", "Unauthorized: Agent 'a' may not") == (
+        "unauthorized: Agent 'a' may not"
+    )
+    assert with_code("capability_not_found", "Capability not found: 'x'") == (
+        "capability_not_found: 'x'"
+    )
+    assert with_code("out_of_stock", "none left: try later") == (
+        "out_of_stock: none left: try later"
+    )
+    assert str(RequestRefusedError("mailbox_full", "Mailbox full: 'b'")) == "mailbox_full: 'b'"
 
 
 def test_a_remote_error_without_code_or_text_says_so_and_keeps_its_payload() -> None:

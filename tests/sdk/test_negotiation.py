@@ -105,6 +105,21 @@ async def test_a_declined_counter_offer_ends_conclude_with_the_reason(lobby: Lob
         with pytest.raises(DialogueEndedError) as ended:
             await dialogue.conclude(timeout=5)
         assert ended.value.kind == "declined"
+        assert ended.value.reason == "too low"
+        assert str(ended.value) == (
+            f"dialogue {dialogue.dialogue_id!r} is over: 'seller' declined it: too low"
+        )
+
+
+async def test_a_dialogue_this_side_declined_says_so_with_its_reason(lobby: LobbyServer) -> None:
+    async with Seller(lobby.url), Agent("buyer", lobby_url=lobby.url) as buyer:
+        dialogue = await buyer.cfp("seller", Wanted(goods=Apples(apples=1)))
+        await dialogue.next_proposal(Offer, timeout=5)
+        await dialogue.decline("found it cheaper")
+        with pytest.raises(DialogueEndedError) as ended:
+            await dialogue.conclude(timeout=5)
+        assert ended.value.reason == "found it cheaper"
+        assert "'buyer' declined it: found it cheaper" in str(ended.value)
 
 
 async def test_a_query_that_does_not_fit_the_model_is_declined_naming_the_problem(
@@ -118,8 +133,10 @@ async def test_a_query_that_does_not_fit_the_model_is_declined_naming_the_proble
         assert "the query does not fit Wanted" in decline.payload["reason"]
         assert "goods.apples" in decline.payload["reason"]
         assert seller.queries == []
-        with pytest.raises(DialogueEndedError):
+        with pytest.raises(DialogueEndedError) as ended:
             await dialogue.next_proposal(Offer, timeout=5)
+        assert ended.value.reason == decline.payload["reason"]
+        assert "'seller' declined it: the query does not fit Wanted" in str(ended.value)
 
 
 class Grocer(Agent):
