@@ -49,8 +49,8 @@ from typing import TYPE_CHECKING, Any, BinaryIO, Final
 import orjson
 import structlog
 
-from lobby.core.discovery import BadDiscovery, services_available, with_presence
-from lobby.core.registry import CapabilityEntry, Registry
+from lobby.core.discovery.discover import BadDiscovery, services_available, with_presence
+from lobby.core.discovery.registry import CapabilityEntry, Registry
 from lobby.core.to_lobby import WaitingQuery
 from protocol.payloads import Capability, DiscoverServicesPayload
 

@@ -37,8 +37,8 @@ ago) stops that node's link there: the home reads the sender's entry from the sh
 (`learn`), then routes the rest, and what that node forwarded meanwhile, in order.
 
 Dialogue moves, order proposals and payments are decided by the one node their dialogue or
-proposal lives on (`lobby.core.negotiation`): a move made elsewhere is forwarded there like a
-REQUEST, and what that node decided for a party on another node (the move, the lobby's notices)
+proposal lives on (`lobby.core.commerce.negotiation`): a move made elsewhere is forwarded there like
+a REQUEST, and what that node decided for a party on another node (the move, the lobby's notices)
 is forwarded marked decided, once the decision is committed on the deciding node; the home
 stores and delivers it without checking it again (`Router.decided`).
 
@@ -50,7 +50,7 @@ single-line JSON (orjson writes no newline), so nothing is decoded or encoded ag
 `lobby.done`: a line "<node> <incarnation> <first> <last>", then a JSON array of [sender,
 message_id] pairs left out. `lobby.gap`: "<node> <incarnation> <batch to resend from>".
 `lobby.ping.<node>` is answered while the node is up (a resume
-elsewhere asks it first: `lobby.core.shared`). Agents handed over between live nodes:
+elsewhere asks it first: `lobby.core.cluster.shared`). Agents handed over between live nodes:
 `lobby.cluster.handovers`.
 """
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from lobby.core.registry import AgentRecord
+    from lobby.core.discovery.registry import AgentRecord
 
 _session_ids = itertools.count(1)
 

@@ -13,9 +13,9 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from lobby.core.discovery.schemas import InputCheck, input_check
+from lobby.core.discovery.search import SearchIndex
 from lobby.core.limits import TokenBucket
-from lobby.core.schemas import InputCheck, input_check
-from lobby.core.search import SearchIndex
 from protocol.payloads import Capability
 
 if TYPE_CHECKING:
@@ -34,7 +34,7 @@ class CapabilityEntry:
     size: int
     """Bytes of `wire` as JSON: what it adds to a DISCOVER answer, which is bounded."""
     input_check: InputCheck | None
-    """`None` when the input schema accepts any object (see lobby.core.schemas)."""
+    """`None` when the input schema accepts any object (see lobby.core.discovery.schemas)."""
 
     @classmethod
     def of(cls, capability: Capability) -> CapabilityEntry:

@@ -10,8 +10,8 @@ journals that, and answers, once that is committed, with a `Snapshot` of the age
   other party);
 - the dialogues and sealed rounds it started, the order proposals it made (the old home
   forgets them: they are decided by their initiator's or proposer's home) and its trades.
-The new node adopts it as a failover adopts a dead node's agents (`lobby.core.adoption`), then
-lets the resume go ahead, which replays the mailbox in order.
+The new node adopts it as a failover adopts a dead node's agents (`lobby.core.cluster.adoption`),
+then lets the resume go ahead, which replays the mailbox in order.
 
 Two phases: the old home stops serving the agent at the release, but journals that it gave
 the agent up only once the new home says its adoption is committed (`released`). Until then
@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import structlog
 
-from lobby.core.adoption import adopt
+from lobby.core.cluster.adoption import adopt
+from lobby.core.commerce.sealed import KIND
 from lobby.core.records import (
     Acked,
     AgentSaved,
@@ -42,12 +43,11 @@ from lobby.core.records import (
     Snapshot,
     StateRemoved,
 )
-from lobby.core.sealed import KIND
 from lobby.core.session import Action, Close
 from protocol.models import CloseCode
 
 if TYPE_CHECKING:
-    from lobby.core.between_nodes import BetweenNodes
+    from lobby.core.cluster.between_nodes import BetweenNodes
 
 log = structlog.get_logger("lobby")
 

@@ -19,14 +19,14 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from lobby.core.commerce.sealed import KIND
 from lobby.core.conversations import Conversations
+from lobby.core.discovery.registry import AgentRecord
 from lobby.core.records import DELIVERED, Acked, MessageStored, Snapshot, StateSaved
-from lobby.core.registry import AgentRecord
-from lobby.core.sealed import KIND
 from lobby.core.state import LobbyState
 
 if TYPE_CHECKING:
-    from lobby.core.between_nodes import BetweenNodes
+    from lobby.core.cluster.between_nodes import BetweenNodes
 
 
 def adopt(router: BetweenNodes, snapshot: Snapshot, dead: str) -> list[str]:
@@ -91,7 +91,7 @@ def adopt(router: BetweenNodes, snapshot: Snapshot, dead: str) -> list[str]:
 
 def _take_decisions(router: BetweenNodes, snapshot: Snapshot) -> None:
     """The dead node's dialogues, sealed rounds, proposals and trades: it decided them (each
-    lives on its initiator's or proposer's home, `lobby.core.negotiation`), and this node,
+    lives on its initiator's or proposer's home, `lobby.core.commerce.negotiation`), and this node,
     now those agents' home, decides them from here on. What this node holds already is kept."""
     state = router.state
     documents = snapshot.state

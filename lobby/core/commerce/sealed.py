@@ -17,16 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from lobby.core.discovery.registry import AgentRecord
 from lobby.core.records import Effect, StateRemoved, StateSaved
 from lobby.core.refusal import unknown_receiver
-from lobby.core.registry import AgentRecord
 from lobby.core.session import Action, Session
 from protocol.fipa import Dialogue, DialogueState, IllegalMove, SealedRound, reveal_order
 from protocol.limits import clip
 from protocol.models import ErrorCode, Message, MessageType
 
 if TYPE_CHECKING:
-    from lobby.core.negotiation import Negotiations
+    from lobby.core.commerce.negotiation import Negotiations
 
 KIND = "sealed_round"
 """The kind its rounds are saved under (`StateSaved`)."""
