@@ -50,7 +50,8 @@ import orjson
 import structlog
 
 from lobby.core.discovery.discover import BadDiscovery, services_available, with_presence
-from lobby.core.discovery.registry import CapabilityEntry, Registry
+from lobby.core.discovery.registry import Registry
+from lobby.core.discovery.schemas import CapabilityEntry
 from lobby.core.to_lobby import WaitingQuery
 from protocol.payloads import Capability, DiscoverServicesPayload
 

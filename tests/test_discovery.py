@@ -24,9 +24,10 @@ from lobby.core.discovery.discover import (
     with_presence,
 )
 from lobby.core.discovery.listing import Position
-from lobby.core.discovery.registry import AgentRecord, Registry
+from lobby.core.discovery.registry import Registry
 from lobby.core.discovery.search import SIMPLE_WINDOW
 from lobby.core.limits import Limits
+from lobby.core.session import AgentRecord
 from lobby.server import LobbyServer
 from protocol.payloads import MAX_RANK, Capability, DiscoverServicesPayload
 from tests.conftest import TRANSPORTS

@@ -30,10 +30,9 @@ from bisect import bisect_right
 from typing import Final
 
 from lobby.core.counters import Counters
-from lobby.core.discovery.registry import AgentRecord
 from lobby.core.records import DELIVERED, Acked, Batch, MessageStored, Record, Snapshot
 from lobby.core.refusal import Refusal
-from lobby.core.session import Action, Send, Session
+from lobby.core.session import Action, AgentRecord, Send, Session
 from lobby.core.tracing import Tracing
 from protocol.codec import encode
 from protocol.models import ErrorCode, Message, MessageType

@@ -35,12 +35,12 @@ from lobby.core.delivery import (
     DEFAULT_DELIVERY_WINDOW,
     Delivery,
 )
-from lobby.core.discovery.registry import REVOKED, AgentRecord, Registry
+from lobby.core.discovery.registry import Registry
 from lobby.core.limits import Limits, pause_after
 from lobby.core.records import Batch, Compaction, Record, Snapshot
 from lobby.core.refusal import Refusal, error_payload, hash_token
 from lobby.core.registration import Registrar
-from lobby.core.session import Action, Close, Pause, Send, Session
+from lobby.core.session import REVOKED, Action, AgentRecord, Close, Pause, Send, Session
 from lobby.core.state import Ledger, LobbyState
 from lobby.core.to_lobby import ToLobby, WaitingQuery
 from lobby.core.tracing import Tracing

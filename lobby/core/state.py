@@ -27,11 +27,11 @@ from lobby.core.delivery import (
     DEFAULT_DELIVERY_WINDOW,
     Delivery,
 )
-from lobby.core.discovery.registry import AgentRecord, Registry
+from lobby.core.discovery.registry import Registry
 from lobby.core.limits import Limits
 from lobby.core.records import AgentRemoved, AgentSaved, Effect, Record, StateSaved
 from lobby.core.refusal import Refusal, error_payload, unknown_receiver
-from lobby.core.session import Action, Send, Session
+from lobby.core.session import Action, AgentRecord, Send, Session
 from lobby.core.tracing import Tracing, trace_id
 from protocol.codec import encode
 from protocol.models import LOBBY_ID, ErrorCode, Message, MessageType

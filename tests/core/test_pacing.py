@@ -10,8 +10,8 @@ from typing import Any
 import orjson
 
 from lobby.core import Router
-from lobby.core.discovery.registry import AgentRecord
 from lobby.core.records import DELIVERED, Acked, MessageStored
+from lobby.core.session import AgentRecord
 from tests.core.test_delivery import resume
 from tests.routerkit import Peer, join, make_router
 

@@ -11,9 +11,8 @@ import orjson
 from structlog.testing import capture_logs
 
 from lobby.core import Router, Send
-from lobby.core.discovery.registry import REVOKED
 from lobby.core.records import AgentRemoved, AgentSaved
-from lobby.core.session import Close
+from lobby.core.session import REVOKED, Close
 from tests.routerkit import join, make_router
 
 

@@ -17,11 +17,10 @@ from lobby.core.cluster.shared import SharedRegistry
 from lobby.core.commerce.marketplace import Marketplace
 from lobby.core.commerce.negotiation import Negotiations
 from lobby.core.conversations import Conversations
-from lobby.core.discovery.registry import AgentRecord
 from lobby.core.records import AgentRemoved, AgentSaved, Record
 from lobby.core.refusal import Refusal
 from lobby.core.registration import Registrar
-from lobby.core.session import Action, Close, Session
+from lobby.core.session import Action, AgentRecord, Close, Session
 from lobby.core.state import LobbyState
 from protocol.codec import decode
 from protocol.errors import DecodeError

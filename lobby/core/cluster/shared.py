@@ -33,11 +33,11 @@ from typing import Final
 import orjson
 import structlog
 
-from lobby.core.discovery.registry import AgentRecord, Registry
+from lobby.core.discovery.registry import Registry
 from lobby.core.limits import TokenBucket
 from lobby.core.records import AgentRemoved, AgentSaved
 from lobby.core.refusal import Refusal
-from lobby.core.session import Action, Close, Session
+from lobby.core.session import Action, AgentRecord, Close, Session
 from protocol.models import CloseCode, ErrorCode, Message, MessageType
 from protocol.payloads import Capability
 

@@ -19,9 +19,8 @@ from typing import Any
 import orjson
 import structlog
 
-from lobby.core.discovery.registry import AgentRecord
 from lobby.core.records import Effect, StateSaved
-from lobby.core.session import Action, Session
+from lobby.core.session import Action, AgentRecord, Session
 from lobby.core.state import LobbyState
 from lobby.core.tracing import trace_id
 from protocol.limits import clip

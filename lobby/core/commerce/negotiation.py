@@ -23,9 +23,8 @@ import structlog
 
 from lobby.core.commerce.sealed import UNREVEALED, SealedRounds
 from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON
-from lobby.core.discovery.registry import AgentRecord
 from lobby.core.records import Effect, StateRemoved, StateSaved
-from lobby.core.session import Action, Session
+from lobby.core.session import Action, AgentRecord, Session
 from lobby.core.state import LobbyState
 from lobby.core.tracing import trace_id
 from protocol.fipa import Dialogue, IllegalMove
