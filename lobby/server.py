@@ -23,9 +23,7 @@ DISCOVER_SERVICES are answered by a worker process holding a replica of the sear
 (`lobby.discovery_worker`), off this loop, unless `--no-discovery-worker`: then, as while the
 worker starts, one per pass of the loop, after the messages that pass routed.
 
-HTTP on the same port: `GET /healthz` (alive, with figures), `GET /readyz` (listening and the
-store writable: 200, else 503 with the reason), `GET /metrics` (Prometheus, `lobby.metrics`),
-`GET /dashboard` (its files, `lobby.dashboard`). `/admin` is the operators' WebSocket
+HTTP on the same port is answered by `lobby.endpoints`. `/admin` is the operators' WebSocket
 (`lobby.admin_endpoint`), opened with the admin token; its observers (`lobby.observer`) are
 told of each routed message, at the cost of one test per message while nobody observes.
 """
@@ -37,12 +35,11 @@ import contextlib
 import secrets
 import time
 from collections.abc import Coroutine, Iterable
-from http import HTTPStatus
 from typing import TYPE_CHECKING, Any
 
 import structlog
 
-from lobby import admin_endpoint, dashboard, stepdown
+from lobby import admin_endpoint, stepdown
 from lobby.admin_endpoint import AdminEndpoint
 from lobby.committer import Committer
 from lobby.config import Settings
@@ -50,8 +47,9 @@ from lobby.core.counters import SECONDS, Buckets
 from lobby.core.router import Router
 from lobby.core.session import Action, Close, Send, Session
 from lobby.discovery_worker import DiscoveryWorker
+from lobby.endpoints import Endpoints
 from lobby.identity import kept_identity, new_identity
-from lobby.metrics import CONTENT_TYPE, Metrics
+from lobby.metrics import Metrics
 from lobby.observer import Observers
 from lobby.pacing import Pacer
 from lobby.store import SqliteStore, Store, open_store
@@ -167,6 +165,7 @@ class LobbyServer:
         self.batch_seconds = Buckets(SECONDS)
         """Per batch of messages from a read: its first message in -> its frames written."""
         self.metrics = Metrics(self)
+        self.endpoints = Endpoints(self)
         self._admin_sessions: set[Session] = set()
         self.admin: AdminEndpoint | None = None
         self.observers = Observers(self)
@@ -269,28 +268,7 @@ class LobbyServer:
 
     def admit(self, path: str, authorization: str | None = None) -> HttpAnswer | None:
         """The answer to an HTTP request for `path`, or None to accept the WebSocket."""
-        path, _, query = path.partition("?")
-        if path == "/healthz":
-            return HttpAnswer.json(HTTPStatus.OK, self.health())
-        if path == "/readyz":
-            return self.readiness()
-        if path == "/metrics":
-            return HttpAnswer(HTTPStatus.OK, self.metrics.render(), CONTENT_TYPE)
-        if path == dashboard.PATH or path.startswith(dashboard.PATH + "/"):
-            return dashboard.answer(path)
-        full = self.connections >= self.settings.max_connections
-        # Even when full, operators with the token get in; a browser's connection, which
-        # brings the token later, counts against the limit.
-        browser = query == admin_endpoint.BROWSER_QUERY
-        if path == admin_endpoint.PATH and self.admin is not None and not (browser and full):
-            return self.admin.admit(authorization, query)
-        if full:
-            error = f"the lobby is full ({self.settings.max_connections} connections)"
-            return HttpAnswer.json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": error})
-        if path != "/":
-            error = f"no such path {path!r}: agents connect to '/'"
-            return HttpAnswer.json(HTTPStatus.NOT_FOUND, {"error": error})
-        return None
+        return self.endpoints.admit(path, authorization)
 
     def connected(self, link: Link, host: str, path: str = "/") -> Session:
         """A WebSocket is open: it has `handshake_timeout` to REGISTER (an /admin one needs
@@ -553,45 +531,16 @@ class LobbyServer:
                 log.exception("STORE_COMPACTION_FAILED")
 
     def readiness(self) -> HttpAnswer:
-        """/readyz: 200 while listening with a writable store, else 503 and why."""
-        if self.fenced is not None:
-            problem: str | None = f"fenced, serving nobody: {self.fenced}"
-        elif not self._running or self._stopping:
-            problem = "not listening: the lobby is starting or stopping"
-        else:
-            problem = self.store.unwritable()
-        if problem is None:
-            return HttpAnswer.json(HTTPStatus.OK, {"status": "ready"})
-        body = {"status": "not_ready", "reason": problem}
-        return HttpAnswer.json(HTTPStatus.SERVICE_UNAVAILABLE, body)
+        return self.endpoints.readiness()
+
+    def health(self) -> dict[str, object]:
+        return self.endpoints.health()
+
+    def listening(self) -> bool:
+        return self._running and not self._stopping
 
     def uptime(self) -> float:
         return time.monotonic() - self._started
-
-    def health(self) -> dict[str, object]:
-        agents = self.router.registry.agents
-        return {
-            "status": "ok",
-            "lobby_id": LOBBY_ID,
-            "lobby_identity": self.identity,
-            "agents": len(agents),
-            "agents_online": sum(1 for a in agents.values() if a.session is not None),
-            "connections": self.connections,
-            "uptime_s": round(time.monotonic() - self._started, 3),
-            "transport": self.transport.name,
-            "store": self.committer.stats(),
-        } | self._cluster_health()
-
-    def _cluster_health(self) -> dict[str, object]:
-        if self.cluster is None:
-            return {}
-        cluster = self.cluster
-        return {
-            "node_id": cluster.node_id,
-            "nodes": cluster.liveness.alive(),
-            "recovered": cluster.recovery.recovered,
-            "unconfirmed_forwards": sum(len(link.kept) for link in cluster.relay.links.values()),
-        }
 
 
 def _transport(name: str) -> Transport:
