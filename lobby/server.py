@@ -7,17 +7,17 @@ WebSocket library, and none of them imports this module.
 A transport hands each message to `received` as its parser produces it, inside the read that
 brought it (no receive queue, no task switch per message), and calls `end_of_batch` when that
 read is done. The lobby never awaits on a receiver: a `Send` frames the message on the
-receiver's `Link`, and `end_of_batch` flushes every link written to, one write for a burst.
-The bytes that wait in a link are that connection's outbound queue. Delivery is paced by it
-(`lobby.pacing`, `lobby.core.delivery`): past `outbound_window` bytes, the agent is `paced` and
-what is sent to it is held in its mailbox; the transport calls `drained` once the queue falls
-to `outbound_low_water`, and the held messages are written, oldest first, while the queue stays
-within the window. So a slow reader gets its backlog at its own speed, and a live message
-never overtakes a held one. A receiver that stops reading is still closed with 4002 rather
-than slowing its senders: once its queue plus what arrived for it while connected and is held
-pass `max_outbound_bytes`. (A writer task per connection would cost a task switch per message;
-the transport's own buffer and its flow-control callbacks give the same for free.) Closes run
-as tracked tasks, awaited on shutdown.
+receiver's `Link`, and `end_of_batch` flushes every link written to, one write for a burst
+(`lobby.outbound`). The bytes that wait in a link are that connection's outbound queue. Delivery
+is paced by it (`lobby.pacing`, `lobby.core.delivery`): past `outbound_window` bytes, the agent
+is `paced` and what is sent to it is held in its mailbox; the transport calls `drained` once the
+queue falls to `outbound_low_water`, and the held messages are written, oldest first, while the
+queue stays within the window. So a slow reader gets its backlog at its own speed, and a live
+message never overtakes a held one. A receiver that stops reading is still closed with 4002
+rather than slowing its senders: once its queue plus what arrived for it while connected and is
+held pass `max_outbound_bytes`. (A writer task per connection would cost a task switch per
+message; the transport's own buffer and its flow-control callbacks give the same for free.)
+Closes run as tracked tasks, awaited on shutdown.
 
 DISCOVER_SERVICES are answered by a worker process holding a replica of the search index
 (`lobby.discovery_worker`), off this loop, unless `--no-discovery-worker`: then, as while the
@@ -34,8 +34,7 @@ import asyncio
 import contextlib
 import secrets
 import time
-from collections.abc import Coroutine, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 
@@ -45,12 +44,13 @@ from lobby.committer import Committer
 from lobby.config import Settings
 from lobby.core.counters import SECONDS, Buckets
 from lobby.core.router import Router
-from lobby.core.session import Action, Close, Send, Session
+from lobby.core.session import Session
 from lobby.discovery_worker import DiscoveryWorker
 from lobby.endpoints import Endpoints
 from lobby.identity import kept_identity, new_identity
 from lobby.metrics import Metrics
 from lobby.observer import Observers
+from lobby.outbound import Outbound
 from lobby.pacing import Pacer
 from lobby.store import SqliteStore, Store, open_store
 from lobby.store.base import StoreFenced
@@ -68,7 +68,7 @@ go out (and their answers start) while the rest are routed. Fewer means more wri
 per message; more leaves a lone peer idle while a long read is routed."""
 
 
-class LobbyServer:
+class LobbyServer(Outbound):
     """One lobby process: `await start()`, then `await stop()` (or `serve_until(event)`).
 
     `transport` defaults to the one `settings.transport` names; a `MemoryTransport` (from
@@ -349,13 +349,6 @@ class LobbyServer:
         if self._pacer.drained(session):
             self._batch()  # the committer sees what was delivered
 
-    def _too_slow(self, session: Session) -> None:
-        """Detach at once so nothing more is written to it: what was held for its agent, or
-        is unacknowledged, it finds in its mailbox when it resumes."""
-        link: Link = session.link  # type: ignore[assignment]
-        log.warning("CONNECTION_TOO_SLOW", remote=link.remote)
-        self._close(session, CloseCode.TOO_SLOW, "too slow: outbound queue overflowed")
-
     def queries_waiting(self) -> None:
         """Make sure a waiting DISCOVER_SERVICES is answered (or handed to the worker) soon."""
         if self.router.queries and not self._query_due:
@@ -402,57 +395,6 @@ class LobbyServer:
         self._execute(actions)
         self.end_of_batch()
 
-    # -- carrying out the router's actions --------------------------------------------------
-
-    def _batch(self) -> None:
-        """Make sure `end_of_batch` runs soon (for frames sent outside a read: timers, commit
-        confirmations, closes)."""
-        if not self._batch_due:
-            self._batch_due = True
-            asyncio.get_running_loop().call_soon(self.end_of_batch)
-
-    def execute(self, actions: Iterable[Action]) -> None:
-        """Carry out actions decided outside a read (an /admin command), then flush."""
-        self._execute(actions)
-        self._batch()
-
-    def execute_now(self, actions: Iterable[Action]) -> None:
-        """Carry out actions decided outside a read and flush them at once, as a read does:
-        what another cluster node forwarded goes out without waiting a turn of the loop."""
-        self._execute(actions)
-        self.end_of_batch()
-
-    def send(self, session: Session, frame: bytes) -> None:
-        """Write one frame to `session` (flushed at the end of this batch)."""
-        self._send(session, frame)
-
-    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run `work` as a task that shutdown waits for (or cancels past its bound)."""
-        task = asyncio.ensure_future(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def _execute(self, actions: Iterable[Action]) -> None:
-        for action in actions:
-            if isinstance(action, Send):
-                self._send(action.session, action.frame)
-            elif isinstance(action, Close):
-                self._close(action.session, action.code, action.reason)
-            else:
-                link: Link = action.session.link  # type: ignore[assignment]
-                link.pause(action.seconds)
-
-    def _send(self, session: Session, frame: bytes) -> None:
-        link: Link = session.link  # type: ignore[assignment]
-        try:
-            if not link.put(frame):
-                return
-        except Exception:
-            log.debug("SEND_FAILED", exc_info=True)
-            return
-        self._written[link] = session
-        self._batch()
-
     def _commit_failed(self, error: BaseException | None) -> bool:
         """A commit failed. A cluster node steps down (True): fenced by another, or its
         memory is now ahead of its journal (NATS away past the write deadline), and only a
@@ -496,18 +438,6 @@ class LobbyServer:
         self._deadlines.pop(session, None)
         if self.admin is not None and session in self.admin.unproven:
             self._close(session, CloseCode.POLICY_VIOLATION, "no admin token in time")
-
-    def _close(self, session: Session, code: int, reason: str) -> None:
-        """Close `session`'s connection. Its agent goes offline at the decision, not when the
-        peer finishes the closing handshake: nothing sent to it after this is written to the
-        closing connection (or, for an agent without acks, counted as delivered)."""
-        self._execute(self.router.close(session, code))
-        link: Link = session.link  # type: ignore[assignment]
-        closing = link.shut(code, reason)
-        if closing is not None:
-            task = asyncio.ensure_future(closing)
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
 
     async def _tick_periodically(self) -> None:
         """Deadlines (dialogue expiry) are checked twice a second."""
