@@ -71,6 +71,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from lobby.cluster.links import BATCH_BYTES, Chunk, Inbound, Outbound, Pending
+from lobby.cluster.relayed import NodeLink, SilentLink
 from lobby.core.router import Router
 from lobby.core.session import Action, Send, Session
 from protocol.models import LOBBY_ID
@@ -87,53 +88,6 @@ PROBE_TIMEOUT: Final = 1.0
 _DECIDED: Final = b"="
 """Marks a forwarded message's sender line when the forwarding node decided it (`=` is in no
 agent id): the home stores and delivers it without checking it again (`Router.decided`)."""
-
-
-class SilentLink:
-    """The link of a session that routes a resend whose sender is not connected here: what it
-    is answered has nobody to go to (the sender resends it after reconnecting anyway)."""
-
-    remote = "resend"
-
-    def put(self, frame: bytes) -> bool:
-        return False
-
-    def flush(self) -> int:
-        return 0
-
-    def shut(self, code: int, reason: str) -> None:
-        return None
-
-    def pause(self, seconds: float) -> None:
-        return None
-
-
-class NodeLink:
-    """The link of a relay session: frames written to it go back to the node the sender is
-    on, gathered until the server's flush at the end of the pass."""
-
-    def __init__(self, relay: Relay, node_id: str, agent_id: str) -> None:
-        self.node_id = node_id
-        self.remote = f"node {node_id}"
-        self._agent = agent_id.encode()
-        self._returns = relay.returns
-
-    def put(self, frame: bytes) -> bool:
-        lines = self._returns.get(self.node_id)
-        if lines is None:
-            lines = self._returns[self.node_id] = []
-        lines.append(self._agent)
-        lines.append(frame)
-        return True
-
-    def flush(self) -> int:
-        return 0  # the relay publishes what was put, per node, in its `kick`
-
-    def shut(self, code: int, reason: str) -> None:
-        return None
-
-    def pause(self, seconds: float) -> None:
-        return None  # rate limits are the sender's node's: it paused the sender's connection
 
 
 class Relay:
@@ -432,7 +386,7 @@ class Relay:
                 continue
             session = self._sessions.get((origin, sender_id))
             if session is None:
-                link = NodeLink(self, origin, sender_id)
+                link = NodeLink(self.returns, origin, sender_id)
                 session = router.open(remote=link.remote, link=link)
                 self._sessions[(origin, sender_id)] = session
             session.agent = agent
