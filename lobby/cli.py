@@ -319,7 +319,7 @@ def _preflight(settings: Settings) -> None:
             "`.venv/bin/pip install -e '.[picows]'` in the checkout (`make test` has it)"
         )
     try:
-        tls_context(settings)
+        tls_context(settings.tls_cert, settings.tls_key)
     except ssl.SSLError as exc:  # before OSError, of which it is a kind
         raise StartFailed(_tls_failure(settings, exc)) from None
     except OSError as exc:

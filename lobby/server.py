@@ -82,6 +82,7 @@ class LobbyServer(Outbound):
         transport: Transport | None = None,
     ) -> None:
         self.settings = settings
+        self.transport_settings = settings.for_transport()
         self.router = router or Router(
             limits=settings.limits(),
             trace=settings.log_level.lower() == "debug",
@@ -92,7 +93,7 @@ class LobbyServer(Outbound):
             delivery_window=settings.outbound_window,
             tracing=settings.tracing(),
         )
-        self.store: Store = store or open_store(settings)
+        self.store: Store = store or open_store(settings.for_store())
         try:
             self.identity = (
                 kept_identity(self.store.path.parent)

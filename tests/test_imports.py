@@ -155,7 +155,13 @@ def test_protocol_imports_nothing_of_ours_and_lobby_and_sdk_never_meet() -> None
 
 
 def test_lobby_transport_exports() -> None:
-    assert set(lobby.transport.__all__) == {"Link", "Lobby", "Transport", "tls_context"}
+    assert set(lobby.transport.__all__) == {
+        "Link",
+        "Lobby",
+        "Transport",
+        "TransportSettings",
+        "tls_context",
+    }
     assert set(memory.__all__) == {
         "ConnectionClosed",
         "MemoryClient",

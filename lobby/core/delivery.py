@@ -30,7 +30,15 @@ from bisect import bisect_right
 from typing import Final
 
 from lobby.core.counters import Counters
-from lobby.core.records import DELIVERED, Acked, Batch, MessageStored, Record, Snapshot
+from lobby.core.records import (
+    DEFAULT_DEDUPE_MAX,
+    DELIVERED,
+    Acked,
+    Batch,
+    MessageStored,
+    Record,
+    Snapshot,
+)
 from lobby.core.refusal import Refusal
 from lobby.core.session import Action, AgentRecord, Send, Session
 from lobby.core.tracing import Tracing
@@ -38,7 +46,6 @@ from protocol.codec import encode
 from protocol.models import ErrorCode, Message, MessageType
 
 DEFAULT_DEDUPE_HORIZON: Final = 24 * 3600.0
-DEFAULT_DEDUPE_MAX: Final = 500_000
 DEFAULT_DELIVERY_WINDOW: Final = 1024 * 1024
 _REDELIVERED: Final = b',"redelivered":true}'
 _REQUEST: Final = MessageType.REQUEST

@@ -31,13 +31,12 @@ from lobby.core.conversations import ConversationKey, Conversations
 from lobby.core.counters import Counters
 from lobby.core.delivery import (
     DEFAULT_DEDUPE_HORIZON,
-    DEFAULT_DEDUPE_MAX,
     DEFAULT_DELIVERY_WINDOW,
     Delivery,
 )
 from lobby.core.discovery.registry import Registry
 from lobby.core.limits import Limits, pause_after
-from lobby.core.records import Batch, Compaction, Record, Snapshot
+from lobby.core.records import DEFAULT_DEDUPE_MAX, Batch, Compaction, Record, Snapshot
 from lobby.core.refusal import Refusal, error_payload, hash_token
 from lobby.core.registration import Registrar
 from lobby.core.session import REVOKED, Action, AgentRecord, Close, Pause, Send, Session
