@@ -1,6 +1,6 @@
 """`lobby a2a serve | join`: the A2A bridges' command line.
 
-The bridges are SDK agents (`agent_sdk.bridges`); they are imported only when one of these
+The bridges are SDK agents (`bridges`); they are imported only when one of these
 commands runs, so `lobby serve` never loads the SDK or the `a2a` package (tests/test_imports.py
 allows this module, like `lobby.mcp_cli`, to reach into `agent_sdk`).
 """
@@ -51,6 +51,6 @@ def add_commands(commands: argparse._SubParsersAction[Any], parser_class: type[A
 
 def run(args: argparse.Namespace) -> int:
     """Run the `lobby a2a` command `args` asks for; its exit status."""
-    from agent_sdk.bridges import a2a_cli  # the `bridges` extra, loaded only here
+    from bridges import a2a_cli  # the `bridges` extra, loaded only here
 
     return a2a_cli.run(args)

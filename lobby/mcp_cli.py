@@ -1,6 +1,6 @@
 """`lobby mcp` and `lobby bridge mcp`: the MCP bridges' command line.
 
-The bridges are SDK agents (`agent_sdk.bridges`); they are imported only when one of these
+The bridges are SDK agents (`bridges`); they are imported only when one of these
 commands runs, so `lobby serve` never loads the SDK or the `mcp` package. This module is the
 one place the lobby's command line reaches into `agent_sdk` (tests/test_imports.py allows it).
 """
@@ -82,8 +82,8 @@ def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int:
     """Run the command; a failure is one line on stderr and exit status 1."""
     try:
-        from agent_sdk.bridges import mcp, mcp_agent
         from agent_sdk.errors import AgentSDKError
+        from bridges import mcp, mcp_agent
     except ImportError as missing:
         sys.stderr.write(f"lobby: the MCP bridges need {missing.name}: {BRIDGES_EXTRA}\n")
         return 1

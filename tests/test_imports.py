@@ -1,7 +1,7 @@
 """The layers of DESIGN.md, read from the source: our modules import each other without a cycle,
 the transports never reach the server, `protocol` imports nothing of ours, and `lobby` and
 `agent_sdk` never import each other (but for one stated door: `lobby.mcp_cli`, the command line
-of the MCP bridges, runs `agent_sdk.bridges` inside its command, never at import).
+of the MCP bridges, runs `bridges` inside its command, never at import).
 
 Every import counts, at the top of a module or inside a function (the server's lazy import of
 a transport is still a dependency), except those under `if TYPE_CHECKING:`, which never run.
@@ -134,8 +134,8 @@ def test_the_transport_interface_is_a_leaf() -> None:
 
 
 BRIDGE_COMMANDS = {
-    "lobby.mcp_cli": {"agent_sdk.bridges.mcp", "agent_sdk.bridges.mcp_agent", "agent_sdk.errors"},
-    "lobby.a2a_cli": {"agent_sdk.bridges.a2a_cli"},
+    "lobby.mcp_cli": {"bridges.mcp", "bridges.mcp_agent", "agent_sdk.errors"},
+    "lobby.a2a_cli": {"bridges.a2a_cli"},
 }
 """The lobby's commands that run an SDK bridge, and the SDK modules each may import."""
 
@@ -147,7 +147,7 @@ def test_protocol_imports_nothing_of_ours_and_lobby_and_sdk_never_meet() -> None
             assert top <= {"protocol"}, name
         elif name in BRIDGE_COMMANDS:
             sdk = {module for module in imports if module.startswith("agent_sdk")}
-            assert sdk <= BRIDGE_COMMANDS[name] | {"agent_sdk", "agent_sdk.bridges"}, name
+            assert sdk <= BRIDGE_COMMANDS[name] | {"agent_sdk", "bridges"}, name
         elif name.startswith("lobby"):
             assert "agent_sdk" not in top, name
         else:

@@ -17,9 +17,9 @@ from a2a.types import Message, Role, SendMessageRequest
 from google.protobuf.struct_pb2 import Struct
 
 from agent_sdk import Agent
-from agent_sdk.bridges.a2a import Gateway, base_url, bind, hashed_tokens, serve_http, serving
-from agent_sdk.bridges.a2a_join import A2AAgent, fetch_card
-from agent_sdk.bridges.a2a_parts import data_parts, payload_of
+from bridges.a2a import Gateway, base_url, bind, hashed_tokens, serve_http, serving
+from bridges.a2a_join import A2AAgent, fetch_card
+from bridges.a2a_parts import data_parts, payload_of
 from examples.a2a import shouter
 from examples.echo.echo_agent import EchoAgent
 
