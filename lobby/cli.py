@@ -1,6 +1,6 @@
 """`lobby serve | schema | asyncapi | agents | mailbox | transactions | backup | revoke |
-remove | nats | mcp | bridge | a2a`: the daemon's command line (the bridges' commands:
-`lobby.mcp_cli`, `lobby.a2a_cli`).
+remove | nats | mcp | bridge | a2a`: the daemon's command line (the bridges' commands come
+from their own package, through `lobby.extra_commands`).
 
 `serve` takes its settings from flags, `LOBBY_*` variables and a TOML file (`lobby.options`).
 A bad setting or a start that cannot happen (the port in use, the data dir held by another
@@ -33,7 +33,7 @@ from typing import Any, NoReturn
 import orjson
 import structlog
 
-from lobby import a2a_cli, admin, admin_cli, backup, mcp_cli, reset_cli
+from lobby import admin, admin_cli, backup, extra_commands, reset_cli
 from lobby.config import SettingError, Settings
 from lobby.logs import configure
 from lobby.natsdev import add_nats_parser, run_nats
@@ -95,17 +95,17 @@ def build_parser() -> argparse.ArgumentParser:
         admin.add_argument("--json", action="store_true", help="print JSON")
     admin_cli.add_commands(commands)
     reset_cli.add_command(commands)
-    mcp_cli.add_commands(commands, _Parser)
-    a2a_cli.add_commands(commands, _Parser)
+    for extra in extra_commands.installed():
+        extra.add_commands(commands, _Parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command in ("mcp", "bridge"):
-        mcp_cli.check(parser, args)
-        return mcp_cli.run(args)
+    for extra in extra_commands.installed():
+        if args.command in extra.COMMANDS:
+            return extra.run(parser, args)
     if args.command == "schema":
         return _schema(args.write)
     if args.command == "asyncapi":
@@ -138,8 +138,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "nats":
         return run_nats(args)
-    if args.command == "a2a":
-        return a2a_cli.run(args)
     try:
         settings = settings_from(args, os.environ)
     except SettingError as bad:

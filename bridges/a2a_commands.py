@@ -1,8 +1,9 @@
-"""`lobby a2a serve | join`: the A2A bridges' command line.
+"""`lobby a2a serve | join`: the A2A bridges' command line, which `lobby` finds through the
+`lobby.commands` entry points (`lobby.extra_commands`).
 
-The bridges are SDK agents (`bridges`); they are imported only when one of these
-commands runs, so `lobby serve` never loads the SDK or the `a2a` package (tests/test_imports.py
-allows this module, like `lobby.mcp_cli`, to reach into `agent_sdk`).
+The bridges are SDK agents; they are imported only when one of these commands runs, so
+`lobby serve`, which loads this module to build its parser, never loads the SDK or the `a2a`
+package.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 from typing import Any
 
 from lobby.options import port_number
+
+COMMANDS = frozenset({"a2a"})
 
 
 def add_commands(commands: argparse._SubParsersAction[Any], parser_class: type[Any]) -> None:
@@ -49,7 +52,7 @@ def add_commands(commands: argparse._SubParsersAction[Any], parser_class: type[A
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """Run the `lobby a2a` command `args` asks for; its exit status."""
     from bridges import a2a_cli  # the `bridges` extra, loaded only here
 
