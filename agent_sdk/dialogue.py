@@ -10,7 +10,7 @@ import uuid
 from dataclasses import dataclass
 from datetime import datetime
 from decimal import Decimal
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -23,9 +23,6 @@ from agent_sdk.errors import (
 )
 from protocol.fipa import Dialogue, DialogueState, IllegalMove, Performative
 from protocol.models import Message, MessageType
-
-if TYPE_CHECKING:
-    from agent_sdk.negotiation import Negotiator
 
 MOVE_QUEUE_SIZE = 64
 
@@ -98,11 +95,31 @@ def dump(value: dict[str, Any] | BaseModel) -> dict[str, Any]:
     return value.model_dump(mode="json") if isinstance(value, BaseModel) else value
 
 
+class Party(Protocol):
+    """What a dialogue uses of its agent (`agent_sdk.negotiation.Negotiator`): who it is and
+    how it sends a move."""
+
+    @property
+    def agent_id(self) -> str: ...
+
+    async def send(
+        self,
+        receiver_id: str,
+        message_type: MessageType,
+        payload: dict[str, Any],
+        *,
+        conversation_id: str | None = None,
+        in_reply_to: str | None = None,
+        message_id: str | None = None,
+        traceparent: str | None = None,
+    ) -> None: ...
+
+
 class DialogueHandle:
     """One dialogue, from this agent's side: its state (`view`, the FIPA table's), the moves
     received in it, queued for `next_move()`, and the lobby's `transaction` once confirmed."""
 
-    def __init__(self, agent: Negotiator, view: Dialogue) -> None:
+    def __init__(self, agent: Party, view: Dialogue) -> None:
         self._agent = agent
         self.view = view
         self.dialogue_id = view.dialogue_id

@@ -24,9 +24,9 @@ from websockets.server import ServerProtocol
 
 from benchmarks.load import CAPABILITY, SCHEMA_CAPABILITY, request, response
 from lobby.core import Router, Send, Session
+from lobby.core.discovery.schemas import input_check
 from lobby.core.limits import Limits
 from lobby.core.refusal import hash_token
-from lobby.core.schemas import input_check
 from lobby.core.tracing import Tracing
 from protocol import tracecontext
 from protocol.codec import decode, encode

@@ -133,7 +133,7 @@ def classify(stack: list[str]) -> str:
             return "encode (orjson.dumps)"
         return "decode (orjson.loads + envelope checks)"
     if where.startswith("lobby/core/"):
-        if where == "lobby/core/schemas.py":
+        if where == "lobby/core/discovery/schemas.py":
             return "router: input schema check (InputCheck, jsonschema-rs)"
         if "hash_token" in names:
             return "router: token SHA-256"

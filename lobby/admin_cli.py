@@ -26,7 +26,7 @@ from websockets.sync.client import ClientConnection, connect
 
 from lobby.admin_endpoint import PATH, TOKEN_FILE
 from lobby.core.records import AgentRemoved, AgentSaved
-from lobby.core.registry import REVOKED
+from lobby.core.session import REVOKED
 from lobby.store.sqlite import FILE_NAME, SqliteStore, StoreLocked
 
 COMMANDS = {

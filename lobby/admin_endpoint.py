@@ -32,7 +32,7 @@ import sys
 from collections.abc import Callable
 from http import HTTPStatus
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 import structlog
@@ -43,8 +43,25 @@ from protocol.limits import clip
 from protocol.models import CloseCode
 
 if TYPE_CHECKING:
+    from collections.abc import Coroutine, Iterable
+
+    from lobby.committer import Committer
+    from lobby.core.router import Router
+    from lobby.core.session import Action
     from lobby.observer import Observers
-    from lobby.server import LobbyServer
+
+
+class Server(Protocol):
+    """What the /admin endpoint uses of the server (`lobby.server.LobbyServer`)."""
+
+    router: Router
+    committer: Committer
+    observers: Observers
+
+    def execute(self, actions: Iterable[Action]) -> None: ...
+    def send(self, session: Session, frame: bytes) -> None: ...
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None: ...
+
 
 log = structlog.get_logger("lobby.admin")
 
@@ -102,9 +119,7 @@ class AdminEndpoint:
     """The /admin connections of one lobby: `admit` checks the token, `received` runs a
     command."""
 
-    def __init__(
-        self, server: LobbyServer, token: str, sessions: set[Session], *, where: str
-    ) -> None:
+    def __init__(self, server: Server, token: str, sessions: set[Session], *, where: str) -> None:
         self._server = server
         self._token = token.encode()
         self.where = where

@@ -1,6 +1,6 @@
 """`lobby serve | schema | asyncapi | agents | mailbox | transactions | backup | revoke |
-remove | nats | mcp | bridge | a2a`: the daemon's command line (the bridges' commands:
-`lobby.mcp_cli`, `lobby.a2a_cli`).
+remove | nats | mcp | bridge | a2a`: the daemon's command line (the bridges' commands come
+from their own package, through `lobby.extra_commands`).
 
 `serve` takes its settings from flags, `LOBBY_*` variables and a TOML file (`lobby.options`).
 A bad setting or a start that cannot happen (the port in use, the data dir held by another
@@ -33,7 +33,7 @@ from typing import Any, NoReturn
 import orjson
 import structlog
 
-from lobby import a2a_cli, admin, admin_cli, backup, dashboard, mcp_cli, reset_cli
+from lobby import admin, admin_cli, backup, dashboard, extra_commands, reset_cli
 from lobby.admin_endpoint import TOKEN_FILE
 from lobby.config import SettingError, Settings, install_hint
 from lobby.logs import configure
@@ -96,17 +96,17 @@ def build_parser() -> argparse.ArgumentParser:
         admin.add_argument("--json", action="store_true", help="print JSON")
     admin_cli.add_commands(commands)
     reset_cli.add_command(commands)
-    mcp_cli.add_commands(commands, _Parser)
-    a2a_cli.add_commands(commands, _Parser)
+    for extra in extra_commands.installed():
+        extra.add_commands(commands, _Parser)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
-    if args.command in ("mcp", "bridge"):
-        mcp_cli.check(parser, args)
-        return mcp_cli.run(args)
+    for extra in extra_commands.installed():
+        if args.command in extra.COMMANDS:
+            return extra.run(parser, args)
     if args.command == "schema":
         return _schema(args.write)
     if args.command == "asyncapi":
@@ -139,8 +139,6 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     if args.command == "nats":
         return run_nats(args)
-    if args.command == "a2a":
-        return a2a_cli.run(args)
     try:
         settings = settings_from(args, os.environ)
     except SettingError as bad:
@@ -335,7 +333,7 @@ def _preflight(settings: Settings) -> None:
     if settings.transport == "picows" and importlib.util.find_spec("picows") is None:
         raise StartFailed(f"--transport picows needs the picows package: {install_hint('picows')}")
     try:
-        tls_context(settings)
+        tls_context(settings.tls_cert, settings.tls_key)
     except ssl.SSLError as exc:  # before OSError, of which it is a kind
         raise StartFailed(_tls_failure(settings, exc)) from None
     except OSError as exc:

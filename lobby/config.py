@@ -13,12 +13,14 @@ from typing import Any, Literal
 
 from lobby.core.delivery import (
     DEFAULT_DEDUPE_HORIZON,
-    DEFAULT_DEDUPE_MAX,
     DEFAULT_DELIVERY_WINDOW,
 )
 from lobby.core.limits import Limits
+from lobby.core.records import DEFAULT_DEDUPE_MAX
 from lobby.core.router import DEFAULT_MAILBOX_LIMIT
 from lobby.core.tracing import Tracing
+from lobby.store import StoreSettings
+from lobby.transport.base import TransportSettings
 
 LogFormat = Literal["auto", "json", "console"]
 LogLevel = Literal["debug", "info", "warning", "error"]
@@ -227,6 +229,35 @@ class Settings:
         """A paced connection is written to again once its queue falls to this (a quarter
         of the window, asyncio's own ratio): it keeps data to send while the lobby refills it."""
         return self.outbound_window // 4
+
+    def for_store(self) -> StoreSettings:
+        """What `lobby.store.open_store` reads of these settings."""
+        return StoreSettings(
+            store=self.store,
+            data_dir=self.data_dir,
+            fsync=self.fsync,
+            cluster_urls=self.cluster_urls() if self.cluster is not None else None,
+            node_id=self.node_id,
+            dedupe_max=self.dedupe_max,
+            cluster_replicas=self.cluster_replicas,
+            cluster_write_deadline=self.cluster_write_deadline,
+        )
+
+    def for_transport(self) -> TransportSettings:
+        """What a transport reads of these settings."""
+        return TransportSettings(
+            host=self.host,
+            port=self.port,
+            max_message_bytes=self.max_message_bytes,
+            handshake_timeout=self.handshake_timeout,
+            ping_interval=self.ping_interval,
+            ping_timeout=self.ping_timeout,
+            close_timeout=self.close_timeout,
+            outbound_window=self.outbound_window,
+            outbound_low_water=self.outbound_low_water,
+            tls_cert=self.tls_cert,
+            tls_key=self.tls_key,
+        )
 
     def check(self) -> None:
         """Raise `SettingError` for the first value that is not allowed. Looks at files, never

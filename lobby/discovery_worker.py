@@ -44,18 +44,34 @@ import traceback
 from collections import deque
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, BinaryIO, Final
+from typing import TYPE_CHECKING, Any, BinaryIO, Final, Protocol
 
 import orjson
 import structlog
 
-from lobby.core.discovery import BadDiscovery, services_available, with_presence
-from lobby.core.registry import CapabilityEntry, Registry
+from lobby.core.discovery.discover import BadDiscovery, services_available, with_presence
+from lobby.core.discovery.registry import Registry
+from lobby.core.discovery.schemas import CapabilityEntry
 from lobby.core.to_lobby import WaitingQuery
 from protocol.payloads import Capability, DiscoverServicesPayload
 
 if TYPE_CHECKING:
-    from lobby.server import LobbyServer
+    from collections.abc import Coroutine, Iterable
+
+    from lobby.core.router import Router
+    from lobby.core.session import Action
+
+
+class Server(Protocol):
+    """What the worker uses of the server (`lobby.server.LobbyServer`)."""
+
+    router: Router
+
+    def execute(self, actions: Iterable[Action]) -> None: ...
+    def spawn(self, work: Coroutine[Any, Any, None]) -> None: ...
+    def queries_waiting(self) -> None: ...
+    def answer_in_process(self) -> None: ...
+
 
 log = structlog.get_logger("lobby.discovery")
 
@@ -165,7 +181,7 @@ class DiscoveryWorker:
     """The lobby's side of the worker: hands it the waiting queries (`dispatch`), feeds it the
     registry's changes (`feed`), answers what it sends back; `close` on shutdown."""
 
-    def __init__(self, server: LobbyServer) -> None:
+    def __init__(self, server: Server) -> None:
         self.server = server
         self.router = server.router
         self.process: asyncio.subprocess.Process | None = None

@@ -10,7 +10,7 @@ metrics of whatever embeds the lobby).
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
 from prometheus_client.core import (
@@ -25,15 +25,30 @@ from lobby.core.counters import Buckets
 from lobby.store.sqlite import SqliteStore
 
 if TYPE_CHECKING:
-    from lobby.server import LobbyServer
+    from lobby.committer import Committer
+    from lobby.core.router import Router
+    from lobby.store.base import Store
+
+
+class Server(Protocol):
+    """What the metrics read of the server (`lobby.server.LobbyServer`) at scrape time."""
+
+    router: Router
+    store: Store
+    committer: Committer
+    connections: int
+    batch_seconds: Buckets
+
+    def uptime(self) -> float: ...
+
 
 CONTENT_TYPE = CONTENT_TYPE_LATEST
 
 
 class LobbyCollector(Collector):
-    """Reads one `LobbyServer` at scrape time."""
+    """Reads one server at scrape time."""
 
-    def __init__(self, server: LobbyServer) -> None:
+    def __init__(self, server: Server) -> None:
         self.server = server
         self._ledger_seen = 0
         self._transactions: dict[str, int] = {}
@@ -120,7 +135,7 @@ class LobbyCollector(Collector):
 class Metrics:
     """The /metrics answer for one lobby."""
 
-    def __init__(self, server: LobbyServer) -> None:
+    def __init__(self, server: Server) -> None:
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(LobbyCollector(server))
 

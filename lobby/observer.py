@@ -20,7 +20,7 @@ import asyncio
 import time
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
@@ -28,7 +28,17 @@ from lobby.core.session import Action, Send, Session
 from protocol.models import LOBBY_ID
 
 if TYPE_CHECKING:
-    from lobby.server import LobbyServer
+    from lobby.core.router import Router
+
+
+class Server(Protocol):
+    """What the observers use of the server (`lobby.server.LobbyServer`)."""
+
+    router: Router
+    connections: int
+
+    def send(self, session: Session, frame: bytes) -> None: ...
+
 
 SECRET_KEYS = frozenset(
     {
@@ -164,7 +174,7 @@ class Rings:
 class Observers:
     """The /admin connections that sent `observe`, and what they are told."""
 
-    def __init__(self, server: LobbyServer) -> None:
+    def __init__(self, server: Server) -> None:
         self._server = server
         self.sessions: set[Session] = set()
         self.rings = Rings()

@@ -7,25 +7,23 @@ WebSocket library, and none of them imports this module.
 A transport hands each message to `received` as its parser produces it, inside the read that
 brought it (no receive queue, no task switch per message), and calls `end_of_batch` when that
 read is done. The lobby never awaits on a receiver: a `Send` frames the message on the
-receiver's `Link`, and `end_of_batch` flushes every link written to, one write for a burst.
-The bytes that wait in a link are that connection's outbound queue. Delivery is paced by it
-(`lobby.pacing`, `lobby.core.delivery`): past `outbound_window` bytes, the agent is `paced` and
-what is sent to it is held in its mailbox; the transport calls `drained` once the queue falls
-to `outbound_low_water`, and the held messages are written, oldest first, while the queue stays
-within the window. So a slow reader gets its backlog at its own speed, and a live message
-never overtakes a held one. A receiver that stops reading is still closed with 4002 rather
-than slowing its senders: once its queue plus what arrived for it while connected and is held
-pass `max_outbound_bytes`. (A writer task per connection would cost a task switch per message;
-the transport's own buffer and its flow-control callbacks give the same for free.) Closes run
-as tracked tasks, awaited on shutdown.
+receiver's `Link`, and `end_of_batch` flushes every link written to, one write for a burst
+(`lobby.outbound`). The bytes that wait in a link are that connection's outbound queue. Delivery
+is paced by it (`lobby.pacing`, `lobby.core.delivery`): past `outbound_window` bytes, the agent
+is `paced` and what is sent to it is held in its mailbox; the transport calls `drained` once the
+queue falls to `outbound_low_water`, and the held messages are written, oldest first, while the
+queue stays within the window. So a slow reader gets its backlog at its own speed, and a live
+message never overtakes a held one. A receiver that stops reading is still closed with 4002
+rather than slowing its senders: once its queue plus what arrived for it while connected and is
+held pass `max_outbound_bytes`. (A writer task per connection would cost a task switch per
+message; the transport's own buffer and its flow-control callbacks give the same for free.)
+Closes run as tracked tasks, awaited on shutdown.
 
 DISCOVER_SERVICES are answered by a worker process holding a replica of the search index
 (`lobby.discovery_worker`), off this loop, unless `--no-discovery-worker`: then, as while the
 worker starts, one per pass of the loop, after the messages that pass routed.
 
-HTTP on the same port: `GET /healthz` (alive, with figures), `GET /readyz` (listening and the
-store writable: 200, else 503 with the reason), `GET /metrics` (Prometheus, `lobby.metrics`),
-`GET /dashboard` (its files, `lobby.dashboard`). `/admin` is the operators' WebSocket
+HTTP on the same port is answered by `lobby.endpoints`. `/admin` is the operators' WebSocket
 (`lobby.admin_endpoint`), opened with the admin token; its observers (`lobby.observer`) are
 told of each routed message, at the cost of one test per message while nobody observes.
 """
@@ -35,23 +33,23 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Coroutine, Iterable
-from http import HTTPStatus
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import structlog
 
-from lobby import admin_endpoint, dashboard, stepdown
+from lobby import admin_endpoint, stepdown
 from lobby.admin_endpoint import AdminEndpoint
 from lobby.committer import Committer
 from lobby.config import Settings
 from lobby.core.counters import SECONDS, Buckets
 from lobby.core.router import Router
-from lobby.core.session import Action, Close, Send, Session
+from lobby.core.session import Session
 from lobby.discovery_worker import DiscoveryWorker
+from lobby.endpoints import Endpoints
 from lobby.identity import kept_identity, new_identity
-from lobby.metrics import CONTENT_TYPE, Metrics
+from lobby.metrics import Metrics
 from lobby.observer import Observers
+from lobby.outbound import Outbound
 from lobby.pacing import Pacer
 from lobby.store import SqliteStore, Store, open_store
 from lobby.store.base import StoreFenced
@@ -69,7 +67,7 @@ go out (and their answers start) while the rest are routed. Fewer means more wri
 per message; more leaves a lone peer idle while a long read is routed."""
 
 
-class LobbyServer:
+class LobbyServer(Outbound):
     """One lobby process: `await start()`, then `await stop()` (or `serve_until(event)`).
 
     `transport` defaults to the one `settings.transport` names; a `MemoryTransport` (from
@@ -83,6 +81,7 @@ class LobbyServer:
         transport: Transport | None = None,
     ) -> None:
         self.settings = settings
+        self.transport_settings = settings.for_transport()
         self.router = router or Router(
             limits=settings.limits(),
             trace=settings.log_level.lower() == "debug",
@@ -93,7 +92,7 @@ class LobbyServer:
             delivery_window=settings.outbound_window,
             tracing=settings.tracing(),
         )
-        self.store: Store = store or open_store(settings)
+        self.store: Store = store or open_store(settings.for_store())
         try:
             self.identity = (
                 kept_identity(self.store.path.parent)
@@ -166,6 +165,7 @@ class LobbyServer:
         self.batch_seconds = Buckets(SECONDS)
         """Per batch of messages from a read: its first message in -> its frames written."""
         self.metrics = Metrics(self)
+        self.endpoints = Endpoints(self)
         self._admin_sessions: set[Session] = set()
         self.admin: AdminEndpoint | None = None
         self.observers = Observers(self)
@@ -268,28 +268,7 @@ class LobbyServer:
 
     def admit(self, path: str, authorization: str | None = None) -> HttpAnswer | None:
         """The answer to an HTTP request for `path`, or None to accept the WebSocket."""
-        path, _, query = path.partition("?")
-        if path == "/healthz":
-            return HttpAnswer.json(HTTPStatus.OK, self.health())
-        if path == "/readyz":
-            return self.readiness()
-        if path == "/metrics":
-            return HttpAnswer(HTTPStatus.OK, self.metrics.render(), CONTENT_TYPE)
-        if path == dashboard.PATH or path.startswith(dashboard.PATH + "/"):
-            return dashboard.answer(path)
-        full = self.connections >= self.settings.max_connections
-        # Even when full, operators with the token get in; a browser's connection, which
-        # brings the token later, counts against the limit.
-        browser = query == admin_endpoint.BROWSER_QUERY
-        if path == admin_endpoint.PATH and self.admin is not None and not (browser and full):
-            return self.admin.admit(authorization, query)
-        if full:
-            error = f"the lobby is full ({self.settings.max_connections} connections)"
-            return HttpAnswer.json(HTTPStatus.SERVICE_UNAVAILABLE, {"error": error})
-        if path != "/":
-            error = f"no such path {path!r}: agents connect to '/'"
-            return HttpAnswer.json(HTTPStatus.NOT_FOUND, {"error": error})
-        return None
+        return self.endpoints.admit(path, authorization)
 
     def connected(self, link: Link, host: str, path: str = "/") -> Session:
         """A WebSocket is open: it has `handshake_timeout` to REGISTER (an /admin one needs
@@ -370,13 +349,6 @@ class LobbyServer:
         if self._pacer.drained(session):
             self._batch()  # the committer sees what was delivered
 
-    def _too_slow(self, session: Session) -> None:
-        """Detach at once so nothing more is written to it: what was held for its agent, or
-        is unacknowledged, it finds in its mailbox when it resumes."""
-        link: Link = session.link  # type: ignore[assignment]
-        log.warning("CONNECTION_TOO_SLOW", remote=link.remote)
-        self._close(session, CloseCode.TOO_SLOW, "too slow: outbound queue overflowed")
-
     def queries_waiting(self) -> None:
         """Make sure a waiting DISCOVER_SERVICES is answered (or handed to the worker) soon."""
         if self.router.queries and not self._query_due:
@@ -423,57 +395,6 @@ class LobbyServer:
         self._execute(actions)
         self.end_of_batch()
 
-    # -- carrying out the router's actions --------------------------------------------------
-
-    def _batch(self) -> None:
-        """Make sure `end_of_batch` runs soon (for frames sent outside a read: timers, commit
-        confirmations, closes)."""
-        if not self._batch_due:
-            self._batch_due = True
-            asyncio.get_running_loop().call_soon(self.end_of_batch)
-
-    def execute(self, actions: Iterable[Action]) -> None:
-        """Carry out actions decided outside a read (an /admin command), then flush."""
-        self._execute(actions)
-        self._batch()
-
-    def execute_now(self, actions: Iterable[Action]) -> None:
-        """Carry out actions decided outside a read and flush them at once, as a read does:
-        what another cluster node forwarded goes out without waiting a turn of the loop."""
-        self._execute(actions)
-        self.end_of_batch()
-
-    def send(self, session: Session, frame: bytes) -> None:
-        """Write one frame to `session` (flushed at the end of this batch)."""
-        self._send(session, frame)
-
-    def spawn(self, work: Coroutine[Any, Any, None]) -> None:
-        """Run `work` as a task that shutdown waits for (or cancels past its bound)."""
-        task = asyncio.ensure_future(work)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def _execute(self, actions: Iterable[Action]) -> None:
-        for action in actions:
-            if isinstance(action, Send):
-                self._send(action.session, action.frame)
-            elif isinstance(action, Close):
-                self._close(action.session, action.code, action.reason)
-            else:
-                link: Link = action.session.link  # type: ignore[assignment]
-                link.pause(action.seconds)
-
-    def _send(self, session: Session, frame: bytes) -> None:
-        link: Link = session.link  # type: ignore[assignment]
-        try:
-            if not link.put(frame):
-                return
-        except Exception:
-            log.debug("SEND_FAILED", exc_info=True)
-            return
-        self._written[link] = session
-        self._batch()
-
     def _commit_failed(self, error: BaseException | None) -> bool:
         """A commit failed. A cluster node steps down (True): fenced by another, or its
         memory is now ahead of its journal (NATS away past the write deadline), and only a
@@ -518,18 +439,6 @@ class LobbyServer:
         if self.admin is not None and session in self.admin.unproven:
             self._close(session, CloseCode.POLICY_VIOLATION, "no admin token in time")
 
-    def _close(self, session: Session, code: int, reason: str) -> None:
-        """Close `session`'s connection. Its agent goes offline at the decision, not when the
-        peer finishes the closing handshake: nothing sent to it after this is written to the
-        closing connection (or, for an agent without acks, counted as delivered)."""
-        self._execute(self.router.close(session, code))
-        link: Link = session.link  # type: ignore[assignment]
-        closing = link.shut(code, reason)
-        if closing is not None:
-            task = asyncio.ensure_future(closing)
-            self._tasks.add(task)
-            task.add_done_callback(self._tasks.discard)
-
     async def _tick_periodically(self) -> None:
         """Deadlines (dialogue expiry) are checked twice a second."""
         while True:
@@ -552,45 +461,16 @@ class LobbyServer:
                 log.exception("STORE_COMPACTION_FAILED")
 
     def readiness(self) -> HttpAnswer:
-        """/readyz: 200 while listening with a writable store, else 503 and why."""
-        if self.fenced is not None:
-            problem: str | None = f"fenced, serving nobody: {self.fenced}"
-        elif not self._running or self._stopping:
-            problem = "not listening: the lobby is starting or stopping"
-        else:
-            problem = self.store.unwritable()
-        if problem is None:
-            return HttpAnswer.json(HTTPStatus.OK, {"status": "ready"})
-        body = {"status": "not_ready", "reason": problem}
-        return HttpAnswer.json(HTTPStatus.SERVICE_UNAVAILABLE, body)
+        return self.endpoints.readiness()
+
+    def health(self) -> dict[str, object]:
+        return self.endpoints.health()
+
+    def listening(self) -> bool:
+        return self._running and not self._stopping
 
     def uptime(self) -> float:
         return time.monotonic() - self._started
-
-    def health(self) -> dict[str, object]:
-        agents = self.router.registry.agents
-        return {
-            "status": "ok",
-            "lobby_id": LOBBY_ID,
-            "lobby_identity": self.identity,
-            "agents": len(agents),
-            "agents_online": sum(1 for a in agents.values() if a.session is not None),
-            "connections": self.connections,
-            "uptime_s": round(time.monotonic() - self._started, 3),
-            "transport": self.transport.name,
-            "store": self.committer.stats(),
-        } | self._cluster_health()
-
-    def _cluster_health(self) -> dict[str, object]:
-        if self.cluster is None:
-            return {}
-        cluster = self.cluster
-        return {
-            "node_id": cluster.node_id,
-            "nodes": cluster.liveness.alive(),
-            "recovered": cluster.recovery.recovered,
-            "unconfirmed_forwards": sum(len(link.kept) for link in cluster.relay.links.values()),
-        }
 
 
 def _transport(name: str) -> Transport:

@@ -97,8 +97,8 @@ _BOOLEAN: Final = {"type": "boolean"}
 _NOT_IN: Final = {"not": {"const": "in"}}
 FILTER_SCHEMA: Final[dict[str, Any]] = {
     "title": "Filter",
-    "description": "One constraint on a capability attribute (lobby/core/filters.py): `in` takes "
-    "a list of values, `lt`/`le`/`gt`/`ge` a number or a string, the others one value.",
+    "description": "One constraint on a capability attribute (lobby/core/discovery/filters.py): "
+    "`in` takes a list of values, `lt`/`le`/`gt`/`ge` a number or a string, the others one value.",
     "type": "object",
     "properties": {
         "attribute": {"type": "string", "minLength": 1},

@@ -31,7 +31,7 @@ def package_of(meta: Path) -> str:
 
 
 def module_of(meta: Path) -> str:
-    """`lobby.core.sealed`: the mutated module a `.meta` file holds the results of."""
+    """`lobby.core.commerce.sealed`: the mutated module a `.meta` file holds the results of."""
     return ".".join(meta.relative_to(MUTANTS).with_suffix("").with_suffix("").parts)
 
 

@@ -15,7 +15,8 @@ import pytest
 from nats.aio.client import Client
 
 from lobby.cluster import routing
-from lobby.cluster.routing import NodeLink, Relay
+from lobby.cluster.relayed import NodeLink
+from lobby.cluster.routing import Relay
 from lobby.core import Router, Send
 from lobby.core.records import AgentSaved
 from lobby.core.session import Action

@@ -14,18 +14,20 @@ import orjson
 import pytest
 from websockets.asyncio.client import ClientConnection, connect
 
-from lobby.core import Router, Send, ranking
-from lobby.core.discovery import (
+from lobby.core import Router, Send
+from lobby.core.discovery import ranking
+from lobby.core.discovery.discover import (
     BadDiscovery,
     decode_cursor,
     encode_cursor,
     services_available,
     with_presence,
 )
+from lobby.core.discovery.listing import Position
+from lobby.core.discovery.registry import Registry
+from lobby.core.discovery.search import SIMPLE_WINDOW
 from lobby.core.limits import Limits
-from lobby.core.listing import Position
-from lobby.core.registry import AgentRecord, Registry
-from lobby.core.search import SIMPLE_WINDOW
+from lobby.core.session import AgentRecord
 from lobby.server import LobbyServer
 from protocol.payloads import MAX_RANK, Capability, DiscoverServicesPayload
 from tests.conftest import TRANSPORTS

@@ -21,7 +21,7 @@ import structlog
 
 from lobby import discovery_worker
 from lobby.config import SettingError
-from lobby.core.discovery import BadDiscovery, services_available, with_presence
+from lobby.core.discovery.discover import BadDiscovery, services_available, with_presence
 from lobby.core.router import Router
 from lobby.discovery_worker import Replica
 from lobby.options import add_serve_options, settings_from

@@ -20,10 +20,11 @@ EXPORTS = {
         "SqliteStore",
         "Store",
         "open_store",
+        "StoreSettings",
         "StoreUnavailable",
     },
     "lobby.server": {"LobbyServer", "Session"},
-    "lobby.transport": {"Link", "Lobby", "Transport", "tls_context"},
+    "lobby.transport": {"Link", "Lobby", "Transport", "TransportSettings", "tls_context"},
     "agent_sdk": None,  # pinned by tests/sdk/test_exports.py
 }
 

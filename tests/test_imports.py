@@ -1,10 +1,14 @@
-"""The layers of DESIGN.md, read from the source: our modules import each other without a cycle,
-the transports never reach the server, `protocol` imports nothing of ours, and `lobby` and
-`agent_sdk` never import each other (but for one stated door: `lobby.mcp_cli`, the command line
-of the MCP bridges, runs `agent_sdk.bridges` inside its command, never at import).
+"""The layers of DESIGN.md and docs/architecture.md, read from the source: our modules import
+each other without a cycle, even for typing; nothing but the command line imports the server
+(its satellites take a narrow interface); a transport imports nothing of the core or of the
+lobby's configuration, and a store nothing of the core but its records; `protocol` imports
+nothing of ours; `lobby` and `agent_sdk` never import each other, and neither imports the
+bridges, which sit on top of both (`lobby` finds their commands through entry points); no
+module is over 500 lines; and docs/architecture.md names every package.
 
 Every import counts, at the top of a module or inside a function (the server's lazy import of
-a transport is still a dependency), except those under `if TYPE_CHECKING:`, which never run.
+a transport is still a dependency). What runs is the graph without the imports under
+`if TYPE_CHECKING:`; the layering rules hold for the graph with them too.
 """
 
 from __future__ import annotations
@@ -24,7 +28,9 @@ import pytest
 import lobby.transport
 from lobby.transport import memory
 
-PACKAGES = ("lobby", "protocol", "agent_sdk")
+PACKAGES = ("lobby", "protocol", "agent_sdk", "bridges")
+ROOT = Path(__file__).parent.parent
+MAX_LINES = 500
 
 
 def modules() -> dict[str, Path]:
@@ -51,14 +57,15 @@ def _type_checking(node: ast.If) -> bool:
     )
 
 
-def imported_by(name: str, source: Path, known: set[str]) -> set[str]:
-    """The modules of ours that module `name` imports when it runs."""
+def imported_by(name: str, source: Path, known: set[str], typing: bool = False) -> set[str]:
+    """The modules of ours that module `name` imports when it runs (`typing`: and those it
+    imports under TYPE_CHECKING)."""
     package = name if source.name == "__init__.py" else name.rpartition(".")[0]
     found: set[str] = set()
 
     def visit(node: ast.AST) -> None:
         for child in ast.iter_child_nodes(node):
-            if isinstance(child, ast.If) and _type_checking(child):
+            if not typing and isinstance(child, ast.If) and _type_checking(child):
                 for branch in child.orelse:
                     visit(branch)
                 continue
@@ -81,10 +88,10 @@ def imported_by(name: str, source: Path, known: set[str]) -> set[str]:
 
 
 @cache
-def graph() -> dict[str, frozenset[str]]:
+def graph(typing: bool = False) -> dict[str, frozenset[str]]:
     found = modules()
     known = set(found)
-    return {name: frozenset(imported_by(name, path, known)) for name, path in found.items()}
+    return {name: frozenset(imported_by(name, path, known, typing)) for name, path in found.items()}
 
 
 def reachable(start: str) -> set[str]:
@@ -110,12 +117,70 @@ def test_the_graph_holds_every_module() -> None:
     assert "lobby.transport.websockets" in graph()["lobby.server"]  # imported in a function
 
 
-def test_no_import_cycles() -> None:
+@pytest.mark.parametrize("typing", [False, True], ids=["run", "typing"])
+def test_no_import_cycles(typing: bool) -> None:
     try:
-        order = list(graphlib.TopologicalSorter(graph()).static_order())
+        order = list(graphlib.TopologicalSorter(graph(typing)).static_order())
     except graphlib.CycleError as cycle:
         pytest.fail(f"an import cycle: {' -> '.join(cycle.args[1])}")
-    assert set(order) == set(graph())
+    assert set(order) == set(graph(typing))
+
+
+def test_the_typing_graph_holds_what_only_typing_imports() -> None:
+    """The probe sees TYPE_CHECKING imports: a satellite names its server narrowly, there."""
+    assert "lobby.core.router" not in graph()["lobby.metrics"]
+    assert "lobby.core.router" in graph(typing=True)["lobby.metrics"]
+
+
+def test_only_the_command_line_imports_the_server() -> None:
+    """The server's satellites (/admin, metrics, observers, the discovery worker, HTTP, ...)
+    each take a narrow protocol of what they use; none imports `lobby.server`."""
+    importers = {name for name, imports in graph(typing=True).items() if "lobby.server" in imports}
+    assert importers == {"lobby.cli"}
+
+
+def _of(imports: frozenset[str], *prefixes: str) -> set[str]:
+    return {m for m in imports if any(m == p or m.startswith(f"{p}.") for p in prefixes)}
+
+
+def test_a_transport_imports_nothing_of_the_core_or_the_configuration() -> None:
+    transports = [name for name in graph() if name.startswith("lobby.transport")]
+    assert len(transports) >= 5
+    for name in transports:
+        assert not _of(graph(typing=True)[name], "lobby.core", "lobby.config"), name
+
+
+def test_a_store_imports_nothing_of_the_core_but_its_records() -> None:
+    stores = [name for name in graph() if name.startswith("lobby.store")]
+    assert len(stores) >= 5
+    for name in stores:
+        imports = graph(typing=True)[name]
+        assert _of(imports, "lobby.core") <= {"lobby.core", "lobby.core.records"}, name
+        assert not _of(imports, "lobby.config"), name
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_no_module_is_over_500_lines(package: str) -> None:
+    long = {
+        name: lines
+        for name, path in modules().items()
+        if name.partition(".")[0] == package
+        and (lines := len(path.read_text().splitlines())) > MAX_LINES
+    }
+    assert long == {}
+
+
+def test_the_architecture_page_names_every_package() -> None:
+    """docs/architecture.md draws the house: each package of it (a folder with an __init__)
+    is named there by its path."""
+    page = (ROOT / "docs" / "architecture.md").read_text()
+    packages = sorted(
+        path.parent.relative_to(ROOT).as_posix() + "/"
+        for name, path in modules().items()
+        if path.name == "__init__.py"
+    )
+    assert "lobby/core/discovery/" in packages
+    assert [package for package in packages if package not in page] == []
 
 
 @pytest.mark.parametrize("transport", ["base", "websockets", "picows", "memory"])
@@ -133,29 +198,41 @@ def test_the_transport_interface_is_a_leaf() -> None:
     assert reachable("lobby.transport.base") == {"lobby", "lobby.transport"}
 
 
-BRIDGE_COMMANDS = {
-    "lobby.mcp_cli": {"agent_sdk.bridges.mcp", "agent_sdk.bridges.mcp_agent", "agent_sdk.errors"},
-    "lobby.a2a_cli": {"agent_sdk.bridges.a2a_cli"},
-}
-"""The lobby's commands that run an SDK bridge, and the SDK modules each may import."""
-
-
-def test_protocol_imports_nothing_of_ours_and_lobby_and_sdk_never_meet() -> None:
-    for name, imports in graph().items():
+def test_protocol_lobby_sdk_and_bridges_import_only_what_is_below_them() -> None:
+    below = {
+        "protocol": {"protocol"},
+        "lobby": {"protocol", "lobby"},
+        "agent_sdk": {"protocol", "agent_sdk"},
+        "bridges": {"protocol", "lobby", "agent_sdk", "bridges"},
+    }
+    for name, imports in graph(typing=True).items():
         top = {module.partition(".")[0] for module in imports}
-        if name.startswith("protocol"):
-            assert top <= {"protocol"}, name
-        elif name in BRIDGE_COMMANDS:
-            sdk = {module for module in imports if module.startswith("agent_sdk")}
-            assert sdk <= BRIDGE_COMMANDS[name] | {"agent_sdk", "agent_sdk.bridges"}, name
-        elif name.startswith("lobby"):
-            assert "agent_sdk" not in top, name
-        else:
-            assert "lobby" not in top, name
+        assert top <= below[name.partition(".")[0]], name
+
+
+def test_lobby_finds_the_bridges_commands_through_entry_points() -> None:
+    """`lobby mcp`, `lobby bridge mcp` and `lobby a2a` come from the installed `lobby.commands`
+    entry points, and loading them (as `lobby serve` does) loads no SDK and no bridge."""
+    code = (
+        "import sys; from lobby import extra_commands;"
+        "print(sorted(c for e in extra_commands.installed() for c in e.COMMANDS));"
+        "print(sorted(m for m in sys.modules if m.startswith(('agent_sdk', 'mcp', 'a2a'))))"
+    )
+    found, loaded = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    ).stdout.splitlines()
+    assert found == str(["a2a", "bridge", "mcp"])
+    assert loaded == "[]"
 
 
 def test_lobby_transport_exports() -> None:
-    assert set(lobby.transport.__all__) == {"Link", "Lobby", "Transport", "tls_context"}
+    assert set(lobby.transport.__all__) == {
+        "Link",
+        "Lobby",
+        "Transport",
+        "TransportSettings",
+        "tls_context",
+    }
     assert set(memory.__all__) == {
         "ConnectionClosed",
         "MemoryClient",

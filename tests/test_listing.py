@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import random
 
-from lobby.core import listing
-from lobby.core.listing import Listing, walk
+from lobby.core.discovery import listing
+from lobby.core.discovery.listing import Listing, walk
 
 DocKey = tuple[str, str]
 

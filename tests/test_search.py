@@ -10,11 +10,11 @@ from typing import Any
 
 import pytest
 
-from lobby.core import filters as filters_module
-from lobby.core import ranking, search
-from lobby.core.filters import BadFilter, Filter, SortedColumn, parse_filters
-from lobby.core.ranking import COMMON, K1, B
-from lobby.core.search import Algorithm, SearchIndex, SearchPage, tokens
+from lobby.core.discovery import filters as filters_module
+from lobby.core.discovery import ranking, search
+from lobby.core.discovery.filters import BadFilter, Filter, SortedColumn, parse_filters
+from lobby.core.discovery.ranking import COMMON, K1, B
+from lobby.core.discovery.search import Algorithm, SearchIndex, SearchPage, tokens
 from tests.routerkit import join, make_router
 
 Row = tuple[str, str, str, list[str], dict[str, Any]]

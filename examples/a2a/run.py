@@ -21,9 +21,9 @@ try:
     from a2a.types import Message, Role, SendMessageRequest
     from google.protobuf.struct_pb2 import Struct
 
-    from agent_sdk.bridges.a2a import Gateway, base_url, bind, hashed_tokens, serve_http, serving
-    from agent_sdk.bridges.a2a_join import A2AAgent, fetch_card
-    from agent_sdk.bridges.a2a_parts import data_parts, payload_of
+    from bridges.a2a import Gateway, base_url, bind, hashed_tokens, serve_http, serving
+    from bridges.a2a_join import A2AAgent, fetch_card
+    from bridges.a2a_parts import data_parts, payload_of
     from examples.a2a import shouter
 except ModuleNotFoundError as missing:  # the bridges extra, which `make run` leaves out
     package = (missing.name or "a package").split(".")[0]

@@ -21,8 +21,8 @@ from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
 from a2a.types import AgentCapabilities, AgentCard, AgentInterface, AgentSkill, TaskState
 from starlette.applications import Starlette
 
-from agent_sdk.bridges.a2a import base_url, bind, serve_http
-from agent_sdk.bridges.a2a_parts import data_parts, payload_of
+from bridges.a2a import base_url, bind, serve_http
+from bridges.a2a_parts import data_parts, payload_of
 
 PORT = 9001
 

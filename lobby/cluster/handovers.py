@@ -1,5 +1,5 @@
 """Agents handed over between live lobby nodes, over core NATS and the object store: the
-cluster layer of `lobby.core.handover`.
+cluster layer of `lobby.core.cluster.handover`.
 
 A resume of an agent whose home is another live node asks that node on
 `lobby.release.<home>` (`ask_release`, `RELEASE_TIMEOUT` at most). The old home releases it in

@@ -1,7 +1,7 @@
 """One lobby node's part in the shared registry: KV bucket `agents` (`lobby.cluster.keys`).
 
-The core stays sans-I/O (`lobby.core.shared`); this class carries its cluster work out on the
-lobby's own event loop, over a NATS connection of its own (the journal's lives in the
+The core stays sans-I/O (`lobby.core.cluster.shared`); this class carries its cluster work out on
+the lobby's own event loop, over a NATS connection of its own (the journal's lives in the
 committer's thread, `lobby.store.jetstream`):
 - a REGISTER of a new id is one `kv.create`; REGISTER_ACK (or `agent_id_taken` when another
   node created the key first) is sent only when NATS has answered. A create whose answer was
@@ -43,10 +43,10 @@ from lobby.cluster.keys import AGENTS, agent_id_of, agent_key, decode_agent, enc
 from lobby.cluster.liveness import DEAD_AFTER, NODES, Liveness
 from lobby.cluster.recovery import RECOVERIES, Recovery
 from lobby.cluster.routing import Relay
+from lobby.core.cluster.shared import Claim
 from lobby.core.records import AgentRemoved, AgentSaved
 from lobby.core.router import Router
 from lobby.core.session import Action
-from lobby.core.shared import Claim
 from lobby.identity import new_identity
 from lobby.store.base import StoreUnavailable
 from lobby.store.jetstream import once_answered, replicated

@@ -10,7 +10,7 @@ it does not answer `lobby.ping.<node>` (`Relay.probe`). Then the survivors race
 1. claims the dead node's journal epoch (`JetStreamStore`, as a restart of it would), so a
    zombie of it that comes back can no longer write;
 2. loads its snapshot plus the journal after it and adopts, into its own core, the agents
-   whose home that node still was (`lobby.core.adoption`): mailboxes, seq marks, dedupe ids,
+   whose home that node still was (`lobby.core.cluster.adoption`): mailboxes, seq marks, dedupe ids,
    open conversations, journaled here; their keys in `agents` name the winner, so every node
    forwards to it from then on and resends what the dead node never confirmed
    (`lobby.cluster.routing`);
@@ -54,7 +54,7 @@ from nats.js import JetStreamContext
 from nats.js.kv import KeyValue
 
 from lobby.cluster.liveness import HEARTBEAT, NODES, Liveness
-from lobby.core.adoption import adopt
+from lobby.core.cluster.adoption import adopt
 from lobby.core.records import Snapshot
 from lobby.core.router import Router
 from lobby.core.session import Action

@@ -37,8 +37,8 @@ ago) stops that node's link there: the home reads the sender's entry from the sh
 (`learn`), then routes the rest, and what that node forwarded meanwhile, in order.
 
 Dialogue moves, order proposals and payments are decided by the one node their dialogue or
-proposal lives on (`lobby.core.negotiation`): a move made elsewhere is forwarded there like a
-REQUEST, and what that node decided for a party on another node (the move, the lobby's notices)
+proposal lives on (`lobby.core.commerce.negotiation`): a move made elsewhere is forwarded there like
+a REQUEST, and what that node decided for a party on another node (the move, the lobby's notices)
 is forwarded marked decided, once the decision is committed on the deciding node; the home
 stores and delivers it without checking it again (`Router.decided`).
 
@@ -50,7 +50,7 @@ single-line JSON (orjson writes no newline), so nothing is decoded or encoded ag
 `lobby.done`: a line "<node> <incarnation> <first> <last>", then a JSON array of [sender,
 message_id] pairs left out. `lobby.gap`: "<node> <incarnation> <batch to resend from>".
 `lobby.ping.<node>` is answered while the node is up (a resume
-elsewhere asks it first: `lobby.core.shared`). Agents handed over between live nodes:
+elsewhere asks it first: `lobby.core.cluster.shared`). Agents handed over between live nodes:
 `lobby.cluster.handovers`.
 """
 
@@ -71,6 +71,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 
 from lobby.cluster.links import BATCH_BYTES, Chunk, Inbound, Outbound, Pending
+from lobby.cluster.relayed import NodeLink, SilentLink
 from lobby.core.router import Router
 from lobby.core.session import Action, Send, Session
 from protocol.models import LOBBY_ID
@@ -87,53 +88,6 @@ PROBE_TIMEOUT: Final = 1.0
 _DECIDED: Final = b"="
 """Marks a forwarded message's sender line when the forwarding node decided it (`=` is in no
 agent id): the home stores and delivers it without checking it again (`Router.decided`)."""
-
-
-class SilentLink:
-    """The link of a session that routes a resend whose sender is not connected here: what it
-    is answered has nobody to go to (the sender resends it after reconnecting anyway)."""
-
-    remote = "resend"
-
-    def put(self, frame: bytes) -> bool:
-        return False
-
-    def flush(self) -> int:
-        return 0
-
-    def shut(self, code: int, reason: str) -> None:
-        return None
-
-    def pause(self, seconds: float) -> None:
-        return None
-
-
-class NodeLink:
-    """The link of a relay session: frames written to it go back to the node the sender is
-    on, gathered until the server's flush at the end of the pass."""
-
-    def __init__(self, relay: Relay, node_id: str, agent_id: str) -> None:
-        self.node_id = node_id
-        self.remote = f"node {node_id}"
-        self._agent = agent_id.encode()
-        self._returns = relay.returns
-
-    def put(self, frame: bytes) -> bool:
-        lines = self._returns.get(self.node_id)
-        if lines is None:
-            lines = self._returns[self.node_id] = []
-        lines.append(self._agent)
-        lines.append(frame)
-        return True
-
-    def flush(self) -> int:
-        return 0  # the relay publishes what was put, per node, in its `kick`
-
-    def shut(self, code: int, reason: str) -> None:
-        return None
-
-    def pause(self, seconds: float) -> None:
-        return None  # rate limits are the sender's node's: it paused the sender's connection
 
 
 class Relay:
@@ -432,7 +386,7 @@ class Relay:
                 continue
             session = self._sessions.get((origin, sender_id))
             if session is None:
-                link = NodeLink(self, origin, sender_id)
+                link = NodeLink(self.returns, origin, sender_id)
                 session = router.open(remote=link.remote, link=link)
                 self._sessions[(origin, sender_id)] = session
             session.agent = agent

@@ -16,8 +16,7 @@ import structlog
 
 from lobby.core.records import Effect, Snapshot
 from lobby.core.refusal import Refusal, unknown_receiver
-from lobby.core.registry import AgentRecord
-from lobby.core.session import Action, Send, Session
+from lobby.core.session import Action, AgentRecord, Send, Session
 from lobby.core.state import LobbyState
 from protocol.limits import clip
 from protocol.models import ErrorCode, Message, MessageType, ResponseStatus

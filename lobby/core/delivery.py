@@ -30,16 +30,22 @@ from bisect import bisect_right
 from typing import Final
 
 from lobby.core.counters import Counters
-from lobby.core.records import DELIVERED, Acked, Batch, MessageStored, Record, Snapshot
+from lobby.core.records import (
+    DEFAULT_DEDUPE_MAX,
+    DELIVERED,
+    Acked,
+    Batch,
+    MessageStored,
+    Record,
+    Snapshot,
+)
 from lobby.core.refusal import Refusal
-from lobby.core.registry import AgentRecord
-from lobby.core.session import Action, Send, Session
+from lobby.core.session import Action, AgentRecord, Send, Session
 from lobby.core.tracing import Tracing
 from protocol.codec import encode
 from protocol.models import ErrorCode, Message, MessageType
 
 DEFAULT_DEDUPE_HORIZON: Final = 24 * 3600.0
-DEFAULT_DEDUPE_MAX: Final = 500_000
 DEFAULT_DELIVERY_WINDOW: Final = 1024 * 1024
 _REDELIVERED: Final = b',"redelivered":true}'
 _REQUEST: Final = MessageType.REQUEST
@@ -47,7 +53,7 @@ _RESPONSE: Final = MessageType.RESPONSE
 RECHECKED: Final = frozenset({MessageType.REQUEST, MessageType.RESPONSE, MessageType.TEXT})
 """What the receiver's home checks again when another node forwards it (`Router.relayed`).
 Everything else a node forwards it decided itself (a dialogue move, an order proposal, a
-payment: their state lives on one node, `lobby.core.negotiation`), and so do the lobby's
+payment: their state lives on one node, `lobby.core.commerce.negotiation`), and so do the lobby's
 notices: the home only stores and delivers those (`Router.decided`)."""
 
 

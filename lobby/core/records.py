@@ -14,6 +14,9 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from lobby.core.session import Session
 
+DEFAULT_DEDUPE_MAX: Final = 500_000
+"""Most message ids remembered for dedupe: the core's window, and what a journal keeps of it."""
+
 
 @dataclass(slots=True)
 class AgentSaved:

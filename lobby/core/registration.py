@@ -13,12 +13,11 @@ import uuid
 import orjson
 import structlog
 
+from lobby.core.discovery.schemas import check_input_schemas
 from lobby.core.limits import Limits, TokenBucket
 from lobby.core.records import AgentSaved
 from lobby.core.refusal import Refusal, hash_token, require_lobby_receiver, validate
-from lobby.core.registry import REVOKED, AgentRecord
-from lobby.core.schemas import check_input_schemas
-from lobby.core.session import Action, Close, Send, Session
+from lobby.core.session import REVOKED, Action, AgentRecord, Close, Send, Session
 from lobby.core.state import LobbyState
 from protocol.limits import MAX_AGENT_ID_LENGTH, MAX_SENTENCE_LENGTH, clip
 from protocol.models import (

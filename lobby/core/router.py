@@ -24,23 +24,22 @@ from typing import Final
 import orjson
 import structlog
 
-from lobby.core.between_nodes import BetweenNodes
+from lobby.core.cluster.between_nodes import BetweenNodes
+from lobby.core.commerce.marketplace import Marketplace
+from lobby.core.commerce.negotiation import DEFAULT_DIALOGUE_TIMEOUT, Negotiations
 from lobby.core.conversations import ConversationKey, Conversations
 from lobby.core.counters import Counters
 from lobby.core.delivery import (
     DEFAULT_DEDUPE_HORIZON,
-    DEFAULT_DEDUPE_MAX,
     DEFAULT_DELIVERY_WINDOW,
     Delivery,
 )
+from lobby.core.discovery.registry import Registry
 from lobby.core.limits import Limits, pause_after
-from lobby.core.marketplace import Marketplace
-from lobby.core.negotiation import DEFAULT_DIALOGUE_TIMEOUT, Negotiations
-from lobby.core.records import Batch, Compaction, Record, Snapshot
+from lobby.core.records import DEFAULT_DEDUPE_MAX, Batch, Compaction, Record, Snapshot
 from lobby.core.refusal import Refusal, error_payload, hash_token
 from lobby.core.registration import Registrar
-from lobby.core.registry import REVOKED, AgentRecord, Registry
-from lobby.core.session import Action, Close, Pause, Send, Session
+from lobby.core.session import REVOKED, Action, AgentRecord, Close, Pause, Send, Session
 from lobby.core.state import Ledger, LobbyState
 from lobby.core.to_lobby import ToLobby, WaitingQuery
 from lobby.core.tracing import Tracing
@@ -208,7 +207,7 @@ class Router(BetweenNodes):
         acked = {a.agent_id: a.acked_seq for a in self.registry.agents.values()}
         for agent_id in self.given_up:
             # Handed over, not yet confirmed adopted: its messages stay whole in the store, so
-            # a failover of this node meanwhile still finds them (`lobby.core.handover`).
+            # a failover of this node meanwhile still finds them (`lobby.core.cluster.handover`).
             acked[agent_id] = 0
         return Compaction(
             conversations=dict(self.requests.open),

@@ -1,13 +1,16 @@
-"""Sessions (one per connection) and the actions the router asks the I/O layer to carry out."""
+"""Sessions (one per connection), the record of the agent a session speaks for, and the actions
+the router asks the I/O layer to carry out."""
 
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from collections import deque
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
-    from lobby.core.registry import AgentRecord
+    from lobby.core.discovery.schemas import CapabilityEntry
+    from lobby.core.limits import TokenBucket
 
 _session_ids = itertools.count(1)
 
@@ -37,6 +40,55 @@ class Session:
     def __repr__(self) -> str:
         agent_id = self.agent.agent_id if self.agent else None
         return f"Session(id={self.id}, agent={agent_id!r}, remote={self.remote!r})"
+
+
+REVOKED: Final = b""
+"""The `token_hash` of an agent whose token an operator revoked: no token hashes to it."""
+
+
+@dataclass(slots=True, eq=False)
+class AgentRecord:
+    """A registered agent, online (it has a session) or offline."""
+
+    agent_id: str
+    token_hash: bytes
+    """SHA-256 of the auth token; the token itself is never kept."""
+    capabilities: dict[str, CapabilityEntry] = field(default_factory=dict)
+    acks: bool = False
+    """The agent acknowledges deliveries (ACK) and wants ACCEPTED confirmations."""
+    session: Session | None = None
+    mailbox: deque[tuple[int, bytes]] = field(default_factory=deque)
+    """(seq, frame) held for the agent, oldest first: not yet acknowledged (acking agents) or
+    not yet written to a connection (others)."""
+    next_seq: int = 0
+    """The `seq` of the last message accepted for this agent."""
+    delivered_seq: int = 0
+    """The `seq` of the last message written to its connection (while offline: to its last
+    one); those after it in the mailbox wait to be written."""
+    redeliver_upto: int = 0
+    """Messages up to this `seq` reached an earlier connection: written again, they are marked
+    `redelivered`."""
+    paced: bool = False
+    """Its connection's outbound queue passed the delivery window, or held messages wait to be
+    written: what is accepted for it is held in its mailbox, and written oldest first as the
+    queue drains (`Delivery.release`)."""
+    held_bytes: int = 0
+    """Bytes of the messages held unwritten that were accepted while it was connected (not
+    the backlog it resumed to): with its queue, bounded by `--max-outbound-bytes` (4002)."""
+    resumed_seq: int = 0
+    """`next_seq` when its connection registered: later messages arrived while connected."""
+    acked_seq: int = 0
+    open_requests: int = 0
+    """Its REQUESTs not yet answered with a final RESPONSE (bounded by `max_open_requests`)."""
+    bucket: TokenBucket | None = None
+    """Its message rate limit, made on first use."""
+    discover_bucket: TokenBucket | None = None
+    """Its DISCOVER_SERVICES rate limit, made on its first query."""
+    queries_waiting: int = 0
+    """Its DISCOVER_SERVICES accepted and not yet answered (`Router.queries`)."""
+    home: str | None = None
+    """Cluster only: the node holding its connection, when that is another node (messages to
+    it are forwarded there); None: this node."""
 
 
 @dataclass(slots=True)

@@ -23,21 +23,27 @@ import structlog
 from lobby.core.counters import Counters
 from lobby.core.delivery import (
     DEFAULT_DEDUPE_HORIZON,
-    DEFAULT_DEDUPE_MAX,
     DEFAULT_DELIVERY_WINDOW,
     Delivery,
 )
+from lobby.core.discovery.registry import Registry
 from lobby.core.limits import Limits
-from lobby.core.records import AgentRemoved, AgentSaved, Effect, Record, StateSaved
+from lobby.core.records import (
+    DEFAULT_DEDUPE_MAX,
+    AgentRemoved,
+    AgentSaved,
+    Effect,
+    Record,
+    StateSaved,
+)
 from lobby.core.refusal import Refusal, error_payload, unknown_receiver
-from lobby.core.registry import AgentRecord, Registry
-from lobby.core.session import Action, Send, Session
+from lobby.core.session import Action, AgentRecord, Send, Session
 from lobby.core.tracing import Tracing, trace_id
 from protocol.codec import encode
 from protocol.models import LOBBY_ID, ErrorCode, Message, MessageType
 
 if TYPE_CHECKING:
-    from lobby.core.shared import SharedRegistry
+    from lobby.core.cluster.shared import SharedRegistry
 
 log = structlog.get_logger("lobby")
 

@@ -14,12 +14,11 @@ from dataclasses import dataclass
 import orjson
 import structlog
 
-from lobby.core.discovery import MAX_WAITING_QUERIES, BadDiscovery, services_available
+from lobby.core.discovery.discover import MAX_WAITING_QUERIES, BadDiscovery, services_available
 from lobby.core.limits import TokenBucket, pause_after
 from lobby.core.refusal import Refusal, require_lobby_receiver, validate
 from lobby.core.registration import Registrar
-from lobby.core.registry import AgentRecord
-from lobby.core.session import Action, Close, Send, Session
+from lobby.core.session import Action, AgentRecord, Close, Send, Session
 from lobby.core.state import LobbyState
 from protocol.codec import to_dict
 from protocol.limits import MAX_SENTENCE_LENGTH, clip

@@ -2,21 +2,36 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
 
-from lobby.core.records import Compaction, Record, Snapshot
+from lobby.core.records import DEFAULT_DEDUPE_MAX, Compaction, Record, Snapshot
 from lobby.store.base import Store, StoreUnavailable
 from lobby.store.memory import MemoryStore
 from lobby.store.sqlite import SqliteStore
 
-if TYPE_CHECKING:
-    from lobby.config import Settings
+
+@dataclass(frozen=True, slots=True)
+class StoreSettings:
+    """Which store to open, and how: the lobby's settings (`lobby.config.Settings`, which
+    names each) as the stores take them."""
+
+    store: Literal["sqlite", "memory"] = "sqlite"
+    data_dir: Path = Path(".lobby")
+    fsync: bool = False
+    cluster_urls: list[str] | None = None
+    """The NATS servers of a cluster (`--cluster`): a JetStream store, whatever `store` says."""
+    node_id: str | None = None
+    dedupe_max: int = DEFAULT_DEDUPE_MAX
+    cluster_replicas: int = 1
+    cluster_write_deadline: float = 10.0
 
 
-def open_store(settings: Settings) -> Store:
+def open_store(settings: StoreSettings) -> Store:
     """The store the settings ask for: sqlite in `data_dir` (default), memory, or JetStream
-    with `cluster` (raises `StoreUnavailable` when NATS cannot be reached)."""
-    if settings.cluster is not None:
+    with `cluster_urls` (raises `StoreUnavailable` when NATS cannot be reached)."""
+    if settings.cluster_urls is not None:
         try:
             from lobby.store.jetstream import JetStreamStore  # nats-py: the cluster extra
         except ImportError:
@@ -25,7 +40,7 @@ def open_store(settings: Settings) -> Store:
             raise StoreUnavailable(f"--cluster needs nats-py: {install_hint('cluster')}") from None
         assert settings.node_id is not None  # Settings.check
         return JetStreamStore(
-            settings.cluster_urls(),
+            settings.cluster_urls,
             settings.node_id,
             dedupe_max=settings.dedupe_max,
             replicas=settings.cluster_replicas,
@@ -43,6 +58,7 @@ __all__ = [
     "Snapshot",
     "SqliteStore",
     "Store",
+    "StoreSettings",
     "StoreUnavailable",
     "open_store",
 ]

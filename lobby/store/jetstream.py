@@ -61,8 +61,7 @@ import structlog
 from nats.aio.client import Client
 from nats.js import api
 
-from lobby.core.delivery import DEFAULT_DEDUPE_MAX
-from lobby.core.records import Compaction, Record, Snapshot
+from lobby.core.records import DEFAULT_DEDUPE_MAX, Compaction, Record, Snapshot
 from lobby.store.base import StoreFenced, StoreUnavailable
 from lobby.store.journal import Folded, decode_records, encode_records
 

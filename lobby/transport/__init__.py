@@ -5,6 +5,6 @@ imports nothing of the server). `websockets` is the default, `picows` the option
 `from lobby.transport.memory import MemoryTransport`.
 """
 
-from lobby.transport.base import Link, Lobby, Transport, tls_context
+from lobby.transport.base import Link, Lobby, Transport, TransportSettings, tls_context
 
-__all__ = ["Link", "Lobby", "Transport", "tls_context"]
+__all__ = ["Link", "Lobby", "Transport", "TransportSettings", "tls_context"]

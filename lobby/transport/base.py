@@ -4,20 +4,23 @@ A transport carries connections: it accepts them, parses their messages and writ
 The lobby (`lobby.server.LobbyServer`) decides everything else. They meet at three things here:
 - `Lobby`: what the lobby offers a transport; the transport calls it as connections come,
   speak and go.
-- `Link`: one connection, as the transport gives it to the lobby (kept in `Session.link`).
+- `Link`: one connection, as the transport gives it to the lobby, which pairs it with a
+  session of its own: `connected` answers an opaque handle the transport passes back with
+  every later call for that connection.
+- `TransportSettings`: the lobby's settings a transport reads, in plain values.
 - `Transport`: what the lobby asks of a transport: start listening, stop.
 
 The order of calls, for one connection: `admit(path, authorization)` (None: accept, else an
 `HttpAnswer` to send instead), `connected(link, host, path)` once it is open, then
-`received(session, binary, data)` for each message, as the parser produces it inside the read
+`received(handle, binary, data)` for each message, as the parser produces it inside the read
 that brought it, and `end_of_batch()` when that read is done (so what it routed is written at
-once, one write per receiver); `closing(session, code)` as soon as the connection stops being
+once, one write per receiver); `closing(handle, code)` as soon as the connection stops being
 open (the peer's close frame, or a close the transport sent for a fault of the peer's: 1009,
-1007, 1002), and `disconnected(session, code)` once it is gone.
+1007, 1002), and `disconnected(handle, code)` once it is gone.
 
 The lobby writes with `Link.put` and, at the end of a batch, `Link.flush`: the bytes `flush`
 reports still waiting are the connection's outbound queue. Past `outbound_window` bytes the
-lobby writes no more messages to it; the transport calls `drained(session)` once the queue,
+lobby writes no more messages to it; the transport calls `drained(handle)` once the queue,
 having passed `outbound_window`, falls to `outbound_low_water` (asyncio's `resume_writing`, with
 the transport's write buffer limits set to these two), and the lobby writes again. It closes a
 connection with 4002 whose queue, and what it holds for the agent beyond the window, pass
@@ -32,13 +35,10 @@ import ssl
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from http import HTTPStatus
-from typing import TYPE_CHECKING, Final, Protocol
+from pathlib import Path
+from typing import Any, Final, Protocol, TypeVar
 
 import orjson
-
-if TYPE_CHECKING:
-    from lobby.config import Settings
-    from lobby.core.session import Session
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,7 +55,8 @@ class HttpAnswer:
 
 
 class Link(Protocol):
-    """One connection, as the transport gives it to the lobby (`Session.link`)."""
+    """One connection, as the transport gives it to the lobby (the core keeps it in
+    `Session.link`)."""
 
     remote: str
 
@@ -79,7 +80,30 @@ IDENTITY_HEADER: Final = "Agent-Lobby-Id"
 learn from it, before they send REGISTER, which token to offer."""
 
 
-class Lobby(Protocol):
+@dataclass(frozen=True, slots=True)
+class TransportSettings:
+    """What a transport reads of the lobby's settings (`lobby.config.Settings`, which names
+    each): where to listen, and the limits of a connection."""
+
+    host: str
+    port: int
+    max_message_bytes: int
+    handshake_timeout: float
+    ping_interval: float
+    ping_timeout: float
+    close_timeout: float
+    outbound_window: int
+    outbound_low_water: int
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+
+
+Handle = TypeVar("Handle")
+"""What the lobby answers `connected` with, and the transport hands back with each call about
+that connection; the transport never looks inside it."""
+
+
+class Lobby(Protocol[Handle]):
     """What the lobby offers a transport. A transport calls these from the event loop, never
     from another thread."""
 
@@ -89,32 +113,32 @@ class Lobby(Protocol):
         `IDENTITY_HEADER`."""
 
     @property
-    def settings(self) -> Settings:
-        """Where the transport reads its limits (`max_message_bytes`, `close_timeout`, ...)."""
+    def transport_settings(self) -> TransportSettings:
+        """Where the transport listens, and its limits (`max_message_bytes`, ...)."""
 
     def admit(self, path: str, authorization: str | None = None) -> HttpAnswer | None:
         """Call for each HTTP request (`path` with its query string, `authorization` the
         request's Authorization header): None to accept the WebSocket, else what to answer
         instead (/healthz, /metrics, a full lobby, a refused /admin, another path)."""
 
-    def connected(self, link: Link, host: str, path: str = "/") -> Session:
+    def connected(self, link: Link, host: str, path: str = "/") -> Handle:
         """Call once the WebSocket is open; `host` is the peer's address without the port,
         `path` the one `admit` accepted."""
 
-    def received(self, session: Session, binary: bool, data: bytes) -> None:
+    def received(self, handle: Handle, binary: bool, data: bytes) -> None:
         """Call with each whole message, from within the read that brought it."""
 
     def end_of_batch(self) -> None:
         """Call when a read is done: what it routed is written out now."""
 
-    def drained(self, session: Session) -> None:
-        """Call when the outbound queue of `session`, having passed `settings.outbound_window`
-        bytes, has fallen to `settings.outbound_low_water`."""
+    def drained(self, handle: Handle) -> None:
+        """Call when the connection's outbound queue, having passed `outbound_window` bytes,
+        has fallen to `outbound_low_water`."""
 
-    def closing(self, session: Session, code: int | None) -> None:
+    def closing(self, handle: Handle, code: int | None) -> None:
         """Call as soon as the connection stops being open, though TCP may stay up."""
 
-    def disconnected(self, session: Session, code: int | None = None) -> None:
+    def disconnected(self, handle: Handle, code: int | None = None) -> None:
         """Call once the connection is gone (TCP closed or aborted)."""
 
 
@@ -125,7 +149,7 @@ class Transport(Protocol):
     name: str
     """As /healthz reports it: websockets, picows, memory."""
 
-    async def start(self, lobby: Lobby) -> int | None:
+    async def start(self, lobby: Lobby[Any]) -> int | None:
         """Listen for connections; return the bound port (None for a transport without one:
         memory)."""
 
@@ -133,13 +157,13 @@ class Transport(Protocol):
         """Close every connection with 1001 and stop listening (the lobby bounds the wait)."""
 
 
-def tls_context(settings: Settings) -> ssl.SSLContext | None:
+def tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
     """The server-side TLS context `--tls-cert`/`--tls-key` ask for; None without them."""
-    if settings.tls_cert is None:
+    if cert is None:
         return None
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
-    context.load_cert_chain(settings.tls_cert, settings.tls_key)
+    context.load_cert_chain(cert, key)
     return context
 
 
-__all__ = ["HttpAnswer", "Link", "Lobby", "Transport", "tls_context"]
+__all__ = ["HttpAnswer", "Link", "Lobby", "Transport", "TransportSettings", "tls_context"]

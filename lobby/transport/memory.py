@@ -46,7 +46,6 @@ from typing import Any
 
 import orjson
 
-from lobby.core.session import Session
 from lobby.transport.base import HttpAnswer, Lobby
 from protocol.models import CloseCode
 
@@ -83,11 +82,11 @@ class MemoryTransport:
     name = "memory"
 
     def __init__(self) -> None:
-        self._lobby: Lobby | None = None
+        self._lobby: Lobby[Any] | None = None
         self._links: set[MemoryLink] = set()
         self._numbers = itertools.count(1)
 
-    async def start(self, lobby: Lobby) -> None:
+    async def start(self, lobby: Lobby[Any]) -> None:
         self._lobby = lobby
 
     async def stop(self) -> None:
@@ -107,7 +106,7 @@ class MemoryTransport:
         if answer is not None:
             raise Refused(answer)
         link = MemoryLink(lobby, f"memory:{next(self._numbers)}", self._links)
-        link.session = lobby.connected(link, "memory", path)
+        link.handle = lobby.connected(link, "memory", path)
         self._links.add(link)
         return link.client
 
@@ -115,9 +114,9 @@ class MemoryTransport:
 class MemoryLink:
     """The lobby's side of one connection: its `Link`."""
 
-    def __init__(self, lobby: Lobby, remote: str, links: set[MemoryLink]) -> None:
+    def __init__(self, lobby: Lobby[Any], remote: str, links: set[MemoryLink]) -> None:
         self.remote = remote
-        self.session: Session | None = None
+        self.handle: object | None = None
         self.client = MemoryClient(self)
         self.lobby = lobby
         self.open = True
@@ -144,7 +143,7 @@ class MemoryLink:
             return 0
         self._write()
         unread = self.client.unread
-        if unread > self.lobby.settings.outbound_window:
+        if unread > self.lobby.transport_settings.outbound_window:
             self.over_window = True
         return unread
 
@@ -171,19 +170,19 @@ class MemoryLink:
         self.open = False
         self._links.discard(self)
         self.client.ended()
-        assert self.session is not None
-        self.lobby.disconnected(self.session, self.client.close_code)
+        assert self.handle is not None
+        self.lobby.disconnected(self.handle, self.client.close_code)
 
     def read(self) -> None:
         """The client read a frame: tell the lobby if the queue has drained."""
         if (
             self.over_window
             and self.open
-            and self.client.unread <= self.lobby.settings.outbound_low_water
+            and self.client.unread <= self.lobby.transport_settings.outbound_low_water
         ):
             self.over_window = False
-            assert self.session is not None
-            self.lobby.drained(self.session)
+            assert self.handle is not None
+            self.lobby.drained(self.handle)
 
     def _write(self) -> None:
         if self._framed:
@@ -193,13 +192,13 @@ class MemoryLink:
     # -- what the client does ---------------------------------------------------------------
 
     def received(self, binary: bool, data: bytes) -> None:
-        assert self.session is not None
-        if len(data) > self.lobby.settings.max_message_bytes:
+        assert self.handle is not None
+        if len(data) > self.lobby.transport_settings.max_message_bytes:
             # The peer's fault: its agent goes offline at once, as on a socket.
-            self.lobby.closing(self.session, CloseCode.MESSAGE_TOO_BIG)
+            self.lobby.closing(self.handle, CloseCode.MESSAGE_TOO_BIG)
             self.shut(CloseCode.MESSAGE_TOO_BIG, "message too big")
         else:
-            self.lobby.received(self.session, binary, data)
+            self.lobby.received(self.handle, binary, data)
         self.lobby.end_of_batch()
 
     def peer_closing(self, code: int, reason: str) -> None:
@@ -210,8 +209,8 @@ class MemoryLink:
         self.open = False
         self._write()  # what was framed before the close still reaches the client
         self.client.closed(code, reason)
-        assert self.session is not None
-        self.lobby.closing(self.session, code)
+        assert self.handle is not None
+        self.lobby.closing(self.handle, code)
         self.lobby.end_of_batch()
         asyncio.get_running_loop().call_soon(self.gone)
 

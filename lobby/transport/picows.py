@@ -32,7 +32,6 @@ from picows import (
     ws_create_server,
 )
 
-from lobby.core.session import Session
 from lobby.transport.base import IDENTITY_HEADER, Lobby, tls_context
 from lobby.transport.rfc6455 import Utf8Stream, sendable_close_code, valid_utf8
 from protocol.models import CloseCode
@@ -63,12 +62,12 @@ def text_frame_header(size: int) -> bytes:
 class PicowsLink(WSListener):
     """One connection: picows' listener, and the lobby's `Link` to it."""
 
-    def __init__(self, lobby: Lobby, links: set[PicowsLink], path: str = "/") -> None:
+    def __init__(self, lobby: Lobby[Any], links: set[PicowsLink], path: str = "/") -> None:
         self._lobby = lobby
         self._path = path
         self._links = links
         self._transport: WSTransport | None = None
-        self.session: Session | None = None
+        self.handle: object | None = None
         self.remote = ""
         self._fragments: list[bytes] | None = None
         """The fragments of the message under way, if one is."""
@@ -87,20 +86,20 @@ class PicowsLink(WSListener):
         peer = transport.underlying_transport.get_extra_info("peername")
         self.remote = f"{peer[0]}:{peer[1]}" if peer else ""
         # The lobby paces delivery by this buffer: `resume_writing` tells it to write more.
-        settings = self._lobby.settings
+        settings = self._lobby.transport_settings
         transport.underlying_transport.set_write_buffer_limits(
             settings.outbound_window, settings.outbound_low_water
         )
-        self.session = self._lobby.connected(self, peer[0] if peer else "", self._path)
+        self.handle = self._lobby.connected(self, peer[0] if peer else "", self._path)
 
     def on_ws_disconnected(self, transport: WSTransport) -> None:
         self._links.discard(self)
-        if self.session is not None:
-            self._lobby.disconnected(self.session)
+        if self.handle is not None:
+            self._lobby.disconnected(self.handle)
 
     def on_ws_frame(self, transport: WSTransport, frame: WSFrame) -> None:
-        session = self.session
-        assert session is not None
+        handle = self.handle
+        assert handle is not None
         msg_type = frame.msg_type
         if msg_type is _CLOSE and transport.is_close_frame_sent:
             transport.disconnect()  # the answer to our close: never a second close from here
@@ -119,7 +118,7 @@ class PicowsLink(WSListener):
                 if msg_type is _TEXT and not valid_utf8(data):
                     self._fail(CloseCode.INVALID_DATA, "invalid UTF-8 in a text message")
                 else:
-                    self._lobby.received(session, msg_type is _BINARY, data)
+                    self._lobby.received(handle, msg_type is _BINARY, data)
             else:
                 data = frame.get_payload_as_bytes()
                 self._fragments = [data]
@@ -127,26 +126,26 @@ class PicowsLink(WSListener):
                 self._utf8 = None if msg_type is _BINARY else Utf8Stream()
                 self._fragment_utf8(data, False)
         elif msg_type is _CONT:
-            self._continuation(session, frame)
+            self._continuation(handle, frame)
         elif msg_type is _CLOSE:
-            self._close_received(session, transport, frame)
+            self._close_received(handle, transport, frame)
         if frame.last_in_buffer:
             self._lobby.end_of_batch()
 
-    def _continuation(self, session: Session, frame: WSFrame) -> None:
+    def _continuation(self, handle: object, frame: WSFrame) -> None:
         fragments = self._fragments
         if fragments is None:
             self._fail(CloseCode.PROTOCOL_ERROR, "unexpected continuation frame")
             return
         self._fragmented_size += frame.payload_size
-        if self._fragmented_size > self._lobby.settings.max_message_bytes:
+        if self._fragmented_size > self._lobby.transport_settings.max_message_bytes:
             self._fail(CloseCode.MESSAGE_TOO_BIG, "message too big")
             return
         data = frame.get_payload_as_bytes()
         fragments.append(data)
         if self._fragment_utf8(data, frame.fin) and frame.fin:
             self._fragments = None
-            self._lobby.received(session, self._utf8 is None, b"".join(fragments))
+            self._lobby.received(handle, self._utf8 is None, b"".join(fragments))
 
     def _fragment_utf8(self, data: bytes, final: bool) -> bool:
         """Check a text fragment as it comes (a binary one passes): False, and the connection
@@ -156,7 +155,7 @@ class PicowsLink(WSListener):
         self._fail(CloseCode.INVALID_DATA, "invalid UTF-8 in a text message")
         return False
 
-    def _close_received(self, session: Session, transport: WSTransport, frame: WSFrame) -> None:
+    def _close_received(self, handle: object, transport: WSTransport, frame: WSFrame) -> None:
         """Echo the peer's code (a close without one is answered 1000: picows would put its
         NO_INFO, 0, on the wire); a code no peer may send fails the connection (RFC 6455 7.4)
         and is never echoed. picows has refused a 1-byte payload and a reason not UTF-8."""
@@ -167,7 +166,7 @@ class PicowsLink(WSListener):
             if not sendable_close_code(code):
                 self._fail(CloseCode.PROTOCOL_ERROR, f"invalid close code {code}")
                 return
-        self._lobby.closing(session, code)
+        self._lobby.closing(handle, code)
         self.flush()  # what was put before the close goes first
         transport.send_close(WSCloseCode.OK if code is None else code)  # type: ignore[arg-type]
         transport.disconnect()
@@ -178,15 +177,15 @@ class PicowsLink(WSListener):
     def resume_writing(self) -> None:
         """The write buffer fell to `outbound_low_water`: the lobby writes what it held back."""
         transport = self._transport
-        if self.session is not None and transport is not None and not transport.is_close_frame_sent:
-            self._lobby.drained(self.session)
+        if self.handle is not None and transport is not None and not transport.is_close_frame_sent:
+            self._lobby.drained(self.handle)
 
     def _fail(self, code: int, reason: str) -> None:
         """Close for a fault of the peer's: its agent goes offline at once."""
-        assert self.session is not None
+        assert self.handle is not None
         self._failed = True
         self._fragments = None
-        self._lobby.closing(self.session, code)
+        self._lobby.closing(self.handle, code)
         self.shut(code, reason)
 
     # -- Link -----------------------------------------------------------------------------
@@ -232,7 +231,7 @@ class PicowsLink(WSListener):
             self.flush()  # what was put before the close goes first
             transport.send_close(code, reason.encode())  # type: ignore[arg-type]  # any close code
             transport.disconnect()
-            close_timeout = self._lobby.settings.close_timeout
+            close_timeout = self._lobby.transport_settings.close_timeout
             asyncio.get_running_loop().call_later(close_timeout, transport.disconnect, False)
 
 
@@ -245,8 +244,8 @@ class PicowsTransport:
         self._server: asyncio.Server | None = None
         self._links: set[PicowsLink] = set()
 
-    async def start(self, lobby: Lobby) -> int:
-        s = lobby.settings
+    async def start(self, lobby: Lobby[Any]) -> int:
+        s = lobby.transport_settings
 
         def listener_for(request: WSUpgradeRequest) -> Any:
             path = request.path.decode("latin-1")
@@ -273,7 +272,7 @@ class PicowsTransport:
             auto_ping_idle_timeout=s.ping_interval,
             auto_ping_reply_timeout=s.ping_timeout,
             max_frame_size=s.max_message_bytes,
-            ssl=tls_context(s),
+            ssl=tls_context(s.tls_cert, s.tls_key),
         )
         return int(self._server.sockets[0].getsockname()[1])
 

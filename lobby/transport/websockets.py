@@ -32,7 +32,6 @@ try:
 except ImportError:  # pragma: no cover - websockets built without its C extension
     from websockets.utils import apply_mask
 
-from lobby.core.session import Session
 from lobby.transport.base import IDENTITY_HEADER, HttpAnswer, Lobby, tls_context
 from lobby.transport.rfc6455 import Utf8Stream, valid_utf8
 from protocol.models import CloseCode
@@ -55,8 +54,8 @@ class LobbyConnection(ServerConnection):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self.remote = ""
-        self.session: Session | None = None
-        self._lobby: Lobby | None = None
+        self.handle: object | None = None
+        self._lobby: Lobby[Any] | None = None
         self._early: list[tuple[bool, bytes]] = []
         """Messages that came with the handshake, before the lobby attached (rare)."""
         self._fragments: list[bytes] = []
@@ -76,18 +75,18 @@ class LobbyConnection(ServerConnection):
         self._pending = bytearray()
         """The start of a frame whose end has not come yet."""
 
-    def attach(self, lobby: Lobby) -> Session:
+    def attach(self, lobby: Lobby[Any]) -> object:
         address = self.remote_address
         self.remote = f"{address[0]}:{address[1]}" if address else ""
         path = self.request.path if self.request is not None else "/"
         self._own_framing = not self.protocol.extensions
-        self.session = session = lobby.connected(self, address[0] if address else "", path)
+        self.handle = handle = lobby.connected(self, address[0] if address else "", path)
         self._lobby = lobby
         early, self._early = self._early, []
         for binary, data in early:
-            lobby.received(session, binary, data)
+            lobby.received(handle, binary, data)
         lobby.end_of_batch()
-        return session
+        return handle
 
     # -- Link -----------------------------------------------------------------------------
 
@@ -151,8 +150,8 @@ class LobbyConnection(ServerConnection):
         """The write buffer fell to its low-water mark (`outbound_low_water`): the lobby
         writes what it held back."""
         super().resume_writing()
-        if self.session is not None and self._lobby is not None and not self._closing:
-            self._lobby.drained(self.session)
+        if self.handle is not None and self._lobby is not None and not self._closing:
+            self._lobby.drained(self.handle)
 
     def _abort_later(self) -> None:
         if self._abort is None and self.close_timeout is not None:
@@ -252,16 +251,16 @@ class LobbyConnection(ServerConnection):
         elif i < end:
             self._pending = bytearray(buf[i:])
 
-    def _peer_closing(self, lobby: Lobby) -> None:
+    def _peer_closing(self, lobby: Lobby[Any]) -> None:
         """The peer sent a close frame, or websockets failed the connection (1009 for a
         message over `max_size`, 1002 for a frame that breaks RFC 6455) and sent its own:
         the agent goes offline now. websockets then waits for the peer to close TCP, which a
         client may leave to the server (RFC 6455 7.1.1), and nothing here would wait on it but
         keepalive: so the connection is aborted once `close_timeout` has passed."""
         self._closing = True
-        assert self.session is not None
+        assert self.handle is not None
         close = self.protocol.close_sent or self.protocol.close_rcvd
-        lobby.closing(self.session, None if close is None else int(close.code))
+        lobby.closing(self.handle, None if close is None else int(close.code))
         self._abort_later()
 
     def connection_lost(self, exc: Exception | None) -> None:
@@ -306,11 +305,11 @@ class LobbyConnection(ServerConnection):
         if not (binary or checked or valid_utf8(data)):
             self._fail_invalid_data()
             return
-        session, lobby = self.session, self._lobby
-        if session is None or lobby is None:
+        handle, lobby = self.handle, self._lobby
+        if handle is None or lobby is None:
             self._early.append((binary, bytes(data)))
         else:
-            lobby.received(session, binary, data)
+            lobby.received(handle, binary, data)
 
     def _fail_invalid_data(self) -> None:
         """A text message is not UTF-8: fail the connection with 1007 (RFC 6455 8.1), as
@@ -328,10 +327,10 @@ class WebsocketsTransport:
 
     def __init__(self) -> None:
         self._server: Server | None = None
-        self._lobby: Lobby | None = None
+        self._lobby: Lobby[Any] | None = None
 
-    async def start(self, lobby: Lobby) -> int:
-        s = lobby.settings
+    async def start(self, lobby: Lobby[Any]) -> int:
+        s = lobby.transport_settings
         self._lobby = lobby
         self._server = await serve(
             self._handle,
@@ -348,7 +347,7 @@ class WebsocketsTransport:
             process_request=self._process_request,
             process_response=self._process_response,
             server_header=None,
-            ssl=tls_context(s),
+            ssl=tls_context(s.tls_cert, s.tls_key),
             create_connection=LobbyConnection,
         )
         return int(self._server.sockets[0].getsockname()[1])
@@ -361,12 +360,12 @@ class WebsocketsTransport:
     async def _handle(self, ws: ServerConnection) -> None:
         assert isinstance(ws, LobbyConnection)
         assert self._lobby is not None
-        session = ws.attach(self._lobby)
+        handle = ws.attach(self._lobby)
         try:
             await ws.wait_closed()
         finally:
             code = ws.protocol.close_code
-            self._lobby.disconnected(session, None if code is None else int(code))
+            self._lobby.disconnected(handle, None if code is None else int(code))
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
         assert self._lobby is not None

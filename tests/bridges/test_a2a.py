@@ -32,9 +32,9 @@ from a2a.types import (
 from google.protobuf.struct_pb2 import Struct
 
 from agent_sdk import Agent, RemoteError, RequestContext, UnauthorizedError, capability
-from agent_sdk.bridges.a2a import Gateway, base_url, bind, hashed_tokens, serve_http, serving
-from agent_sdk.bridges.a2a_card import etag_matches
-from agent_sdk.bridges.a2a_parts import data_parts, named_capability
+from bridges.a2a import Gateway, base_url, bind, hashed_tokens, serve_http, serving
+from bridges.a2a_card import etag_matches
+from bridges.a2a_parts import data_parts, named_capability
 from examples.a2a import run as a2a_example
 from examples.a2a import shouter
 from examples.echo.echo_agent import EchoAgent
@@ -462,8 +462,8 @@ async def test_an_sdk_agent_calls_an_a2a_agent_joined_with_lobby_a2a_join(
 
 
 async def test_a_failed_a2a_task_is_an_error_response_with_its_code(lobby: LobbyServer) -> None:
-    from agent_sdk.bridges.a2a_join import A2AAgent, fetch_card
     from agent_sdk.errors import InvalidInputError
+    from bridges.a2a_join import A2AAgent, fetch_card
 
     sock = bind("127.0.0.1", 0)
     async with serve_http(shouter.app(base_url(sock) + "/"), sock), httpx.AsyncClient() as http:
@@ -477,7 +477,7 @@ async def test_a_failed_a2a_task_is_an_error_response_with_its_code(lobby: Lobby
 
 
 async def test_an_a2a_agent_gone_away_is_an_error_response_saying_so(lobby: LobbyServer) -> None:
-    from agent_sdk.bridges.a2a_join import UNREACHABLE, A2AAgent, fetch_card
+    from bridges.a2a_join import UNREACHABLE, A2AAgent, fetch_card
 
     sock = bind("127.0.0.1", 0)
     url = base_url(sock)

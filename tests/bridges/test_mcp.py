@@ -30,7 +30,7 @@ from agent_sdk import (
     UnauthorizedError,
     capability,
 )
-from agent_sdk.bridges.mcp import LobbyTools, lobby_target, tool_name
+from bridges.mcp import LobbyTools, lobby_target, tool_name
 from examples.mcp import run as mcp_example
 from lobby import cli
 from lobby.server import LobbyServer

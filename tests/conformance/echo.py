@@ -24,7 +24,7 @@ from websockets.exceptions import ConnectionClosed
 
 from lobby.config import Settings
 from lobby.core.session import Session
-from lobby.transport.base import HttpAnswer, Link, Transport
+from lobby.transport.base import HttpAnswer, Link, Transport, TransportSettings
 from lobby.transport.picows import PicowsLink, PicowsTransport
 from lobby.transport.websockets import LobbyConnection, WebsocketsTransport
 
@@ -37,12 +37,12 @@ SERVERS: Final = ("websockets", "picows", "control")
 class EchoLobby:
     """A `Lobby` that sends every message back to its sender."""
 
-    def __init__(self, settings: Settings) -> None:
+    def __init__(self, settings: TransportSettings) -> None:
         self._settings = settings
         self._unflushed: set[Link] = set()
 
     @property
-    def settings(self) -> Settings:
+    def transport_settings(self) -> TransportSettings:
         return self._settings
 
     @property
@@ -101,7 +101,7 @@ async def main(server: str, port: int) -> None:
         return
     settings = Settings(host="127.0.0.1", port=port, max_message_bytes=MAX_MESSAGE_BYTES)
     transport: Transport = WebsocketsTransport() if server == "websockets" else PicowsTransport()
-    await transport.start(EchoLobby(settings))
+    await transport.start(EchoLobby(settings.for_transport()))
     try:
         await stop
     finally:

@@ -1,5 +1,5 @@
 """Failover, sans-I/O: the node that won a dead node's recovery adopts its agents from the dead
-node's snapshot (`lobby.core.adoption`): mailboxes, seq marks, dedupe ids and open
+node's snapshot (`lobby.core.cluster.adoption`): mailboxes, seq marks, dedupe ids and open
 conversations move into its core, journaled, and the agents become its own."""
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ import orjson
 import pytest
 
 from lobby.core import Router
-from lobby.core.adoption import adopt
+from lobby.core.cluster.adoption import adopt
 from lobby.core.records import (
     DELIVERED,
     Acked,

@@ -1,7 +1,7 @@
-"""Filters and their value index (lobby/core/filters.py), driven directly: the sentences a bad
-filter is refused with; `AttributeIndex.size` and `members` counting and listing exactly the docs
-`Filter.matches` admits, op by op, over every kind of attribute (equal values at range ends, 1 and
-1.0, booleans that are not numbers, lists, NaN, missing attributes), with and without `within`,
+"""Filters and their value index (lobby/core/discovery/filters.py), driven directly: the sentences a
+bad filter is refused with; `AttributeIndex.size` and `members` counting and listing exactly the
+docs `Filter.matches` admits, op by op, over every kind of attribute (equal values at range ends, 1
+and 1.0, booleans that are not numbers, lists, NaN, missing attributes), with and without `within`,
 before and after removals; `SortedColumn` in small blocks: a discard removes that one pair or
 nothing, blocks fill to 2 * LOAD and know their last pair, a range holding nothing yields no run,
 and finding where a range starts costs O(log n) comparisons, not a walk over the blocks before
@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-from lobby.core.filters import (
+from lobby.core.discovery.filters import (
     COUNT_BUDGET,
     READ_BUDGET,
     AttributeIndex,

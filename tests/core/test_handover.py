@@ -1,5 +1,5 @@
-"""An agent handed over between two live cluster nodes, sans-I/O (`lobby.core.handover`): the
-old home gives up its mailbox, marks, conversations, dialogues and proposals, durably; the new
+"""An agent handed over between two live cluster nodes, sans-I/O (`lobby.core.cluster.handover`):
+the old home gives up its mailbox, marks, conversations, dialogues and proposals, durably; the new
 node adopts them and the resume replays what was held, in order."""
 
 from __future__ import annotations
@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 
 from lobby.core import Router
-from lobby.core.adoption import adopt
+from lobby.core.cluster.adoption import adopt
 from lobby.core.records import Acked, AgentSaved, StateRemoved, StateSaved
 from lobby.core.session import Close
 from lobby.store.journal import Folded

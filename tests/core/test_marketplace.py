@@ -1,5 +1,5 @@
 """The marketplace through the Router, synchronously: TEXT, order proposals and payments; what is
-forwarded, what is refused, what reaches the ledger (lobby/core/marketplace.py)."""
+forwarded, what is refused, what reaches the ledger (lobby/core/commerce/marketplace.py)."""
 
 from __future__ import annotations
 

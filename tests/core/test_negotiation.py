@@ -1,5 +1,5 @@
 """Negotiation through the Router, synchronously: FIPA dialogues, their expiry and bound, and the
-settled trade in the ledger (lobby/core/negotiation.py)."""
+settled trade in the ledger (lobby/core/commerce/negotiation.py)."""
 
 from __future__ import annotations
 

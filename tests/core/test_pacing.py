@@ -11,7 +11,7 @@ import orjson
 
 from lobby.core import Router
 from lobby.core.records import DELIVERED, Acked, MessageStored
-from lobby.core.registry import AgentRecord
+from lobby.core.session import AgentRecord
 from tests.core.test_delivery import resume
 from tests.routerkit import Peer, join, make_router
 

@@ -9,11 +9,10 @@ from __future__ import annotations
 from structlog.testing import capture_logs
 
 from lobby.core import Router, Send
+from lobby.core.cluster.shared import PROBED_FRESH
 from lobby.core.records import AgentSaved
 from lobby.core.refusal import hash_token
-from lobby.core.registry import REVOKED
-from lobby.core.session import Action, Close, Session
-from lobby.core.shared import PROBED_FRESH
+from lobby.core.session import REVOKED, Action, Close, Session
 from tests.core.test_shared_registry import join_shared
 from tests.routerkit import Clock, Peer, frames, make_router, raw
 

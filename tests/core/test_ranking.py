@@ -1,5 +1,5 @@
-"""BM25 top-k (`lobby/core/ranking.py`) driven directly: each way `Ranking.lexical` finds a page
-(few candidates scored all, pairwise overlaps, the threshold algorithm) against a brute force
+"""BM25 top-k (`lobby/core/discovery/ranking.py`) driven directly: each way `Ranking.lexical` finds
+a page (few candidates scored all, pairwise overlaps, the threshold algorithm) against a brute force
 that scores every doc, with every kind of restriction; ties broken by key; the totals; the
 postings' groups; and the page cut short by the threshold algorithm's reads."""
 
@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from lobby.core import ranking
-from lobby.core.filters import Filter, Plan
-from lobby.core.ranking import K1, B, Postings, Ranking, Scored
+from lobby.core.discovery import ranking
+from lobby.core.discovery.filters import Filter, Plan
+from lobby.core.discovery.ranking import K1, B, Postings, Ranking, Scored
 
 Key = tuple[str, str]
 
@@ -534,12 +534,12 @@ def test_a_total_the_plan_cannot_count_within_its_budget_is_none(
     multi: int, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(ranking, "_MULTI", multi)
-    monkeypatch.setattr("lobby.core.filters.COUNT_BUDGET", 2)
+    monkeypatch.setattr("lobby.core.discovery.filters.COUNT_BUDGET", 2)
     corpus = lettered(30, {"x": range(6), "y": range(4, 9)})
     tested = Plan(None, set(), [], lambda doc: {}, [lambda doc: doc % 2 == 0])
     expected, _ = corpus.brute(["x", "y"], tested, 3)
     assert corpus.lexical(["x", "y"], tested, 3) == (expected, None, True)
-    monkeypatch.setattr("lobby.core.filters.COUNT_BUDGET", 9)
+    monkeypatch.setattr("lobby.core.discovery.filters.COUNT_BUDGET", 9)
     expected, total = corpus.brute(["x", "y"], tested, 3)
     assert corpus.lexical(["x", "y"], tested, 3) == (expected, total, True)
 

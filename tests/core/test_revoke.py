@@ -12,8 +12,7 @@ from structlog.testing import capture_logs
 
 from lobby.core import Router, Send
 from lobby.core.records import AgentRemoved, AgentSaved
-from lobby.core.registry import REVOKED
-from lobby.core.session import Close
+from lobby.core.session import REVOKED, Close
 from tests.routerkit import join, make_router
 
 

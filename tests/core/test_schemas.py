@@ -18,10 +18,7 @@ from websockets.asyncio.client import ClientConnection, connect
 
 from agent_sdk import Agent, InvalidInputError, RequestContext, capability
 from lobby.core import Send
-from lobby.core.records import AgentSaved, Snapshot
-from lobby.core.refusal import Refusal
-from lobby.core.router import Router
-from lobby.core.schemas import (
+from lobby.core.discovery.schemas import (
     REASON_MAX,
     SHARED_MAX_BYTES,
     InvalidInput,
@@ -29,6 +26,9 @@ from lobby.core.schemas import (
     input_check,
     pointer,
 )
+from lobby.core.records import AgentSaved, Snapshot
+from lobby.core.refusal import Refusal
+from lobby.core.router import Router
 from lobby.server import LobbyServer
 from protocol.payloads import Capability
 from tests.routerkit import Peer, join, make_router

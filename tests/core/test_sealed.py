@@ -1,5 +1,5 @@
 """Sealed rounds through the Router, synchronously: held bids, the reveal, late bids, the round's
-bound and refusals, and a restore from the journal (lobby/core/sealed.py)."""
+bound and refusals, and a restore from the journal (lobby/core/commerce/sealed.py)."""
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """What a move tells its sender about a dialogue it did not make, synchronously: every move each
 prober can send into a sealed round's dialogue (or to its parties) is answered alike whatever
-the receiver did before the reveal (lobby/core/sealed.py, protocol/fipa.py `Dialogue.check`).
+the receiver did before the reveal (lobby/core/commerce/sealed.py, protocol/fipa.py
+`Dialogue.check`).
 
 Each world is a fresh lobby in which the buyer's round `r1` asks `t` (the target), `c` (a
 competing seller, who bids) and `w` (who answers only where the round is to be revealed early);

@@ -12,10 +12,10 @@ from typing import Any
 
 import pytest
 
-from lobby.core import ranking, search
-from lobby.core.filters import parse_filters
-from lobby.core.listing import Position, SearchPage
-from lobby.core.search import Algorithm, SearchIndex
+from lobby.core.discovery import ranking, search
+from lobby.core.discovery.filters import parse_filters
+from lobby.core.discovery.listing import Position, SearchPage
+from lobby.core.discovery.search import Algorithm, SearchIndex
 from tests.test_search import Row, index, keys
 
 Key = tuple[str, str]

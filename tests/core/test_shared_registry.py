@@ -12,7 +12,7 @@ from structlog.testing import capture_logs
 
 from lobby.cluster.keys import agent_id_of, agent_key, decode_agent, encode_agent
 from lobby.core import Router, Send
-from lobby.core import shared as shared_module
+from lobby.core.cluster import shared as shared_module
 from lobby.core.limits import Limits
 from lobby.core.records import AgentRemoved, AgentSaved
 from lobby.core.refusal import hash_token

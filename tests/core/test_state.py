@@ -10,9 +10,10 @@ import pytest
 from structlog.testing import capture_logs
 
 from lobby.core import LobbyState, Send, Session
+from lobby.core.discovery.registry import Registry
 from lobby.core.records import AgentSaved, StateSaved
 from lobby.core.refusal import Refusal
-from lobby.core.registry import REVOKED, AgentRecord, Registry
+from lobby.core.session import REVOKED, AgentRecord
 from protocol.models import ErrorCode, Message, MessageType
 from protocol.payloads import Capability
 from tests.routerkit import Clock, cap, frames, join, make_router, raw

@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from itertools import chain, islice
 from typing import Any, Final, NamedTuple
 
-from lobby.core.filters import SortedColumn
+from lobby.core.discovery.filters import SortedColumn
 
 DocKey = tuple[str, str]
 

@@ -10,8 +10,8 @@ journals that, and answers, once that is committed, with a `Snapshot` of the age
   other party);
 - the dialogues and sealed rounds it started, the order proposals it made (the old home
   forgets them: they are decided by their initiator's or proposer's home) and its trades.
-The new node adopts it as a failover adopts a dead node's agents (`lobby.core.adoption`), then
-lets the resume go ahead, which replays the mailbox in order.
+The new node adopts it as a failover adopts a dead node's agents (`lobby.core.cluster.adoption`),
+then lets the resume go ahead, which replays the mailbox in order.
 
 Two phases: the old home stops serving the agent at the release, but journals that it gave
 the agent up only once the new home says its adoption is committed (`released`). Until then
@@ -32,7 +32,8 @@ from typing import TYPE_CHECKING, Any
 import orjson
 import structlog
 
-from lobby.core.adoption import adopt
+from lobby.core.cluster.adoption import adopt
+from lobby.core.commerce.sealed import KIND
 from lobby.core.records import (
     Acked,
     AgentSaved,
@@ -42,17 +43,16 @@ from lobby.core.records import (
     Snapshot,
     StateRemoved,
 )
-from lobby.core.sealed import KIND
 from lobby.core.session import Action, Close
 from protocol.models import CloseCode
 
 if TYPE_CHECKING:
-    from lobby.core.between_nodes import BetweenNodes
+    from lobby.core.cluster.parts import RouterParts
 
 log = structlog.get_logger("lobby")
 
 
-def release(router: BetweenNodes, agent_id: str, to_node: str) -> tuple[bytes, list[Action]]:
+def release(router: RouterParts, agent_id: str, to_node: str) -> tuple[bytes, list[Action]]:
     """Give `agent_id` up to node `to_node`: the handover (empty if it is not this node's
     agent) and the close of its connection here. Answer with it only once the journal is
     committed."""
@@ -131,7 +131,7 @@ def release(router: BetweenNodes, agent_id: str, to_node: str) -> tuple[bytes, l
     return data, actions
 
 
-def released(router: BetweenNodes, agent_id: str) -> None:
+def released(router: RouterParts, agent_id: str) -> None:
     """The node `agent_id` was handed to has committed its adoption: what this node gave up
     (`release`) is journaled as gone, and a restart or failover of this node holds none of it."""
     given_up = router.given_up.pop(agent_id, None)
@@ -139,7 +139,7 @@ def released(router: BetweenNodes, agent_id: str) -> None:
         router.state.delivery.journal.extend(given_up)
 
 
-def take_over(router: BetweenNodes, home: str, data: bytes) -> list[str]:
+def take_over(router: RouterParts, home: str, data: bytes) -> list[str]:
     """Adopt what node `home` handed over (`release`) for an agent whose home it still is
     here; returns the agent's id if it was adopted."""
     if not data:
@@ -172,7 +172,7 @@ def take_over(router: BetweenNodes, home: str, data: bytes) -> list[str]:
     return adopt(router, snapshot, home)
 
 
-def take_back(router: BetweenNodes, to_node: str, data: bytes) -> list[Action]:
+def take_back(router: RouterParts, to_node: str, data: bytes) -> list[Action]:
     """Node `to_node` never took the agent this node handed it (`release`): adopt the handover
     here again and route what waited for it."""
     agent_id = orjson.loads(data)["agent"][0]

@@ -53,7 +53,7 @@ from dataclasses import dataclass, replace
 from itertools import filterfalse
 from typing import Any, Final, Literal, get_args
 
-from lobby.core.filters import (
+from lobby.core.discovery.filters import (
     READ_BUDGET,
     AttributeIndex,
     BadFilter,
@@ -61,7 +61,7 @@ from lobby.core.filters import (
     Plan,
     parse_filters,
 )
-from lobby.core.listing import (
+from lobby.core.discovery.listing import (
     SCAN_BUDGET,
     Hit,
     Listing,
@@ -71,7 +71,7 @@ from lobby.core.listing import (
     new_hit,
     walk,
 )
-from lobby.core.ranking import Postings, Ranking, Scored
+from lobby.core.discovery.ranking import Postings, Ranking, Scored
 from protocol.payloads import MAX_RANK
 
 Algorithm = Literal["simple", "filtered", "lexical"]

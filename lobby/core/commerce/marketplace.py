@@ -20,8 +20,7 @@ import orjson
 import structlog
 
 from lobby.core.records import Effect, StateSaved
-from lobby.core.registry import AgentRecord
-from lobby.core.session import Action, Session
+from lobby.core.session import Action, AgentRecord, Session
 from lobby.core.state import LobbyState
 from lobby.core.tracing import trace_id
 from protocol.limits import clip

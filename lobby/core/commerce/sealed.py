@@ -13,20 +13,19 @@ from __future__ import annotations
 
 import heapq
 import secrets
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 import orjson
 
 from lobby.core.records import Effect, StateRemoved, StateSaved
 from lobby.core.refusal import unknown_receiver
-from lobby.core.registry import AgentRecord
-from lobby.core.session import Action, Session
+from lobby.core.session import Action, AgentRecord, Session
 from protocol.fipa import Dialogue, DialogueState, IllegalMove, SealedRound, reveal_order
 from protocol.limits import clip
 from protocol.models import ErrorCode, Message, MessageType
 
 if TYPE_CHECKING:
-    from lobby.core.negotiation import Negotiations
+    from lobby.core.state import LobbyState
 
 KIND = "sealed_round"
 """The kind its rounds are saved under (`StateSaved`)."""
@@ -42,11 +41,24 @@ UNREVEALED = frozenset(
 """States in which a round's dialogue is handled here rather than forwarded."""
 
 
+class Dialogues(Protocol):
+    """What a sealed round uses of `Negotiations`: its dialogue bookkeeping, which it shares."""
+
+    state: LobbyState
+    dialogues: dict[str, Dialogue]
+    traces: dict[str, str]
+    started: dict[str, int]
+
+    def opened(self, dialogue: Dialogue) -> None: ...
+    def save(self, dialogue: Dialogue) -> None: ...
+    def finish(self, dialogue: Dialogue) -> None: ...
+
+
 class SealedRounds:
     """Every sealed round, open or revealed (until forgotten with its dialogues); part of
     `Negotiations`, whose dialogue bookkeeping it shares."""
 
-    def __init__(self, negotiations: Negotiations) -> None:
+    def __init__(self, negotiations: Dialogues) -> None:
         self.negotiations = negotiations
         self.rounds: dict[str, SealedRound] = {}
         self.waiting: dict[str, int] = {}

@@ -51,7 +51,14 @@ from starlette.responses import Response
 from starlette.routing import Route
 
 from agent_sdk.agent import Agent
-from agent_sdk.bridges.a2a_card import (
+from agent_sdk.errors import (
+    AgentSDKError,
+    RemoteError,
+    RequestError,
+    RequestRefusedError,
+    UnknownReceiverError,
+)
+from bridges.a2a_card import (
     CARD_PATH,
     CONTENT_TYPE_NOT_SUPPORTED,
     UNAUTHENTICATED,
@@ -60,14 +67,7 @@ from agent_sdk.bridges.a2a_card import (
     is_json,
     rpc_error,
 )
-from agent_sdk.bridges.a2a_parts import data_parts, named_capability, payload_of
-from agent_sdk.errors import (
-    AgentSDKError,
-    RemoteError,
-    RequestError,
-    RequestRefusedError,
-    UnknownReceiverError,
-)
+from bridges.a2a_parts import data_parts, named_capability, payload_of
 from protocol.models import ErrorCode, ResponseStatus
 from protocol.payloads import Capability
 

@@ -21,9 +21,9 @@ from a2a.types import AgentCard, Message, Part, Role, SendMessageRequest, TaskSt
 from google.protobuf.struct_pb2 import Struct
 
 from agent_sdk.agent import Agent
-from agent_sdk.bridges.a2a_parts import data_parts, payload_of
 from agent_sdk.capability import CapabilitySpec, RequestContext
 from agent_sdk.errors import CapabilityError
+from bridges.a2a_parts import data_parts, payload_of
 
 FAILED = "a2a_failed"
 """The code of an error RESPONSE for a task that failed without saying its own code."""

@@ -17,9 +17,9 @@ to it. Instead:
 - a resume of an agent whose home is another node waits (`gate`) until that node answered a
   probe (`probes`, answered by `probed`): if it is up, the resume waits on (`release`) while
   that node hands the agent over (`releases`, answered by `Router.handed_over`:
-  `lobby.core.handover`), then takes the agent over as on one node; if it is down (killed,
+  `lobby.core.cluster.handover`), then takes the agent over as on one node; if it is down (killed,
   cut off), its agents' state is in its journal, which a failover is about to adopt
-  (`lobby.core.adoption`), and the resume is closed with 1013 (try again) until then, so
+  (`lobby.core.cluster.adoption`), and the resume is closed with 1013 (try again) until then, so
   nothing is numbered twice or delivered out of order.
 
 A single-node lobby has no `SharedRegistry` (`LobbyState.shared` is None): nothing here runs.
@@ -33,11 +33,11 @@ from typing import Final
 import orjson
 import structlog
 
+from lobby.core.discovery.registry import Registry
 from lobby.core.limits import TokenBucket
 from lobby.core.records import AgentRemoved, AgentSaved
 from lobby.core.refusal import Refusal
-from lobby.core.registry import AgentRecord, Registry
-from lobby.core.session import Action, Close, Session
+from lobby.core.session import Action, AgentRecord, Close, Session
 from protocol.models import CloseCode, ErrorCode, Message, MessageType
 from protocol.payloads import Capability
 
@@ -151,7 +151,8 @@ class SharedRegistry:
 
     def hold(self, agent_id: str) -> None:
         """From now on, messages to `agent_id` wait (`park`) until `Router.looked_up`: this
-        node handed it over, and its new home has not taken it yet (`lobby.core.handover`)."""
+        node handed it over, and its new home has not taken it yet
+        (`lobby.core.cluster.handover`)."""
         self.parked.setdefault(agent_id, [])
 
     def unpark(self, agent_id: str) -> list[tuple[Session, Message]]:
@@ -182,7 +183,7 @@ class SharedRegistry:
 
     def release(self, home: str, session: Session, msg: Message) -> None:
         """A resume on this node of an agent whose home is `home`, a node that is up: it waits
-        for `home` to hand the agent over (`lobby.core.handover`)."""
+        for `home` to hand the agent over (`lobby.core.cluster.handover`)."""
         agent_id = msg.sender_id
         waiting = self.releasing.get(agent_id)
         if waiting is None:

@@ -19,17 +19,17 @@ from typing import TYPE_CHECKING
 
 import orjson
 
+from lobby.core.commerce.sealed import KIND
 from lobby.core.conversations import Conversations
 from lobby.core.records import DELIVERED, Acked, MessageStored, Snapshot, StateSaved
-from lobby.core.registry import AgentRecord
-from lobby.core.sealed import KIND
+from lobby.core.session import AgentRecord
 from lobby.core.state import LobbyState
 
 if TYPE_CHECKING:
-    from lobby.core.between_nodes import BetweenNodes
+    from lobby.core.cluster.parts import RouterParts
 
 
-def adopt(router: BetweenNodes, snapshot: Snapshot, dead: str) -> list[str]:
+def adopt(router: RouterParts, snapshot: Snapshot, dead: str) -> list[str]:
     """Take over the agents of node `dead` whose home it still is, from its `snapshot`; returns
     their ids. Call once per dead node, from the node that won its recovery."""
     state = router.state
@@ -89,9 +89,9 @@ def adopt(router: BetweenNodes, snapshot: Snapshot, dead: str) -> list[str]:
     return list(adopted)
 
 
-def _take_decisions(router: BetweenNodes, snapshot: Snapshot) -> None:
+def _take_decisions(router: RouterParts, snapshot: Snapshot) -> None:
     """The dead node's dialogues, sealed rounds, proposals and trades: it decided them (each
-    lives on its initiator's or proposer's home, `lobby.core.negotiation`), and this node,
+    lives on its initiator's or proposer's home, `lobby.core.commerce.negotiation`), and this node,
     now those agents' home, decides them from here on. What this node holds already is kept."""
     state = router.state
     documents = snapshot.state

@@ -1,9 +1,9 @@
 """The router's entry points for a cluster node (`lobby serve --cluster`). Sans-I/O.
 
 The cluster layer (`lobby.cluster`) drives these: the shared registry's verdicts and what other
-nodes changed (`lobby.core.shared`), messages other nodes forwarded (`relayed`) or decided
-(`decided`, `lobby.core.decided`), agents handed over between live nodes (`release`,
-`handed_over`, `take_back`: `lobby.core.handover`). A single-node lobby calls none of them.
+nodes changed (`lobby.core.cluster.shared`), messages other nodes forwarded (`relayed`) or decided
+(`decided`, `lobby.core.cluster.decided`), agents handed over between live nodes (`release`,
+`handed_over`, `take_back`: `lobby.core.cluster.handover`). A single-node lobby calls none of them.
 `Router` inherits them; they work on its state, registrar and dispatch table.
 """
 
@@ -11,17 +11,16 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from lobby.core.cluster.decided import deliver_decided
+from lobby.core.cluster.handover import release, released, take_back, take_over
+from lobby.core.cluster.shared import SharedRegistry
+from lobby.core.commerce.marketplace import Marketplace
+from lobby.core.commerce.negotiation import Negotiations
 from lobby.core.conversations import Conversations
-from lobby.core.decided import deliver_decided
-from lobby.core.handover import release, released, take_back, take_over
-from lobby.core.marketplace import Marketplace
-from lobby.core.negotiation import Negotiations
 from lobby.core.records import AgentRemoved, AgentSaved, Record
 from lobby.core.refusal import Refusal
 from lobby.core.registration import Registrar
-from lobby.core.registry import AgentRecord
-from lobby.core.session import Action, Close, Session
-from lobby.core.shared import SharedRegistry
+from lobby.core.session import Action, AgentRecord, Close, Session
 from lobby.core.state import LobbyState
 from protocol.codec import decode
 from protocol.errors import DecodeError
@@ -46,8 +45,8 @@ class BetweenNodes:
 
     def share(self, node_id: str) -> SharedRegistry:
         """Make this core one node of a cluster: new ids are claimed in the shared registry
-        before REGISTER_ACK, and registration changes are queued for it (`lobby.core.shared`).
-        Call once, before any connection."""
+        before REGISTER_ACK, and registration changes are queued for it
+        (`lobby.core.cluster.shared`). Call once, before any connection."""
         self.state.shared = SharedRegistry(self.state.registry, node_id)
         self._parked = self.state.shared.parked
         return self.state.shared
@@ -83,17 +82,17 @@ class BetweenNodes:
 
     def release(self, agent_id: str, to_node: str) -> tuple[bytes, list[Action]]:
         """Node `to_node` asks this node, `agent_id`'s home, to hand the agent over: what to
-        answer (once committed) and what to do (`lobby.core.handover.release`)."""
+        answer (once committed) and what to do (`lobby.core.cluster.handover.release`)."""
         return release(self, agent_id, to_node)
 
     def released(self, agent_id: str) -> None:
         """The node `agent_id` was handed to committed its adoption: journal that this node
-        gave it up (`lobby.core.handover.released`)."""
+        gave it up (`lobby.core.cluster.handover.released`)."""
         released(self, agent_id)
 
     def take_back(self, to_node: str, data: bytes) -> list[Action]:
         """Node `to_node` never took the agent this node handed it: it is this node's again
-        (`lobby.core.handover.take_back`)."""
+        (`lobby.core.cluster.handover.take_back`)."""
         return take_back(self, to_node, data)
 
     def handed_over(self, home: str, agent_id: str, data: bytes | None) -> list[Action]:
@@ -153,5 +152,6 @@ class BetweenNodes:
     def decided(self, session: Session | None, frame: bytes) -> list[Action] | None:
         """A message another node decided (a dialogue move, an order proposal, a payment, or
         one of its notices, `session` None), for an agent of this node: stored and delivered,
-        not checked again (`lobby.core.decided`). None: the receiver's home is elsewhere now."""
+        not checked again (`lobby.core.cluster.decided`). None: the receiver's home is elsewhere
+        now."""
         return deliver_decided(self.state, session, frame)

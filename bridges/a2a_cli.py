@@ -13,9 +13,9 @@ import sys
 import httpx
 from a2a.client import AgentCardResolutionError
 
-from agent_sdk.bridges.a2a import Gateway, TokensFileError, base_url, bind, load_tokens, serving
-from agent_sdk.bridges.a2a_join import A2AAgent, fetch_card
 from agent_sdk.errors import AgentSDKError
+from bridges.a2a import Gateway, TokensFileError, base_url, bind, load_tokens, serving
+from bridges.a2a_join import A2AAgent, fetch_card
 
 
 def run(args: argparse.Namespace) -> int:

@@ -1,8 +1,9 @@
-"""`lobby a2a serve | join`: the A2A bridges' command line.
+"""`lobby a2a serve | join`: the A2A bridges' command line, which `lobby` finds through the
+`lobby.commands` entry points (`lobby.extra_commands`).
 
-The bridges are SDK agents (`agent_sdk.bridges`); they are imported only when one of these
-commands runs, so `lobby serve` never loads the SDK or the `a2a` package (tests/test_imports.py
-allows this module, like `lobby.mcp_cli`, to reach into `agent_sdk`).
+The bridges are SDK agents; they are imported only when one of these commands runs, so
+`lobby serve`, which loads this module to build its parser, never loads the SDK or the `a2a`
+package.
 """
 
 from __future__ import annotations
@@ -14,11 +15,13 @@ from typing import Any
 
 from lobby.options import port_number
 
+COMMANDS = frozenset({"a2a"})
+
 
 def add_commands(commands: argparse._SubParsersAction[Any], parser_class: type[Any]) -> None:
     """Add `a2a serve` and `a2a join` to the `lobby` command's subcommands."""
     a2a = commands.add_parser(
-        "a2a", help="bridges to A2A agents (pip install 'agent-lobby[bridges]')"
+        "a2a", help="bridges to A2A agents (the bridges extra: make run EXTRAS=bridges)"
     )
     bridges = a2a.add_subparsers(dest="a2a_command", required=True, parser_class=parser_class)
     lobby_url = os.environ.get("LOBBY_URL", "ws://127.0.0.1:8765/")
@@ -49,8 +52,8 @@ def add_commands(commands: argparse._SubParsersAction[Any], parser_class: type[A
     )
 
 
-def run(args: argparse.Namespace) -> int:
+def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     """Run the `lobby a2a` command `args` asks for; its exit status."""
-    from agent_sdk.bridges import a2a_cli  # the `bridges` extra, loaded only here
+    from bridges import a2a_cli  # the `bridges` extra, loaded only here
 
     return a2a_cli.run(args)

@@ -182,3 +182,31 @@ def _schema_problem(error: Exception) -> str:
 
 def _clip(text: str) -> str:
     return text if len(text) <= REASON_MAX else text[: REASON_MAX - 3] + "..."
+
+
+@dataclass(slots=True)
+class CapabilityEntry:
+    """A capability as the router uses it: the model, who may call it, its wire form and its
+    compiled input schema."""
+
+    model: Capability
+    allowed: frozenset[str] | None
+    """`None` when public (`authorized_requester_ids` null or empty)."""
+    wire: dict[str, Any]
+    size: int
+    """Bytes of `wire` as JSON: what it adds to a DISCOVER answer, which is bounded."""
+    input_check: InputCheck | None
+    """`None` when the input schema accepts any object (see lobby.core.discovery.schemas)."""
+
+    @classmethod
+    def of(cls, capability: Capability) -> CapabilityEntry:
+        ids = capability.authorized_requester_ids
+        # What DISCOVER shows: a field left unset is left out, never a null list or map.
+        wire = capability.model_dump(mode="json", exclude_none=True)
+        return cls(
+            capability,
+            frozenset(ids) if ids else None,
+            wire,
+            len(orjson.dumps(wire)),
+            input_check(capability),
+        )

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from itertools import islice
 from typing import Final
 
-from lobby.core.filters import READ_BUDGET, Plan
+from lobby.core.discovery.filters import READ_BUDGET, Plan
 
 K1: Final = 1.2
 B: Final = 0.75

@@ -1,9 +1,9 @@
 """Cluster only: messages another lobby node decided, delivered here at their receiver's home.
 
 A dialogue lives on one node (its initiator's home), a proposal on its proposer's home
-(`lobby.core.negotiation`, `lobby.core.marketplace`). That node checks each move or payment,
-changes the dialogue or proposal, records the trade, and sends the counterpart's home the move,
-and each party's home its notices, already decided: the home neither checks them again nor
+(`lobby.core.commerce.negotiation`, `lobby.core.commerce.marketplace`). That node checks each move
+or payment, changes the dialogue or proposal, records the trade, and sends the counterpart's home
+the move, and each party's home its notices, already decided: the home neither checks them again nor
 tracks the dialogue; it stamps, stores, dedupes and delivers them as any message of its agent's,
 and confirms the sender's move (ACCEPTED travels back to the deciding node) after its commit.
 A TRANSACTION_CONFIRMED or PAYMENT_CONFIRMED also enters this node's ledger, so LIST_TRANSACTIONS

@@ -18,9 +18,9 @@ from typing import Any, Final
 
 import orjson
 
-from lobby.core.listing import Position
-from lobby.core.registry import Registry
-from lobby.core.search import BadFilter, BadQuery, SearchPage, parse_filters
+from lobby.core.discovery.listing import Position
+from lobby.core.discovery.registry import Registry
+from lobby.core.discovery.search import BadFilter, BadQuery, SearchPage, parse_filters
 from protocol.payloads import DISCOVER_LIMIT, MAX_RANK, SEARCH_LIMIT, DiscoverServicesPayload
 
 MAX_WAITING_QUERIES: Final = 4

@@ -21,11 +21,10 @@ import heapq
 import orjson
 import structlog
 
+from lobby.core.commerce.sealed import UNREVEALED, SealedRounds
 from lobby.core.delivery import DEFAULT_DEDUPE_HORIZON
 from lobby.core.records import Effect, StateRemoved, StateSaved
-from lobby.core.registry import AgentRecord
-from lobby.core.sealed import UNREVEALED, SealedRounds
-from lobby.core.session import Action, Session
+from lobby.core.session import Action, AgentRecord, Session
 from lobby.core.state import LobbyState
 from lobby.core.tracing import trace_id
 from protocol.fipa import Dialogue, IllegalMove
@@ -269,7 +268,7 @@ class Negotiations:
 
     def give_up(self, dialogue: Dialogue) -> None:
         """Forget `dialogue` here, open or not: another node decides it from now on (its
-        initiator resumed there, `lobby.core.handover`)."""
+        initiator resumed there, `lobby.core.cluster.handover`)."""
         dialogue_id = dialogue.dialogue_id
         self._ended(dialogue)
         del self.ended[dialogue_id]

@@ -1,8 +1,9 @@
-"""`lobby mcp` and `lobby bridge mcp`: the MCP bridges' command line.
+"""`lobby mcp` and `lobby bridge mcp`: the MCP bridges' command line, which `lobby` finds
+through the `lobby.commands` entry points (`lobby.extra_commands`).
 
-The bridges are SDK agents (`agent_sdk.bridges`); they are imported only when one of these
-commands runs, so `lobby serve` never loads the SDK or the `mcp` package. This module is the
-one place the lobby's command line reaches into `agent_sdk` (tests/test_imports.py allows it).
+The bridges are SDK agents; they are imported only when one of these commands runs, so
+`lobby serve`, which loads this module to build its parser, never loads the SDK or the `mcp`
+package.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 
 from lobby.options import port_number, positive_seconds
 
-BRIDGES_EXTRA = "pip install 'agent-lobby[bridges]'"
+BRIDGES_EXTRA = "make run EXTRAS=bridges, or .venv/bin/pip install -e '.[bridges]' in the checkout"
+COMMANDS = frozenset({"mcp", "bridge"})
 
 
 def add_commands(commands: argparse._SubParsersAction[Any], parser_class: type[Any]) -> None:
@@ -73,17 +75,14 @@ def add_commands(commands: argparse._SubParsersAction[Any], parser_class: type[A
     )
 
 
-def check(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
-    """Refuse a `bridge mcp` given both or neither of --url and a command (exit 2)."""
+def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
+    """Run the command; a failure is one line on stderr and exit status 1. A `bridge mcp`
+    given both or neither of --url and a command is refused (exit 2)."""
     if args.command == "bridge" and bool(args.url) == bool(args.command_line):
         parser.error("bridge mcp needs either --url or -- COMMAND ..., not both")
-
-
-def run(args: argparse.Namespace) -> int:
-    """Run the command; a failure is one line on stderr and exit status 1."""
     try:
-        from agent_sdk.bridges import mcp, mcp_agent
         from agent_sdk.errors import AgentSDKError
+        from bridges import mcp, mcp_agent
     except ImportError as missing:
         sys.stderr.write(f"lobby: the MCP bridges need {missing.name}: {BRIDGES_EXTRA}\n")
         return 1

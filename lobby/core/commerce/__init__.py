@@ -1,0 +1,2 @@
+"""Commerce: negotiation between agents (CFP, proposals, sealed bids) and the marketplace's
+orders and payments."""
