@@ -35,7 +35,8 @@ import structlog
 
 from lobby import admin, admin_cli, backup, dashboard, extra_commands, reset_cli
 from lobby.admin_endpoint import TOKEN_FILE
-from lobby.config import SettingError, Settings, install_hint
+from lobby.config import SettingError, Settings
+from lobby.extras import install_hint
 from lobby.logs import configure
 from lobby.natsdev import add_nats_parser, run_nats
 from lobby.options import add_serve_options, settings_from

@@ -19,6 +19,7 @@ from lobby.core.limits import Limits
 from lobby.core.records import DEFAULT_DEDUPE_MAX
 from lobby.core.router import DEFAULT_MAILBOX_LIMIT
 from lobby.core.tracing import Tracing
+from lobby.extras import install_hint
 from lobby.store import StoreSettings
 from lobby.transport.base import TransportSettings
 
@@ -49,12 +50,6 @@ def _setting(
 ) -> Any:
     """A setting: `minimum` is the least allowed value, `above` a bound it must exceed."""
     return field(default=default, metadata={"help": help, "minimum": minimum, "above": above})
-
-
-def install_hint(extra: str) -> str:
-    """How to install one of pyproject.toml's optional extras: they are not on PyPI, so from
-    the checkout."""
-    return f"make run EXTRAS={extra}, or .venv/bin/pip install -e '.[{extra}]' in the checkout"
 
 
 @dataclass(frozen=True, kw_only=True, slots=True)

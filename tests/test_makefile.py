@@ -9,7 +9,7 @@ import subprocess
 import tomllib
 from pathlib import Path
 
-from lobby.config import install_hint
+from lobby.extras import install_hint
 
 ROOT = Path(__file__).parent.parent
 

@@ -55,18 +55,22 @@ async def test_run_forever_refused_by_the_lobby_ends_in_one_line_naming_the_caus
     assert "'taken'" in lines[0]
 
 
+UP = "echo is up: serving echo until Ctrl-C\n"
+"""What the echo agent prints once the lobby has it."""
+
+
 async def test_an_example_prints_only_what_it_prints_and_log_level_shows_the_sdk_log(
     lobby: LobbyServer, tmp_path: Path
 ) -> None:
     example = (ROOT / "examples/echo/run.py").read_text()
     code, stdout, stderr = await run_script(example, tmp_path, lobby.url)
     assert code == 0, stderr
-    assert stdout == "found: echo\necho answered: 'hi' (2 characters)\n"
+    assert stdout == UP + "found: echo\necho answered: 'hi' (2 characters)\n"
     assert stderr == ""
     # Asked for, the SDK's own lines go to stderr; stdout stays the program's.
     verbose = example.replace('Agent("my_client", ', 'Agent("my_client", log_level="INFO", ')
     assert verbose != example
     code, stdout, stderr = await run_script(verbose, tmp_path, lobby.url)
     assert code == 0, stderr
-    assert stdout == "found: echo\necho answered: 'hi' (2 characters)\n"
+    assert stdout == UP + "found: echo\necho answered: 'hi' (2 characters)\n"
     assert "INFO agent_sdk AGENT_CONNECTED agent_id=my_client" in stderr

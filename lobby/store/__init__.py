@@ -35,7 +35,7 @@ def open_store(settings: StoreSettings) -> Store:
         try:
             from lobby.store.jetstream import JetStreamStore  # nats-py: the cluster extra
         except ImportError:
-            from lobby.config import install_hint
+            from lobby.extras import install_hint
 
             raise StoreUnavailable(f"--cluster needs nats-py: {install_hint('cluster')}") from None
         assert settings.node_id is not None  # Settings.check
