@@ -198,9 +198,22 @@ def relay_picows() -> Iterator[Server]:
     )
 
 
-def _run(name: str, command: list[str], port: int) -> Iterator[Server]:
+@contextlib.contextmanager
+def lobby_from(tree: str, store: str = "sqlite") -> Iterator[Server]:
+    """The lobby of another source tree (a checkout of an earlier commit, say), run by this
+    venv's Python: `python -m lobby` imports the package from the working directory first."""
+    port = free_port()
+    with tempfile.TemporaryDirectory(prefix="lobby-bench-") as data:
+        command = lobby_command(port, data, store)
+        yield from _run(f"lobby {tree}", command, port, cwd=tree)
+
+
+def _run(name: str, command: list[str], port: int, cwd: str | None = None) -> Iterator[Server]:
     raise_fd_limit()  # the server inherits it: 10,000 connections need as many descriptors
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    env = None if cwd is None else {**os.environ, "PYTHONPATH": cwd}
+    process = subprocess.Popen(
+        command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=cwd, env=env
+    )
     try:
         _wait_listening(port, process)
         yield Server(name, process, port)
