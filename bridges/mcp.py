@@ -64,6 +64,7 @@ from agent_sdk.errors import (
     RequestRefusedError,
     RequestTimeoutError,
     UnknownReceiverError,
+    with_code,
 )
 from protocol.models import ErrorCode
 from protocol.payloads import Capability
@@ -181,7 +182,7 @@ def tool_error(code: str, error: str) -> types.CallToolResult:
     `structuredContent`: it would have to match the tool's output schema, and clients that
     check it (the TypeScript SDK) would throw instead of showing the error."""
     return types.CallToolResult(
-        content=[types.TextContent(type="text", text=f"{code}: {error}")], isError=True
+        content=[types.TextContent(type="text", text=with_code(code, error))], isError=True
     )
 
 

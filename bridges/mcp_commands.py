@@ -110,12 +110,20 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
     except KeyboardInterrupt:
         return 0
     except (AgentSDKError, OSError) as exc:
-        sys.stderr.write(f"lobby: {exc}\n")
+        sys.stderr.write(f"lobby: {_described(exc, args)}\n")
         return 1
     except BaseExceptionGroup as group:  # anyio's task groups wrap what failed inside them
-        sys.stderr.write(f"lobby: {_first(group)}\n")
+        sys.stderr.write(f"lobby: {_described(_first(group), args)}\n")
         return 1
     return 0
+
+
+def _described(error: BaseException, args: argparse.Namespace) -> str:
+    """The error's sentence, naming the MCP server's URL when reaching it is what failed (the
+    HTTP client's own words name nothing: "All connection attempts failed")."""
+    if args.command == "bridge" and args.url and type(error).__module__.startswith("http"):
+        return f"cannot reach the MCP server at {args.url}: {error}"
+    return str(error)
 
 
 def _first(error: BaseException) -> BaseException:

@@ -36,6 +36,7 @@ from lobby import cli
 from lobby.server import LobbyServer
 from protocol.payloads import Capability
 from tests.conftest import make_lobby
+from tests.natskit import free_port
 from tests.nodejs import ROOT, node, npm_installed
 
 LOBBY = [sys.executable, "-m", "lobby"]
@@ -166,9 +167,8 @@ async def uses_the_lobby_tools(mcp: ClientSession, changed: ListChanged, lobby_u
     refused = await mcp.call_tool("echo.peek", {})
     assert refused.isError
     assert refused.structuredContent is None  # it would have to match the output schema
-    assert error_text(refused).startswith(
-        "unauthorized: Unauthorized: Agent 'mcp_user' is not authorized"
-    )
+    # The code once, though the lobby's sentence opens with it in words.
+    assert error_text(refused).startswith("unauthorized: Agent 'mcp_user' is not authorized")
 
     bad = await mcp.call_tool("echo.echo", {"text": 5})
     assert (bad.isError, bad.structuredContent) == (True, None)
@@ -531,3 +531,19 @@ async def follows_the_tool_list(lobby: LobbyServer, process: asyncio.subprocess.
     finally:
         process.terminate()
         assert await process.wait() == 0
+
+
+def test_a_bridge_to_an_mcp_server_that_does_not_answer_names_its_url(tmp_path: Path) -> None:
+    url = f"http://127.0.0.1:{free_port()}/mcp"  # nothing listens there
+    done = subprocess.run(
+        [sys.executable, "-m", "lobby", "bridge", "mcp", "--agent-id", "calc", "--url", url],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd=tmp_path,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )
+    assert done.returncode == 1
+    assert done.stderr.splitlines() == [
+        f"lobby: cannot reach the MCP server at {url}: All connection attempts failed"
+    ]
