@@ -18,7 +18,7 @@ from contextlib import AbstractContextManager as ContextManager
 from typing import Any
 
 from benchmarks import harness, load
-from benchmarks.report import ratio
+from benchmarks.report import best_rows
 from benchmarks.suite import LOAD_SLACK, throughput_run
 
 
@@ -47,17 +47,8 @@ def main(argv: list[str] | None = None) -> int:
                     runs[server.name].append(
                         throughput_run(server, pairs, args.seconds, args.window)
                     )
-        best = {name: max(r, key=lambda x: float(x["messages_per_s"])) for name, r in runs.items()}
-        base = best[servers[0].name]
-        for name, run in best.items():
-            print(
-                f"| {pairs} | {name} | {run['messages_per_s']:,.0f} "
-                f"| {ratio(run['messages_per_s'], base['messages_per_s'])} "
-                f"| {run['server_cpu_us_per_message']:.1f} "
-                f"| {ratio(run['server_cpu_us_per_message'], base['server_cpu_us_per_message'])} "
-                f"| {max(float(x['other_cpu_share']) for x in runs[name]):.2f} |",
-                flush=True,
-            )
+        for row in best_rows(pairs, runs):
+            print(row, flush=True)
     if args.latency:
         print("\n| server | p50 / p99 / p99.9 ms at 5,000 msgs/s |\n|---|---|")
         starts: list[tuple[str, Callable[[], ContextManager[harness.Server]]]] = [

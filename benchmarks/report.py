@@ -69,6 +69,21 @@ def ratio(a: float, b: float) -> str:
     return f"{a / b:.2f}x" if b else "n/a"
 
 
+def best_rows(pairs: int, runs: dict[str, list[dict[str, Any]]]) -> list[str]:
+    """Table rows of each server's best throughput run, with its ratio to the first server's
+    (`| pairs | server | msgs/s | vs first | server CPU us/msg | vs first | other CPU |`)."""
+    best = {name: max(r, key=lambda x: float(x["messages_per_s"])) for name, r in runs.items()}
+    base = next(iter(best.values()))
+    return [
+        f"| {pairs} | {name} | {run['messages_per_s']:,.0f} "
+        f"| {ratio(run['messages_per_s'], base['messages_per_s'])} "
+        f"| {run['server_cpu_us_per_message']:.1f} "
+        f"| {ratio(run['server_cpu_us_per_message'], base['server_cpu_us_per_message'])} "
+        f"| {max(float(x['other_cpu_share']) for x in runs[name]):.2f} |"
+        for name, run in best.items()
+    ]
+
+
 def status(ok: bool) -> str:
     return "met" if ok else "NOT MET"
 
