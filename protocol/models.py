@@ -66,6 +66,9 @@ class MessageType(StrEnum):
     PAYMENT_CONFIRMED = "PAYMENT_CONFIRMED"
     FETCH_MESSAGES = "FETCH_MESSAGES"
     MESSAGES = "MESSAGES"
+    WATCH = "WATCH"
+    UNWATCH = "UNWATCH"
+    PRESENCE = "PRESENCE"
 
 
 class ErrorCode(StrEnum):
