@@ -48,6 +48,7 @@ def test_public_api_is_exactly_the_documented_names() -> None:
         "TaskResult",
         "UnauthorizedError",
         "UnknownReceiverError",
+        "Watch",
         "capability",
         "DialogueEndedError",
         "DialogueError",
@@ -59,6 +60,8 @@ def test_public_api_is_exactly_the_documented_names() -> None:
         "RemoteTimeoutError",
         "Transaction",
         "Policy",
+        "PresenceChange",
+        "PresenceEvent",
         "RateLimit",
     }
     for name in agent_sdk.__all__:
