@@ -209,3 +209,34 @@ def test_a_closing_watcher_is_told_nothing_and_nobody_watching_costs_nothing() -
     assert index.by_capability == {}
     assert index.by_agent == {}
     assert index.came_online(router.registry.agents["b"]) == []
+
+
+def test_a_cluster_node_reports_its_agents_and_hears_of_the_others() -> None:
+    router = make_router()
+    me = join(router, "me")
+    b = join(router, "b", capabilities=[cap("quote")])
+    router.share("n1")  # (a new id is claimed in the shared registry first: joined before)
+    watch(me, capability_name="quote")
+    me.take()
+    presence_index = router.state.presence
+    world.deliver(router.close(b.session))
+    assert presence(me) == [("w-1", "offline", "b", False, ["quote"])]
+    assert presence_index.outgoing == [("b", False)]
+    # Another node's agent: online there, then gone offline there.
+    assert router.registry.agents["b"].session is None
+    world.deliver(router.presence_heard("n2", [("b", True)]))
+    assert presence(me) == [("w-1", "online", "b", True, ["quote"])]
+    world.deliver(router.presence_heard("n2", [("b", True)]))
+    assert presence(me) == []  # told twice (a hello's answer): one change
+    world.deliver(router.presence_heard("n3", [("b", False)]))
+    assert presence(me) == []  # not where it is connected: stale
+    world.deliver(router.presence_heard("n2", [("b", False)]))
+    assert presence(me) == [("w-1", "offline", "b", False, ["quote"])]
+    # Online on n2, then resumed here: it moved, it did not come.
+    world.deliver(router.presence_heard("n2", [("b", True)]))
+    me.take()
+    register = {"sender_id": "b", "message_type": "REGISTER", "auth_token": b.token}
+    world.deliver(raw(router, router.open(), **register, payload={}))
+    assert presence(me) == []
+    assert presence_index.elsewhere == {}
+    assert router.online_here() == ["me", "b"]

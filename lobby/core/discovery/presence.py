@@ -11,6 +11,12 @@ capabilities unless the agent is the watcher.
 PRESENCE frames are sent straight to the watcher's connection (`Send`): state, not messages,
 so never stored, replayed or numbered. A slow watcher's queue is the I/O layer's to bound
 (4002), never the changing agent's concern.
+
+On a cluster node (`sharing`), the agents homed here that come online or go offline are queued
+in `outgoing` for the other nodes (`lobby.cluster.presence`); what they report comes in as
+`heard`, kept in `elsewhere` (agent -> the node it is connected to), and registration changes
+other nodes made come in as `learned` / `forgot`. So a watcher on any node hears of every
+node's agents.
 """
 
 from __future__ import annotations
@@ -63,6 +69,12 @@ class Presence:
         """Agent id -> the watches naming it."""
         self.of_session: dict[Session, dict[str, Watch]] = {}
         """Connection -> its watches by conversation_id (at most `MAX_WATCHES`)."""
+        self.sharing = False
+        """Cluster only: this node tells the others of its agents (`outgoing`)."""
+        self.outgoing: list[tuple[str, bool]] = []
+        """Cluster only: (agent id, online) of agents homed here, in order, for the others."""
+        self.elsewhere: dict[str, str] = {}
+        """Cluster only: agents online on another node -> that node."""
 
     # -- WATCH and UNWATCH ------------------------------------------------------------------
 
@@ -169,10 +181,17 @@ class Presence:
     ) -> list[Action]:
         """`record` registered, or resumed while it had no connection (`before`: what it
         offered until then, when the resume declared capabilities anew)."""
+        if self.sharing:
+            self.outgoing.append((record.agent_id, True))
+            if self.elsewhere.pop(record.agent_id, None) is not None:
+                # Online on another node until now: it moved here, it did not come.
+                return self.declared(record, before or {})
         return self._changed(record, PresenceEvent.ONLINE, before or {})
 
     def went_offline(self, record: AgentRecord) -> list[Action]:
         """`record`'s connection closed; call once its `session` is None."""
+        if self.sharing:
+            self.outgoing.append((record.agent_id, False))
         return self._changed(record, PresenceEvent.OFFLINE, {})
 
     def declared(self, record: AgentRecord, before: dict[str, CapabilityEntry]) -> list[Action]:
@@ -185,6 +204,47 @@ class Presence:
     def removed(self, record: AgentRecord) -> list[Action]:
         """`record` is gone from the registry (UNREGISTER, `lobby remove`)."""
         return self._changed(record, PresenceEvent.REMOVED, {})
+
+    # -- what other nodes report (cluster only) ------------------------------------------------
+
+    def heard(self, node: str, changes: Iterable[tuple[str, bool]]) -> list[Action]:
+        """Node `node` reports its agents coming online / going offline, in order."""
+        actions: list[Action] = []
+        agents, elsewhere = self.registry.agents, self.elsewhere
+        for agent_id, online in changes:
+            was = self._online_id(agent_id)
+            if online:
+                elsewhere[agent_id] = node
+            elif elsewhere.get(agent_id) == node:
+                del elsewhere[agent_id]
+            record = agents.get(agent_id)
+            if record is not None and was != self._online_id(agent_id):
+                event = PresenceEvent.ONLINE if online else PresenceEvent.OFFLINE
+                actions += self._changed(record, event, {})
+            # A record not known yet: its registration (`learned`) tells the watchers.
+        return actions
+
+    def learned(
+        self, record: AgentRecord, before: dict[str, CapabilityEntry] | None, home: str | None
+    ) -> list[Action]:
+        """Another node registered `record` (`before` None) or changed its registration;
+        `home`: where it is connected now, when it just moved there from this node."""
+        if home is not None:
+            self.elsewhere[record.agent_id] = home  # still online: only on another node
+        if before is None:
+            if record.agent_id in self.elsewhere:
+                return self._changed(record, PresenceEvent.ONLINE, {})
+            return []
+        return self.declared(record, before)
+
+    def forgot(self, record: AgentRecord) -> list[Action]:
+        """Another node removed `record` (UNREGISTER, `lobby remove`)."""
+        self.elsewhere.pop(record.agent_id, None)
+        return self.removed(record)
+
+    def _online_id(self, agent_id: str) -> bool:
+        record = self.registry.agents.get(agent_id)
+        return agent_id in self.elsewhere or (record is not None and record.session is not None)
 
     def _watched(self, record: AgentRecord, before: dict[str, CapabilityEntry]) -> bool:
         if record.agent_id in self.by_agent:
@@ -227,7 +287,8 @@ class Presence:
         payload = {
             "agent_id": record.agent_id,
             "event": event,
-            "online": not gone and record.session is not None,
+            "online": not gone
+            and (record.session is not None or record.agent_id in self.elsewhere),
             "capabilities": [] if gone else sorted(record.capabilities),
         }
         return self._encode(watch, payload, in_reply_to)
