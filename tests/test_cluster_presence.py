@@ -1,10 +1,12 @@
 """Presence across lobby nodes (lobby/cluster/presence.py): a watcher homed on node b hears of
 the agents homed on node a, those connected before b started included, as they come, change
-and go. Real `lobby serve --cluster` processes on a real `nats-server -js`, raw WebSocket."""
+and go, and when node a dies. Real `lobby serve --cluster` processes on a real `nats-server -js`,
+raw WebSocket."""
 
 from __future__ import annotations
 
 import asyncio
+import signal
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -78,6 +80,10 @@ async def test_a_watcher_on_one_node_hears_of_the_agents_of_another(tmp_path: Pa
                         await again.send(frame("seller", "UNREGISTER", {}, auth_token=seller.token))
                         got = await presence_until(watcher.ws, about("seller", "removed", False))
                         assert got["capabilities"] == []
+                    # Node a is killed: out of b's view of the live nodes, its agents are offline.
+                    a.signal(signal.SIGKILL)
+                    a.wait(10)
+                    await presence_until(watcher.ws, about("early", "offline", False))
         finally:
             stop(a)
             if b is not None:

@@ -126,7 +126,7 @@ class ClusterNode:
         self.relay = Relay(node_id, router, execute, durable)
         """Messages to and from agents on other nodes."""
         self.relay.learn = self.learn
-        self.presence = PresenceLink(node_id, router, execute)
+        self.presence = PresenceLink(node_id, router, execute, self.liveness.alive)
         """Which agents are connected to which node (`lobby.presence`)."""
         self.handovers = Handovers(node_id, router, execute, durable, replicas=replicas)
         """Agents handed over between this node and another live one."""

@@ -8,13 +8,17 @@ every node feeds what the others publish to its core (`Router.presence_heard`), 
 its watchers. A node that starts asks on `lobby.presence.hello`, and every other node answers
 with the agents connected to it, so a watch's snapshot knows them too.
 
-Core NATS may drop a message (an outage, a reconnect): a change lost so is corrected by the
-next one of the same agent. Nothing here runs on the REQUEST/RESPONSE path.
+A node that drops out of this node's view of the live ones (`Liveness.alive`: killed, cut
+off, stopped) takes its agents offline here; when a node comes (back) into view, this node asks
+again (hello), so one that was only cut off for a while is heard of again. Core NATS may drop a
+message (an outage, a reconnect): a change lost so is corrected by the next one of the same
+agent. Nothing here runs on the REQUEST/RESPONSE path.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Final
 
@@ -30,6 +34,8 @@ log = structlog.get_logger("lobby.cluster")
 
 PRESENCE: Final = "lobby.presence"
 HELLO: Final = "lobby.presence.hello"
+CHECK_EVERY: Final = 1.0
+"""Seconds between two looks at which nodes are alive."""
 
 
 class PresenceLink:
@@ -37,23 +43,47 @@ class PresenceLink:
     core handled, `await stop()` last."""
 
     def __init__(
-        self, node_id: str, router: Router, execute: Callable[[Iterable[Action]], None]
+        self,
+        node_id: str,
+        router: Router,
+        execute: Callable[[Iterable[Action]], None],
+        alive: Callable[[], list[str]],
     ) -> None:
         self.node_id = node_id
         self.router = router
         self._execute = execute
+        self._alive = alive
         self._nc: Client | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._checking: asyncio.Task[None] | None = None
 
     async def start(self, nc: Client) -> None:
         self._nc = nc
         await nc.subscribe(PRESENCE, cb=self._heard)
         await nc.subscribe(HELLO, cb=self._hello)
         await nc.publish(HELLO, self.node_id.encode())
+        self._checking = asyncio.create_task(self._check_nodes())
 
     async def stop(self) -> None:
+        if self._checking is not None:
+            self._checking.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._checking
         if self._tasks:
             await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _check_nodes(self) -> None:
+        seen = set(self._alive())
+        while True:
+            await asyncio.sleep(CHECK_EVERY)
+            alive = set(self._alive())
+            elsewhere = self.router.state.presence.elsewhere
+            for node in {n for n in elsewhere.values() if n not in alive}:
+                gone = [(agent_id, False) for agent_id, n in elsewhere.items() if n == node]
+                self._execute(self.router.presence_heard(node, gone))
+            if alive - seen - {self.node_id} and self._nc is not None:
+                self._spawn(self._nc.publish(HELLO, self.node_id.encode()))
+            seen = alive
 
     def kick(self) -> None:
         """Publish the comings and goings of this node's agents the core queued."""
