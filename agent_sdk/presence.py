@@ -192,7 +192,8 @@ class Watch:
                     if inspect.isawaitable(result):
                         await result
                 except Exception:
-                    log.exception("WATCH_CALLBACK_FAILED", watch_id=self.watch_id)
+                    owner = self._owner.agent_id
+                    log.exception("WATCH_CALLBACK_FAILED", agent_id=owner, watch_id=self.watch_id)
         except AgentSDKError:
             pass  # refused (logged) or stopped
 
