@@ -48,6 +48,12 @@ class PresenceEvent(StrEnum):
 class WatchPayload(_Payload):
     """WATCH: exactly one of `capability_name` (the agents offering it) and `agent_ids`."""
 
+    model_config = ConfigDict(
+        json_schema_extra={
+            "oneOf": [{"required": ["capability_name"]}, {"required": ["agent_ids"]}]
+        }
+    )
+
     capability_name: Annotated[str, Field(min_length=1, max_length=MAX_NAME_LENGTH)] | None = Field(
         default=None, description="Watch the agents offering this capability."
     )

@@ -113,9 +113,11 @@ class Presence:
     def unwatch(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
         """UNWATCH: the watch its conversation_id names ends; no answer."""
         require_lobby_receiver(msg)
+        if msg.conversation_id is None:
+            raise Refusal(ErrorCode.MALFORMED, "UNWATCH needs a conversation_id: the watch it ends")
         validate(UnwatchPayload, msg)
         held = self.of_session.get(session)
-        watch = held.get(msg.conversation_id or "") if held is not None else None
+        watch = held.get(msg.conversation_id) if held is not None else None
         if watch is None:
             raise Refusal(
                 ErrorCode.UNKNOWN_CONVERSATION,
