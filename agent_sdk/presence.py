@@ -260,9 +260,12 @@ class Watcher(Caller):
 
     def _on_presence(self, message: Message) -> None:
         watch = self._watches.get(message.conversation_id or "")
-        if watch is not None and message.sender_id == LOBBY_ID:
+        if watch is None or message.sender_id != LOBBY_ID:
+            return  # a watch closed meanwhile, its last PRESENCE still on the way
+        try:
             watch.receive(message.payload)
-        # else: a watch closed meanwhile, its last PRESENCE still on the way
+        except (ValueError, KeyError, TypeError) as exc:  # e.g. an event of a newer lobby
+            log.warning("UNREADABLE_FRAME", agent_id=self.agent_id, error=f"PRESENCE: {exc!r}")
 
     def _on_watch_error(self, message: Message) -> Coroutine[Any, Any, None] | None:
         payload = message.payload

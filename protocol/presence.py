@@ -48,9 +48,21 @@ class PresenceEvent(StrEnum):
 class WatchPayload(_Payload):
     """WATCH: exactly one of `capability_name` (the agents offering it) and `agent_ids`."""
 
+    # "Exactly one" as a `not` (both, or neither): generators leave `not` alone, where a
+    # `oneOf` would turn the payload into a union a Go model cannot read back.
     model_config = ConfigDict(
         json_schema_extra={
-            "oneOf": [{"required": ["capability_name"]}, {"required": ["agent_ids"]}]
+            "not": {
+                "anyOf": [
+                    {"required": ["capability_name", "agent_ids"]},
+                    {
+                        "allOf": [
+                            {"not": {"required": ["capability_name"]}},
+                            {"not": {"required": ["agent_ids"]}},
+                        ]
+                    },
+                ]
+            }
         }
     )
 
