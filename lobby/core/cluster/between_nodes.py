@@ -90,7 +90,8 @@ class BetweenNodes:
 
     def online_here(self) -> list[str]:
         """The agents connected to this node: what a node that just joined is told."""
-        return [a.agent_id for a in self.state.registry.agents.values() if a.session is not None]
+        agents = self.state.registry.agents.values()
+        return [a.agent_id for a in agents if a.session is not None and a.home is None]
 
     def probed(self, home: str, alive: bool) -> list[Action]:
         """Node `home` answered a probe (`alive`) or not: the resumes of its agents waiting
