@@ -58,6 +58,7 @@ def run(block: Block, path: Path) -> str | None:
     return None
 
 
+@pytest.mark.timeout(150)  # ~35 s alone: its lobbies, NATS and servers share the cores
 def test_every_shell_block_runs_as_written(tmp_path: Path) -> None:
     # The longest first (the cluster walk-through, ~40 s): the others run beside it.
     runnable = sorted((b for b in BLOCKS if not b.not_run), key=lambda b: -len(b.whole_script))
