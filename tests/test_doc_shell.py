@@ -13,7 +13,12 @@ import pytest
 
 from tests.shellblocks import ROOT, STOPS_THE_LOBBY, Block, Sandbox, commands, shell_blocks
 
-FILES = [ROOT / "README.md", ROOT / "examples/js/README.md", *sorted((ROOT / "docs").glob("*.md"))]
+FILES = [
+    *(ROOT / name for name in ("README.md", "BENCHMARKS.md", "examples/js/README.md")),
+    *sorted((ROOT / "docs").glob("*.md")),
+]
+"""README.md and the site's pages: docs/, and the files they include whole (PROTOCOL.md has no
+shell block)."""
 BLOCKS = [block for path in FILES for block in shell_blocks(path)]
 NOT_RUN_AT_MOST = 12
 
