@@ -12,7 +12,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any, Protocol, TypeVar
 
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 
 from agent_sdk.errors import (
     DialogueEndedError,
@@ -51,6 +51,9 @@ class Transaction(BaseModel):
     seller: str
     amount: Decimal
     goods: Any = None
+    """What was traded: as the accepted proposal's model declares its `goods` when this agent
+    proposed it as a model or read it as one (`next_proposal(Offer)`, an annotated
+    `on_propose`), else as the JSON came (a dict...)."""
     reference: str
     """The dialogue id (or, for a payment, the paid proposal's message_id)."""
     created_at: datetime
@@ -132,6 +135,10 @@ class DialogueHandle:
         self._changed = asyncio.Event()
         self._declined: tuple[str, str | None] | None = None
         """Who declined the dialogue and the reason they gave, once one side did."""
+        self._proposal_models: dict[str, type[BaseModel]] = {}
+        """The model each PROPOSE was made from (this agent's) or read as (the counterpart's),
+        by move id: the confirmed trade's `goods` come back as that model declares them."""
+        self._last_proposal_id: str | None = None
 
     @property
     def state(self) -> str:
@@ -140,7 +147,9 @@ class DialogueHandle:
     async def propose(self, proposal: dict[str, Any] | BaseModel) -> None:
         """Propose (to the CFP or as a counter-proposal): a dict or a model, money as
         `Decimal` (sent as an exact decimal string)."""
-        await self._move(Performative.PROPOSE, {"proposal": dump(proposal)})
+        move_id = await self._move(Performative.PROPOSE, {"proposal": dump(proposal)})
+        if isinstance(proposal, BaseModel):
+            self._proposal_models[move_id] = type(proposal)
 
     async def accept(self) -> None:
         """Accept the counterpart's latest proposal (see `conclude()` to also await the
@@ -175,7 +184,9 @@ class DialogueHandle:
             self._check_not_ended()  # no move is coming any more
         move = await self.next_move(timeout)
         if move.kind == MessageType.PROPOSE:
-            return move.parse(model)
+            proposal = move.parse(model)
+            self.read_as(move.message.message_id, model)
+            return proposal
         self._check_not_ended()
         raise DialogueError(f"{self.counterpart!r} answered {move.kind}, not PROPOSE")
 
@@ -213,6 +224,25 @@ class DialogueHandle:
                 f"dialogue {self.dialogue_id!r} did not end in a trade in time"
             ) from None
 
+    def read_as(self, proposal_id: str | None, model: type[BaseModel]) -> None:
+        """Note that the PROPOSE `proposal_id` was read as `model`."""
+        if proposal_id is not None:
+            self._proposal_models[proposal_id] = model
+
+    def confirmed(self, transaction: Transaction) -> Transaction:
+        """The lobby's record of this dialogue's trade, its `goods` as the accepted proposal's
+        model declares them (the proposal accepted is the dialogue's last); as they came
+        (JSON: a dict, a list...) when no model was used or it declares no `goods`."""
+        model = self._proposal_models.get(self._last_proposal_id or "")
+        field = model.model_fields.get("goods") if model is not None else None
+        if field is None or field.annotation is None or transaction.goods is None:
+            return transaction
+        try:
+            goods = TypeAdapter(field.annotation).validate_python(transaction.goods)
+        except ValidationError:
+            return transaction  # the lobby records what was proposed: this does not happen
+        return transaction.model_copy(update={"goods": goods})
+
     @property
     def _me(self) -> str:
         return self._agent.agent_id
@@ -231,7 +261,7 @@ class DialogueHandle:
             reason=reason,
         )
 
-    async def _move(self, performative: Performative, payload: dict[str, Any]) -> None:
+    async def _move(self, performative: Performative, payload: dict[str, Any]) -> str:
         me, loop = self._me, asyncio.get_running_loop()
         move_id = uuid.uuid4().hex
         target = self.view.last_move_id
@@ -243,6 +273,8 @@ class DialogueHandle:
             raise IllegalMoveError(illegal.rule, illegal.reason) from None
         if performative is Performative.DECLINE:
             self._declined = (me, payload.get("reason"))
+        elif performative is Performative.PROPOSE:
+            self._last_proposal_id = move_id
         await self._agent.send(
             self.counterpart,
             MessageType(performative.value),
@@ -252,6 +284,7 @@ class DialogueHandle:
             in_reply_to=target,
             traceparent=self.traceparent,
         )
+        return move_id
 
     def _received(self, move: Move) -> None:
         if self.traceparent is None:
@@ -259,6 +292,8 @@ class DialogueHandle:
         if move.kind == MessageType.DECLINE:
             reason = move.payload.get("reason")
             self._declined = (self.counterpart, reason if isinstance(reason, str) else None)
+        elif move.kind == MessageType.PROPOSE:
+            self._last_proposal_id = move.message.message_id
         if self._moves.full():
             self._moves.get_nowait()  # a handle nobody reads keeps the latest moves only
         self._moves.put_nowait(move)

@@ -333,10 +333,12 @@ class Negotiator(Caller):
         handle = self._dialogues.get(message.conversation_id or "")
         if handle is not None:
             try:
-                handle.transaction = Transaction.model_validate(raw)
+                handle.transaction = handle.confirmed(Transaction.model_validate(raw))
             except ValidationError as exc:
                 log.warning("TRANSACTION_UNREADABLE", agent_id=self.agent_id, error=str(exc))
             handle._received(Move(message.message_type, message.payload, message))
+            if self._content_models.get("transaction") is Transaction and handle.transaction:
+                return self.on_transaction_confirmed(handle.transaction)  # goods typed too
         return self._typed_callback(self.on_transaction_confirmed, "transaction", raw)
 
     def _on_bids_revealed(self, message: Message) -> None:
@@ -410,6 +412,9 @@ class Negotiator(Caller):
         if kind is MessageType.CFP:
             await self._typed_move(handle, self.on_cfp, "query", payload.get("query", {}))
         elif kind is MessageType.PROPOSE:
+            model = self._content_models.get("proposal")
+            if model is not None:
+                handle.read_as(message.message_id, model)
             await self._typed_move(handle, self.on_propose, "proposal", payload.get("proposal"))
         elif kind is MessageType.ACCEPT:
             await self.on_accept(handle)

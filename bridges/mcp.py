@@ -426,6 +426,9 @@ async def _serve_http(server: Server[Any, Any], host: str, port: int) -> None:
     from starlette.routing import Route
     from starlette.types import Receive, Scope, Send
 
+    from bridges.mcp_quiet import quiet_disconnects
+
+    quiet_disconnects()  # a client that leaves is no ERROR with a traceback
     security = None
     if host in LOOPBACK:  # a web page must not reach the tools through DNS rebinding
         security = TransportSecuritySettings(

@@ -11,7 +11,6 @@ import subprocess
 import sys
 import urllib.request
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
@@ -40,9 +39,9 @@ def started() -> Iterator[list[subprocess.Popen[str]]]:
         process.communicate(timeout=10)  # and close its pipes
 
 
-def test_the_js_example_runs_twice(lobby_process: LobbyProcess, tmp_path: Path) -> None:
+def test_the_js_example_runs_twice(lobby_process: LobbyProcess) -> None:
     npm_installed(ROOT / "examples" / "js")
-    env = {**os.environ, "JS_AGENT_TOKEN_FILE": str(tmp_path / "js_agent.token")}
+    env = dict(os.environ)  # the agent's token goes under this test's AGENT_LOBBY_STATE_DIR
     statuses = []
     for _ in range(2):
         done = subprocess.run(

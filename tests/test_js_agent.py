@@ -8,11 +8,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
+from websockets.asyncio.client import connect
+from websockets.asyncio.server import ServerConnection, serve
+from websockets.exceptions import ConnectionClosed
+from websockets.http11 import Response
 
 from agent_sdk import Agent, InvalidInputError, UnauthorizedError
 from examples.fipa_haggle.run import Seller
@@ -25,6 +30,7 @@ from examples.js.counterparts import (
     find_js_agent,
 )
 from lobby.server import LobbyServer
+from tests.conftest import make_lobby
 from tests.nodejs import ROOT, node, npm_installed
 
 JS_DIR = ROOT / "examples" / "js"
@@ -114,7 +120,7 @@ async def test_a_nodejs_agent_calls_serves_and_haggles(lobby: LobbyServer, tmp_p
 
 
 async def test_the_nodejs_agent_resumes_with_its_kept_token(
-    lobby: LobbyServer, tmp_path: Path
+    lobby: LobbyServer, tmp_path: Path, agent_state_dir: Path
 ) -> None:
     """A second run registers the same id: it must resume with the token it kept, not be
     refused with agent_id_taken."""
@@ -140,4 +146,86 @@ async def test_the_nodejs_agent_resumes_with_its_kept_token(
             for agent in (doubler, seller, caller):
                 await agent.unregister()
     assert statuses == ["success_registered_finalized", "success_resumed"]
-    assert (tmp_path / f"{JS_AGENT}.token").stat().st_mode & 0o077 == 0
+    kept = agent_state_dir / "tokens" / lobby.identity / f"{JS_AGENT}.token"
+    assert kept.stat().st_mode & 0o077 == 0
+
+
+async def run_with_counterparts(lobby: LobbyServer, url: str, cwd: Path) -> list[dict[str, Any]]:
+    """The Node agent against `url` (the lobby, or a proxy to it), its SDK counterparts on
+    `lobby`; its JSON lines, once it is done."""
+    async with (
+        Doubler(lobby_url=lobby.url) as doubler,
+        Seller(lobby_url=lobby.url) as seller,
+        Agent("js_caller", lobby_url=lobby.url) as caller,
+    ):
+        process = await run_js_agent(url, cwd)
+        try:
+            await call_js_agent(caller, "again")
+            out, err = await asyncio.wait_for(process.communicate(), 40)
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                process.kill()
+            await process.wait()
+        assert process.returncode == 0, (out + err).decode()
+        for agent in (doubler, seller, caller):
+            await agent.unregister()
+    return [orjson.loads(line) for line in out.splitlines()]
+
+
+@dataclass
+class Switchboard:
+    """A WebSocket proxy at one address in front of whichever lobby `lobby` names, announcing
+    that lobby's identity in its handshake as the lobby does; it keeps the REGISTERs sent."""
+
+    lobby: LobbyServer
+    registers: list[dict[str, Any]] = field(default_factory=list)
+
+    def announce(self, _: object, __: object, response: Response) -> Response:
+        response.headers["Agent-Lobby-Id"] = self.lobby.identity
+        return response
+
+    async def handle(self, agent: ServerConnection) -> None:
+        async with connect(self.lobby.url) as upstream:
+
+            async def pipe(source: Any, target: Any, keep: bool) -> None:
+                with contextlib.suppress(ConnectionClosed):
+                    async for text in source:
+                        frame = orjson.loads(text)
+                        if keep and frame["message_type"] == "REGISTER":
+                            self.registers.append(frame)
+                        await target.send(text)
+                await target.close()
+
+            await asyncio.gather(pipe(agent, upstream, True), pipe(upstream, agent, False))
+
+
+async def test_a_token_kept_for_one_lobby_is_never_offered_to_another(
+    lobby: LobbyServer, tmp_path: Path, agent_state_dir: Path
+) -> None:
+    """The agent keeps its token under the identity the lobby announces, as the Python SDK
+    does, not under the address: another lobby answering at the same address (a proxy that
+    switches lobbies) gets a plain REGISTER and issues a token of its own; the first lobby,
+    back at that address, resumes the agent with the first token."""
+    other = make_lobby(tmp_path / "other-lobby", transport=lobby.settings.transport)
+    await other.start()
+    switchboard = Switchboard(lobby)
+    try:
+        async with serve(
+            switchboard.handle, "127.0.0.1", 0, process_response=switchboard.announce
+        ) as proxy:
+            url = f"ws://127.0.0.1:{proxy.sockets[0].getsockname()[1]}/"
+            first = await run_with_counterparts(lobby, url, tmp_path)
+            switchboard.lobby = other
+            second = await run_with_counterparts(other, url, tmp_path)
+            switchboard.lobby = lobby
+            third = await run_with_counterparts(lobby, url, tmp_path)
+    finally:
+        await other.stop()
+    statuses = [run[0]["status"] for run in (first, second, third)]
+    assert statuses == ["success_registered_finalized"] * 2 + ["success_resumed"]
+    tokens = agent_state_dir / "tokens"
+    token = (tokens / lobby.identity / f"{JS_AGENT}.token").read_text()
+    other_token = (tokens / other.identity / f"{JS_AGENT}.token").read_text()
+    assert other_token != token
+    # The other lobby was offered no token; the first got its own back.
+    assert [r.get("auth_token") for r in switchboard.registers] == [None, None, token]

@@ -4,7 +4,8 @@
 //   node agent.mjs [LOBBY_URL]        (default $LOBBY_URL, else ws://127.0.0.1:8765/)
 //
 // What it does, in order (one JSON line on stdout per step):
-//   registered   REGISTER (or resume with the token kept in a file) with a capability `reverse`
+//   registered   REGISTER (or resume with the token it kept for this lobby) with a capability
+//                `reverse`
 //   discovered   DISCOVER_SERVICES for `double` (served by an SDK agent)
 //   called       REQUEST `double`; skips `in_progress` RESPONSEs, returns the final one
 //   served       answers a REQUEST for `reverse` from an SDK caller (at any time)
@@ -14,11 +15,14 @@
 // On any failure it prints {"step": "failed", "error": ...} and exits 1.
 //
 // Settings (environment): JS_AGENT_ID (js_agent), JS_AGENT_CALLERS (js_caller: who may call
-// `reverse`, comma-separated), JS_AGENT_TOKEN_FILE (<id>.token), DOUBLER_CAPABILITY (double),
-// SELLER_ID (s), MAX_PRICE (15), OPENING_BID (10), JS_AGENT_TIMEOUT_S (30).
+// `reverse`, comma-separated), DOUBLER_CAPABILITY (double), SELLER_ID (s), MAX_PRICE (15),
+// OPENING_BID (10), JS_AGENT_TIMEOUT_S (30); AGENT_LOBBY_STATE_DIR, XDG_STATE_HOME (where the
+// token is kept, as the Python SDK keeps its own: see `tokenFile` below).
 
 import { randomUUID } from "node:crypto";
-import { existsSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, readFileSync, renameSync, writeFileSync } from "node:fs";
+import { homedir } from "node:os";
+import { dirname, isAbsolute, join } from "node:path";
 import WebSocket from "ws";
 
 const LOBBY = "global_lobby";
@@ -27,7 +31,6 @@ const agentId = env.JS_AGENT_ID ?? "js_agent";
 const settings = {
   url: process.argv[2] ?? env.LOBBY_URL ?? "ws://127.0.0.1:8765/",
   callers: (env.JS_AGENT_CALLERS ?? "js_caller").split(",").filter(Boolean),
-  tokenFile: env.JS_AGENT_TOKEN_FILE ?? `${agentId}.token`,
   doubler: env.DOUBLER_CAPABILITY ?? "double",
   seller: env.SELLER_ID ?? "s",
   maxPrice: Number(env.MAX_PRICE ?? 15),
@@ -54,6 +57,44 @@ const REVERSE = {
   authorized_requester_ids: settings.callers,
 };
 
+// A token is good only at the lobby that issued it (PROTOCOL.md section 3): it is kept under
+// that lobby's identity, which the lobby announces in the handshake (header Agent-Lobby-Id) and
+// in REGISTER_ACK (lobby_identity), and offered to no lobby announcing another one, even at the
+// same address. The place is the Python SDK's (agent_sdk/identity.py):
+// STATE/tokens/<lobby identity>/<agent id>.token, STATE being $AGENT_LOBBY_STATE_DIR, else
+// $XDG_STATE_HOME/agent-lobby, else ~/.local/state/agent-lobby; a lobby that announces no
+// identity (an older one) is known by the host_port of its URL instead.
+const IDENTITY = /^[0-9a-z-]{8,64}$/;
+
+function stateDir() {
+  if (env.AGENT_LOBBY_STATE_DIR) return env.AGENT_LOBBY_STATE_DIR;
+  const xdg = env.XDG_STATE_HOME;
+  return join(xdg && isAbsolute(xdg) ? xdg : join(homedir(), ".local", "state"), "agent-lobby");
+}
+
+function lobbyKey(identity) {
+  if (identity && IDENTITY.test(identity)) return identity;
+  const url = new URL(settings.url);
+  const port = url.port || (["wss:", "https:"].includes(url.protocol) ? "443" : "80");
+  return `${url.hostname}_${port}`;
+}
+
+function tokenFile(identity) {
+  // Percent-encoded as Python's quote(id, safe="-_.") does: a name, never a path.
+  const name = encodeURIComponent(agentId).replace(
+    /[!~*'()]/g,
+    (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`,
+  );
+  return join(stateDir(), "tokens", lobbyKey(identity), `${name}.token`);
+}
+
+function saveToken(path, token) {
+  mkdirSync(dirname(path), { recursive: true, mode: 0o700 });
+  const temporary = `${path}.${process.pid}.tmp`;
+  writeFileSync(temporary, token, { mode: 0o600 });
+  renameSync(temporary, path); // whole or not at all
+}
+
 function step(name, details = {}) {
   console.log(JSON.stringify({ step: name, ...details }));
 }
@@ -66,8 +107,9 @@ function fail(error) {
 class LobbyConnection {
   // One WebSocket to the lobby. Incoming frames go to whoever waits for them (`next`), REQUESTs
   // to `onRequest`; ERRORs reject the waiter of their conversation.
-  constructor(ws) {
+  constructor(ws, identity) {
     this.ws = ws;
+    this.identity = identity; // the lobby's, from the handshake; null if it announces none
     this.token = null;
     this.waiters = [];
     this.unclaimed = [];
@@ -81,7 +123,11 @@ class LobbyConnection {
   static open(url) {
     return new Promise((resolve, reject) => {
       const ws = new WebSocket(url);
-      ws.once("open", () => resolve(new LobbyConnection(ws)));
+      let identity = null;
+      ws.once("upgrade", (response) => {
+        identity = response.headers["agent-lobby-id"] ?? null;
+      });
+      ws.once("open", () => resolve(new LobbyConnection(ws, identity)));
       ws.once("error", reject);
     });
   }
@@ -144,9 +190,11 @@ class LobbyConnection {
 }
 
 async function register(lobby) {
-  // A kept token resumes this agent: a plain REGISTER for a registered id is refused with
-  // agent_id_taken. A token the lobby does not know (it lost its state) registers anew.
-  const kept = existsSync(settings.tokenFile) ? readFileSync(settings.tokenFile, "utf8").trim() : null;
+  // A token kept for this lobby resumes this agent: a plain REGISTER for a registered id is
+  // refused with agent_id_taken. A token the lobby does not know (it lost its state) registers
+  // anew. A token kept for another lobby is not looked at.
+  const keptIn = tokenFile(lobby.identity);
+  const kept = existsSync(keptIn) ? readFileSync(keptIn, "utf8").trim() : null;
   lobby.ws.send(
     JSON.stringify({
       sender_id: agentId,
@@ -159,7 +207,7 @@ async function register(lobby) {
   const ack = await lobby.next((m) => ["REGISTER_ACK", "ERROR"].includes(m.message_type));
   if (ack.message_type === "ERROR") throw new Error(`REGISTER refused: ${ack.payload.code}`);
   lobby.token = ack.payload.auth_token;
-  writeFileSync(settings.tokenFile, lobby.token, { mode: 0o600 });
+  saveToken(tokenFile(ack.payload.lobby_identity ?? lobby.identity), lobby.token);
   step("registered", { agent_id: agentId, status: ack.payload.status });
 }
 

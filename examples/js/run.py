@@ -41,7 +41,7 @@ async def main(lobby_url: str) -> int:
         Seller(lobby_url=lobby_url) as seller,
         Agent("js_caller", lobby_url=lobby_url) as caller,
     ):
-        # Run from its directory, as its README does: its token file is kept there.
+        # Run from its directory, as its README does (its token is kept per lobby identity).
         js_agent = await asyncio.create_subprocess_exec(
             found, "agent.mjs", lobby_url, cwd=HERE, stdout=asyncio.subprocess.PIPE
         )

@@ -15,6 +15,8 @@ import sys
 
 from mcp.server.fastmcp import Context, FastMCP
 
+from bridges.mcp_quiet import quiet_disconnects
+
 server = FastMCP("calculator", log_level="WARNING")  # its stderr is the bridge's
 
 
@@ -48,5 +50,6 @@ if __name__ == "__main__":
         server.run()  # stdio: stdout is the protocol's, so nothing is printed
     else:
         server.settings.port = port
+        quiet_disconnects()  # a client that leaves is no ERROR with a traceback
         print(f"calculator MCP server: http://127.0.0.1:{port}/mcp", file=sys.stderr, flush=True)
         server.run("streamable-http")

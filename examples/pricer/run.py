@@ -126,7 +126,7 @@ async def main(lobby_url: str) -> list[str]:
         await dialogue.propose(Offer(goods=offer.goods, price=offer.price - 1))
         deal = await dialogue.conclude(timeout=5)
         assert deal is not None
-        say(f"bought {deal.goods['apples']} apples at {deal.amount}")
+        say(f"bought {deal.goods.apples} apples at {deal.amount}")
     return lines
 
 

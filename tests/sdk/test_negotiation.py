@@ -77,12 +77,13 @@ async def test_a_typed_haggle_ends_in_a_decimal_trade_with_one_call(lobby: Lobby
         assert deal is not None
         assert (deal.buyer, deal.seller, deal.amount) == ("buyer", "seller", Decimal("15.25"))
         assert isinstance(deal.amount, Decimal)
-        assert deal.goods == {"apples": 3}
+        assert deal.goods == Apples(apples=3)  # as Offer, the buyer's counter-offer, declares
         assert dialogue.state == "matched"
         assert seller.queries == [Wanted(goods=Apples(apples=3))]
         assert seller.counters == [Offer(goods=Apples(apples=3), price=Decimal("15.25"))]
         seen_by_seller = await asyncio.wait_for(seller.trades.get(), 5)
-        assert seen_by_seller == deal
+        assert seen_by_seller == deal  # read by its annotated on_propose as an Offer
+        assert isinstance(seen_by_seller.goods, Apples)
 
 
 async def test_conclude_accepts_the_offer_and_the_proposer_confirms_by_itself(
@@ -95,6 +96,39 @@ async def test_conclude_accepts_the_offer_and_the_proposer_confirms_by_itself(
         assert deal is not None
         assert deal.amount == Decimal("20.50")
         assert deal.reference == dialogue.dialogue_id
+        assert deal.goods == Apples(apples=1)  # the seller's offer, read as an Offer
+
+
+class DictSeller(Agent):
+    """Proposes a dict whose goods are a list, and accepts any counter-offer."""
+
+    agent_id = "dict_seller"
+
+    async def on_cfp(self, dialogue: DialogueHandle, query: object) -> None:
+        await dialogue.propose({"goods": [{"pears": 2}], "price": "3.00"})
+
+
+class Pears(BaseModel):
+    pears: int
+
+
+class PearOffer(BaseModel):
+    goods: list[Pears]
+    price: Decimal
+
+
+async def test_goods_come_back_as_json_unless_a_model_declared_them(lobby: LobbyServer) -> None:
+    async with DictSeller(lobby_url=lobby.url), Agent("buyer", lobby_url=lobby.url) as buyer:
+        untyped = await buyer.cfp("dict_seller", {"pears": 2})
+        await untyped.next_move(timeout=5)  # the PROPOSE, raw
+        deal = await untyped.conclude(timeout=5)
+        assert deal is not None
+        assert deal.goods == [{"pears": 2}]
+        typed = await buyer.cfp("dict_seller", {"pears": 2})
+        await typed.next_proposal(PearOffer, timeout=5)
+        deal = await typed.conclude(timeout=5)
+        assert deal is not None
+        assert deal.goods == [Pears(pears=2)]
 
 
 async def test_a_declined_counter_offer_ends_conclude_with_the_reason(lobby: LobbyServer) -> None:
