@@ -24,6 +24,7 @@ from typing import Final
 import orjson
 import structlog
 
+from lobby.core.addressed import Addressing
 from lobby.core.cluster.between_nodes import BetweenNodes
 from lobby.core.commerce.marketplace import Marketplace
 from lobby.core.commerce.negotiation import DEFAULT_DIALOGUE_TIMEOUT, Negotiations
@@ -105,6 +106,8 @@ class Router(BetweenNodes):
         self.registrar = Registrar(state)
         self.requests = Conversations(state)
         """Open REQUESTs: how many final RESPONSEs each key still expects."""
+        self.addressed = Addressing(state, self.requests)
+        """REQUESTs naming a capability: the provider chosen, and failover when it goes."""
         self.negotiations = Negotiations(state, timeout=dialogue_timeout, remember=dedupe_horizon)
         self.market = Marketplace(state)
         self.to_lobby = ToLobby(state, self.registrar)
@@ -131,7 +134,7 @@ class Router(BetweenNodes):
             MessageType.LIST_TRANSACTIONS: to_lobby.list_transactions,
             MessageType.DISCOVER_SERVICES: to_lobby.discover_services,
             MessageType.UPDATE_CAPABILITIES: to_lobby.update_capabilities,
-            MessageType.UNREGISTER: to_lobby.unregister,
+            MessageType.UNREGISTER: self._unregister,
             MessageType.REGISTER: _already_registered,
             **dict.fromkeys(_LOBBY_ONLY, _sent_by_the_lobby_only),
         }
@@ -272,6 +275,8 @@ class Router(BetweenNodes):
                 close_code=code,
                 close=close_code_name(code),
             )
+            if code != CloseCode.REPLACED:
+                return self.addressed.provider_gone(agent)
         return []
 
     # -- operators ------------------------------------------------------------------------
@@ -293,11 +298,12 @@ class Router(BetweenNodes):
             agent.token_hash = REVOKED
             state.save(agent)
         log.info("AGENT_REMOVED" if remove else "AGENT_TOKEN_REVOKED", agent_id=agent_id)
+        failed_over = self.addressed.provider_gone(agent)
         if session is None:
-            return []
+            return failed_over
         session.agent = None
         reason = "removed by an operator" if remove else "token revoked by an operator"
-        return [Close(session, CloseCode.UNREGISTERED, reason)]
+        return [Close(session, CloseCode.UNREGISTERED, reason), *failed_over]
 
     # -- frames ---------------------------------------------------------------------------
 
@@ -417,6 +423,11 @@ class Router(BetweenNodes):
             reason = f"invalid auth_token for agent {agent.agent_id!r}"
         log.warning("AUTHENTICATION_FAILED", agent_id=agent.agent_id, reason=reason)
         return self.state.error(session, msg, ErrorCode.AUTH_FAILED, reason)
+
+    def _unregister(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
+        """UNREGISTER (`ToLobby.unregister`); what the agent was serving fails over."""
+        actions = self.to_lobby.unregister(session, agent, msg)
+        return [*actions, *self.addressed.provider_gone(agent)]
 
 
 def _already_registered(session: Session, agent: AgentRecord, msg: Message) -> list[Action]:

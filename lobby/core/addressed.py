@@ -1,0 +1,387 @@
+"""Capability-addressed REQUESTs: the lobby chooses the provider, and fails over to another.
+
+A REQUEST to `global_lobby` names a capability, not an agent:
+`{"capability_name": "quote", "arguments": {...}, "filters": [...]}`. Its candidates are the
+agents online now that offer the capability, match the filters (DISCOVER's, over capability
+attributes), authorize the requester and are not the requester; the lobby gives it to the one
+serving the fewest REQUESTs (`AgentRecord.serving`), ties in turn per capability, passing over a
+candidate whose input schema refuses the arguments (each distinct schema is checked once per
+REQUEST: `Addressed.verdicts`). From there it is a direct REQUEST to that provider: the same
+conversation (requester, provider, conversation_id), its RESPONSEs forwarded as they are.
+
+What the lobby keeps per such REQUEST (`Addressed`) lets it fail over: when the provider's
+connection closes before its final RESPONSE (`provider_gone`; not a 4001, its own reconnection),
+the lobby closes that conversation, drops the copy it holds for the provider, and gives the
+REQUEST (same message_id, `redelivered`) to another candidate never tried for it, or answers
+the requester with the final RESPONSE `no_provider`. A late RESPONSE of the old provider finds
+no open conversation (`unknown_conversation`). This state is in memory only: after a lobby
+restart a REQUEST given to a provider stays with it, as a direct one would.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+import structlog
+
+from lobby.core.conversations import ConversationKey, Conversations
+from lobby.core.discovery.filters import BadFilter, Filter, parse_filters
+from lobby.core.discovery.schemas import CapabilityEntry, InvalidInput
+from lobby.core.records import Effect
+from lobby.core.refusal import Refusal
+from lobby.core.session import Action, AgentRecord, Send, Session
+from lobby.core.state import LobbyState
+from protocol.limits import clip
+from protocol.models import LOBBY_ID, ErrorCode, Message, MessageType, ResponseStatus
+
+log = structlog.get_logger("lobby")
+
+FIELDS: Final = frozenset(("capability_name", "arguments", "filters"))
+_REDELIVERED: Final = b',"redelivered":true}'
+
+
+@dataclass(slots=True, eq=False)
+class Addressed:
+    """One capability-addressed REQUEST waiting for its final RESPONSE: what re-dispatching it
+    needs."""
+
+    requester: str
+    conversation_id: str
+    message_id: str
+    capability: str
+    arguments: dict[str, Any]
+    filters: list[Filter]
+    traceparent: str | None
+    provider: str = ""
+    seq: int | None = None
+    """The `seq` of the copy given to `provider` (None: forwarded to another node)."""
+    tried: set[str] = field(default_factory=set)
+    """The providers it was given to (or whose mailbox was full): never chosen again."""
+    verdicts: dict[object, InvalidInput | None] = field(default_factory=dict)
+    """Input schema (`InputCheck.key`) -> its verdict on `arguments`."""
+    refusal: InvalidInput | None = None
+    """The first input-schema refusal met, and by whose capability (`refused_by`): the answer
+    when every candidate refuses the arguments."""
+    refused_by: str = ""
+
+
+Candidate = tuple[AgentRecord, CapabilityEntry]
+
+
+class Addressing:
+    """Owns the capability-addressed REQUESTs in flight (`pending`, by conversation, and
+    `serving_by`, by provider) and the turn of each capability; chooses, dispatches and
+    re-dispatches them through the shared state and the conversations."""
+
+    def __init__(self, state: LobbyState, conversations: Conversations) -> None:
+        self.state = state
+        self.conversations = conversations
+        self.pending: dict[ConversationKey, list[Addressed]] = {}
+        """Open conversations of addressed REQUESTs -> those REQUESTs, oldest first."""
+        self.serving_by: dict[str, dict[Addressed, ConversationKey]] = {}
+        """Provider -> the addressed REQUESTs it holds: what fails over when it goes."""
+        self.last: dict[str, str] = {}
+        """Capability -> the provider chosen last: ties go to the next one in turn."""
+        self._moving = False
+        conversations.to_capability = self.request
+        conversations.addressed = self.pending
+        conversations.answered = self.answered
+
+    # -- a new REQUEST ----------------------------------------------------------------------
+
+    def request(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
+        """A REQUEST to `global_lobby` (its conversation_id and capability_name checked):
+        check the payload, choose a provider, dispatch; or answer with the lobby's RESPONSE."""
+        state = self.state
+        payload = msg.payload
+        name: str = payload["capability_name"]
+        arguments, filters = _parse(payload)
+        now = state.clock()
+        if state.is_duplicate(msg, session, now):
+            return []
+        limit = state.limits.max_open_requests
+        if limit and agent.open_requests >= limit:
+            raise Refusal(
+                ErrorCode.LIMIT_EXCEEDED,
+                f"agent {agent.agent_id!r} already has {limit} REQUESTs waiting for a final "
+                "RESPONSE; this one was not routed",
+            )
+        pending = Addressed(
+            agent.agent_id,
+            msg.conversation_id,  # type: ignore[arg-type]  # checked by the caller
+            msg.message_id or "",
+            name,
+            arguments,
+            filters,
+            msg.traceparent,
+        )
+        chosen = self._choose(pending)
+        if chosen is None:
+            code, reason, path = _no_candidate(pending, failed_over=False)
+            return self.conversations._deny(session, msg, code, reason, path)
+        actions = self._dispatch(pending, chosen, msg, session, now)
+        agent.open_requests += 1
+        return actions
+
+    # -- choosing ---------------------------------------------------------------------------
+
+    def _candidates(self, pending: Addressed) -> list[tuple[int, int, Candidate]]:
+        """The candidates not yet tried, as (serving, turn, candidate): sorted, the first is
+        the one to give the REQUEST to (fewest served, then the next after the last chosen)."""
+        offering = self.state.registry.providers.get(pending.capability)
+        if not offering:
+            return []
+        name, requester, tried = pending.capability, pending.requester, pending.tried
+        last = self.last.get(name)
+        after_last = last is None
+        found: list[tuple[int, int, Candidate]] = []
+        for position, (agent_id, record) in enumerate(offering.items()):
+            # In turn: those after the last chosen first, then from the start, it last.
+            turn = position if after_last else len(offering) + position
+            if agent_id == last:
+                after_last = True
+            if agent_id == requester or agent_id in tried:
+                continue
+            if record.session is None:
+                continue  # offline (or on another node: not a candidate here, see the doc)
+            entry = record.capabilities[name]
+            if entry.allowed is not None and requester not in entry.allowed:
+                continue
+            if pending.filters:
+                attributes = entry.model.attributes or {}
+                if not all(f.test(attributes) for f in pending.filters):
+                    continue
+            found.append((record.serving, turn, (record, entry)))
+        return found
+
+    def _choose(self, pending: Addressed) -> Candidate | None:
+        """The candidate to give `pending` to, passing over those whose input schema refuses
+        its arguments (the first refusal is kept in `pending`); None when none is left."""
+        found = self._candidates(pending)
+        if len(found) > 1:
+            found.sort(key=_order)
+        for _, _, candidate in found:
+            invalid = self._verdict(pending, candidate[1])
+            if invalid is None:
+                return candidate
+            if pending.refusal is None:
+                pending.refusal, pending.refused_by = invalid, candidate[0].agent_id
+        return None
+
+    def _verdict(self, pending: Addressed, entry: CapabilityEntry) -> InvalidInput | None:
+        check = entry.input_check
+        if check is None:
+            return None
+        verdicts = pending.verdicts
+        key = check.key
+        if key in verdicts:
+            return verdicts[key]
+        invalid = check.invalid({"capability_name": pending.capability, **pending.arguments})
+        verdicts[key] = invalid
+        return invalid
+
+    # -- dispatching ------------------------------------------------------------------------
+
+    def _dispatch(
+        self,
+        pending: Addressed,
+        chosen: Candidate,
+        msg: Message,
+        sender: Session | None,
+        now: float,
+    ) -> list[Action]:
+        """Give `msg` (the REQUEST, any payload) to the chosen provider, as a direct REQUEST
+        to it: in its capability's arguments form, opening (requester, provider, conversation).
+        `sender` None: a re-dispatch (nothing to confirm; marked redelivered)."""
+        target, entry = chosen
+        name = pending.capability
+        msg.receiver_id = target.agent_id
+        if entry.model.arguments_form == "object":
+            msg.payload = {"capability_name": name, "arguments": pending.arguments}
+        else:
+            msg.payload = {"capability_name": name, **pending.arguments}
+        actions = self.state.deliver(target, msg, sender, Effect.OPENS, now)
+        if sender is None:
+            actions = _redelivered(target, msg.seq, actions)
+        pending.message_id = msg.message_id  # type: ignore[assignment]  # set by deliver
+        pending.provider = target.agent_id
+        pending.seq = msg.seq if target.home is None else None
+        pending.tried.add(target.agent_id)
+        self.last[name] = target.agent_id
+        key = (pending.requester, target.agent_id, pending.conversation_id)
+        conversations = self.conversations
+        conversations._opens(key)
+        if pending.traceparent is not None:
+            conversations.traces[key] = pending.traceparent
+        target.serving += 1
+        self.pending.setdefault(key, []).append(pending)
+        self.serving_by.setdefault(target.agent_id, {})[pending] = key
+        return actions
+
+    def answered(self, key: ConversationKey) -> None:
+        """The conversation `key` of an addressed REQUEST was closed (its final RESPONSE):
+        forget the oldest addressed REQUEST in it."""
+        if self._moving:
+            return
+        waiting = self.pending[key]
+        done = waiting.pop(0)
+        if not waiting:
+            del self.pending[key]
+        self._forget_provider(done)
+
+    def _forget_provider(self, done: Addressed) -> None:
+        held = self.serving_by.get(done.provider)
+        if held is not None:
+            held.pop(done, None)
+            if not held:
+                del self.serving_by[done.provider]
+
+    # -- failover ---------------------------------------------------------------------------
+
+    def provider_gone(self, agent: AgentRecord) -> list[Action]:
+        """`agent`'s connection closed (network loss, kill, UNREGISTER, an operator's revoke or
+        remove; not its own reconnection): re-dispatch each addressed REQUEST it held and had
+        not answered, or answer it `no_provider`. Call after the agent is offline."""
+        held = self.serving_by.pop(agent.agent_id, None)
+        if not held:
+            return []
+        actions: list[Action] = []
+        now = self.state.clock()
+        for pending, key in held.items():
+            actions += self._fail_over(pending, key, agent, now)
+        return actions
+
+    def _fail_over(
+        self, pending: Addressed, key: ConversationKey, gone: AgentRecord, now: float
+    ) -> list[Action]:
+        state, conversations = self.state, self.conversations
+        waiting = self.pending.get(key)
+        if waiting is not None and pending in waiting:
+            waiting.remove(pending)
+            if not waiting:
+                del self.pending[key]
+        count = conversations.open.get(key)
+        if count is not None:
+            self._moving = True
+            try:
+                conversations._closes(key, count, gone)
+            finally:
+                self._moving = False
+        if pending.seq is not None:
+            _drop(gone, pending.seq)
+        requester = state.registry.agents.get(pending.requester)
+        if requester is None:
+            return []  # the requester is gone too: nobody to answer
+        log.info(
+            "REQUEST_FAILED_OVER",
+            requester=pending.requester,
+            provider=gone.agent_id,
+            capability=pending.capability,
+            conversation_id=clip(pending.conversation_id),
+        )
+        while True:
+            chosen = self._choose(pending)
+            if chosen is None:
+                break
+            redo = Message(
+                pending.requester,
+                chosen[0].agent_id,
+                MessageType.REQUEST,
+                {},
+                pending.conversation_id,
+                message_id=pending.message_id,
+                traceparent=pending.traceparent,
+            )
+            try:
+                return self._dispatch(pending, chosen, redo, None, now)
+            except Refusal:  # its mailbox is full: the next candidate
+                pending.tried.add(chosen[0].agent_id)
+        requester.open_requests = max(0, requester.open_requests - 1)
+        code, reason, path = _no_candidate(pending, failed_over=True)
+        body: dict[str, Any] = {"status": ResponseStatus.ERROR, "code": code, "error": reason}
+        if path is not None:
+            body["path"] = path
+        state.counters.refused[code] += 1
+        answer = Message(
+            LOBBY_ID,
+            pending.requester,
+            MessageType.RESPONSE,
+            body,
+            pending.conversation_id,
+            in_reply_to=pending.message_id,
+            traceparent=pending.traceparent,
+        )
+        return state.deliver(requester, answer, None, Effect.NONE, now, True)
+
+
+def _parse(payload: dict[str, Any]) -> tuple[dict[str, Any], list[Filter]]:
+    """The arguments and filters of an addressed REQUEST's payload; `malformed` naming the
+    problem."""
+    if len(payload) > 1 and not payload.keys() <= FIELDS:
+        unknown = sorted(str(k) for k in payload.keys() - FIELDS)[0]
+        raise Refusal(
+            ErrorCode.MALFORMED,
+            f"a REQUEST to {LOBBY_ID!r} has unknown field {clip(unknown)!r} "
+            "(fields: capability_name, arguments, filters)",
+        )
+    arguments = payload.get("arguments", {})
+    if type(arguments) is not dict:
+        raise Refusal(
+            ErrorCode.MALFORMED, f"a REQUEST to {LOBBY_ID!r} needs 'arguments' to be an object"
+        )
+    raw = payload.get("filters")
+    if raw is None:
+        return arguments, []
+    try:
+        return arguments, parse_filters(raw)
+    except BadFilter as bad:
+        raise Refusal(ErrorCode.MALFORMED, f"invalid REQUEST filters: {bad}") from None
+
+
+def _order(found: tuple[int, int, Candidate]) -> tuple[int, int]:
+    return found[0], found[1]
+
+
+def _drop(agent: AgentRecord, seq: int) -> None:
+    """Take the message numbered `seq` out of `agent`'s mailbox (if still held): it is never
+    delivered to it again."""
+    mailbox = agent.mailbox
+    for at, (held, _) in enumerate(mailbox):
+        if held == seq:
+            del mailbox[at]
+            return
+        if held > seq:
+            return
+
+
+def _redelivered(target: AgentRecord, seq: int | None, actions: list[Action]) -> list[Action]:
+    """A re-dispatched REQUEST (numbered `seq` for `target`) is marked `redelivered`, as it is
+    written now and as it is held for a resume (the copy stored is the plain one: a restart
+    marks whatever it replays so anyway)."""
+    mailbox = target.mailbox
+    if mailbox and mailbox[-1][0] == seq:
+        mailbox[-1] = (seq, mailbox[-1][1][:-1] + _REDELIVERED)
+    return [
+        Send(a.session, a.frame[:-1] + _REDELIVERED)
+        if isinstance(a, Send) and a.session is target.session
+        else a
+        for a in actions
+    ]
+
+
+def _no_candidate(pending: Addressed, *, failed_over: bool) -> tuple[ErrorCode, str, str | None]:
+    """The final RESPONSE's code, sentence and path when no candidate takes `pending`: the
+    first input-schema refusal met, if every candidate refused the arguments (a provider
+    failed over had taken them: then none is left), else `no_provider`."""
+    refusal = pending.refusal
+    if refusal is not None and not failed_over:
+        sentence = refusal.sentence(pending.capability, pending.refused_by)
+        return ErrorCode.INVALID_INPUT, sentence, refusal.path
+    matching = " matching the filters" if pending.filters else ""
+    return (
+        ErrorCode.NO_PROVIDER,
+        f"no online agent offers capability '{clip(pending.capability)}' to "
+        f"'{pending.requester}'{matching}",
+        None,
+    )
