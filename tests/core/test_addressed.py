@@ -214,11 +214,14 @@ def fail_over(router: Router, provider: Peer, how: str) -> list[Any]:
     if how == "close":
         return router.close(provider.session, 1006)
     if how == "unregister":
-        actions = router.handle(
-            provider.session,
-            f'{{"sender_id": "{provider.agent_id}", "receiver_id": "global_lobby", "message_type": "UNREGISTER",'
-            f' "payload": {{}}, "auth_token": "{provider.token}"}}',
-        )
+        frame = {
+            "sender_id": provider.agent_id,
+            "receiver_id": "global_lobby",
+            "message_type": "UNREGISTER",
+            "payload": {},
+            "auth_token": provider.token,
+        }
+        actions = router.handle(provider.session, orjson.dumps(frame))
         assert any(isinstance(a, Close) for a in actions)
         return actions
     return router.revoke(provider.agent_id, remove=True) or []
