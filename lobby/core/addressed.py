@@ -34,6 +34,7 @@ from lobby.core.session import Action, AgentRecord, Send, Session
 from lobby.core.state import LobbyState
 from protocol.limits import clip
 from protocol.models import LOBBY_ID, ErrorCode, Message, MessageType, ResponseStatus
+from protocol.payloads import MAX_FILTERS
 
 log = structlog.get_logger("lobby")
 
@@ -333,6 +334,11 @@ def _parse(payload: dict[str, Any]) -> tuple[dict[str, Any], list[Filter]]:
     raw = payload.get("filters")
     if raw is None:
         return arguments, []
+    if isinstance(raw, list) and len(raw) > MAX_FILTERS:
+        raise Refusal(
+            ErrorCode.MALFORMED,
+            f"invalid REQUEST filters: at most {MAX_FILTERS} filters, not {len(raw)}",
+        )
     try:
         return arguments, parse_filters(raw)
     except BadFilter as bad:

@@ -147,6 +147,10 @@ def test_no_candidate_is_answered_no_provider() -> None:
             "(one of eq, ne, lt, le, gt, ge, in, contains)",
         ),
         (
+            {"filters": [{"attribute": "price", "value": n} for n in range(9)]},
+            "invalid REQUEST filters: at most 8 filters, not 9",
+        ),
+        (
             {"filters": {"price": 1}},
             "invalid REQUEST filters: 'filters' must be a list of {attribute, op, value} objects",
         ),
