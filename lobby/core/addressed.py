@@ -20,7 +20,7 @@ restart a REQUEST given to a provider stays with it, as a direct one would.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any, Final
 
 import structlog
@@ -42,48 +42,81 @@ FIELDS: Final = frozenset(("capability_name", "arguments", "filters"))
 _REDELIVERED: Final = b',"redelivered":true}'
 
 
-@dataclass(slots=True, eq=False)
 class Addressed:
     """One capability-addressed REQUEST waiting for its final RESPONSE: what re-dispatching it
-    needs."""
+    needs. A plain slotted class, what is needed only for a failover or a schema made on
+    demand: one is made per such REQUEST."""
 
-    requester: str
-    conversation_id: str
-    message_id: str
-    capability: str
-    arguments: dict[str, Any]
-    filters: list[Filter]
-    traceparent: str | None
-    provider: str = ""
-    seq: int | None = None
-    """The `seq` of the copy given to `provider` (None: forwarded to another node)."""
-    tried: set[str] = field(default_factory=set)
-    """The providers it was given to (or whose mailbox was full): never chosen again."""
-    verdicts: dict[object, InvalidInput | None] = field(default_factory=dict)
-    """Input schema (`InputCheck.key`) -> its verdict on `arguments`."""
-    refusal: InvalidInput | None = None
-    """The first input-schema refusal met, and by whose capability (`refused_by`): the answer
-    when every candidate refuses the arguments."""
-    refused_by: str = ""
+    __slots__ = (
+        "arguments",
+        "capability",
+        "conversation_id",
+        "filters",
+        "message_id",
+        "provider",
+        "refusal",
+        "refused_by",
+        "requester",
+        "seq",
+        "traceparent",
+        "tried",
+        "verdicts",
+    )
+
+    def __init__(
+        self,
+        requester: str,
+        conversation_id: str,
+        message_id: str,
+        capability: str,
+        arguments: dict[str, Any],
+        filters: Sequence[Filter],
+        traceparent: str | None,
+    ) -> None:
+        self.requester = requester
+        self.conversation_id = conversation_id
+        self.message_id = message_id
+        self.capability = capability
+        self.arguments = arguments
+        self.filters = filters
+        self.traceparent = traceparent
+        self.provider = ""
+        self.seq: int | None = None
+        """The `seq` of the copy given to `provider` (None: forwarded to another node)."""
+        self.tried: set[str] | None = None
+        """The providers that went before answering it (or whose mailbox was full): never
+        chosen again."""
+        self.verdicts: dict[object, InvalidInput | None] | None = None
+        """Input schema (`InputCheck.key`) -> its verdict on `arguments`."""
+        self.refusal: InvalidInput | None = None
+        """The first input-schema refusal met, and by whose capability (`refused_by`): the
+        answer when every candidate refuses the arguments."""
+        self.refused_by = ""
 
 
 Candidate = tuple[AgentRecord, CapabilityEntry]
 
 
 class Addressing:
-    """Owns the capability-addressed REQUESTs in flight (`pending`, by conversation, and
-    `serving_by`, by provider) and the turn of each capability; chooses, dispatches and
-    re-dispatches them through the shared state and the conversations."""
+    """Owns the capability-addressed REQUESTs in flight (`pending`, by conversation) and the
+    turn of each capability; chooses, dispatches and re-dispatches them through the shared
+    state and the conversations."""
 
     def __init__(self, state: LobbyState, conversations: Conversations) -> None:
         self.state = state
         self.conversations = conversations
-        self.pending: dict[ConversationKey, list[Addressed]] = {}
-        """Open conversations of addressed REQUESTs -> those REQUESTs, oldest first."""
-        self.serving_by: dict[str, dict[Addressed, ConversationKey]] = {}
-        """Provider -> the addressed REQUESTs it holds: what fails over when it goes."""
+        self.pending: dict[ConversationKey, Addressed] = {}
+        """Open conversations of addressed REQUESTs -> the oldest such REQUEST in each. A
+        provider's are found by a walk of it when it goes (rare), which saves an index per
+        REQUEST on the hot path."""
+        self.queued: dict[ConversationKey, list[Addressed]] = {}
+        """The later ones, when a requester has several in one conversation with one provider
+        (rare), oldest first: each moves up into `pending` as the one before it is answered."""
         self.last: dict[str, str] = {}
         """Capability -> the provider chosen last: ties go to the next one in turn."""
+        self.paused = False
+        """The lobby is stopping: connections closing now keep what they hold (a direct
+        REQUEST would), for after the restart, instead of failing over (`LobbyServer.stop`)."""
         self._moving = False
         conversations.to_capability = self.request
         conversations.addressed = self.pending
@@ -97,7 +130,10 @@ class Addressing:
         state = self.state
         payload = msg.payload
         name: str = payload["capability_name"]
-        arguments, filters = _parse(payload)
+        arguments = payload.get("arguments")
+        filters: Sequence[Filter] = ()
+        if len(payload) != 2 or type(arguments) is not dict:  # not just the two usual fields
+            arguments, filters = _parse(payload)
         now = state.clock()
         if state.is_duplicate(msg, session, now):
             return []
@@ -127,42 +163,16 @@ class Addressing:
 
     # -- choosing ---------------------------------------------------------------------------
 
-    def _candidates(self, pending: Addressed) -> list[tuple[int, int, Candidate]]:
-        """The candidates not yet tried, as (serving, turn, candidate): sorted, the first is
-        the one to give the REQUEST to (fewest served, then the next after the last chosen)."""
-        offering = self.state.registry.providers.get(pending.capability)
-        if not offering:
-            return []
-        name, requester, tried = pending.capability, pending.requester, pending.tried
-        last = self.last.get(name)
-        after_last = last is None
-        found: list[tuple[int, int, Candidate]] = []
-        for position, (agent_id, record) in enumerate(offering.items()):
-            # In turn: those after the last chosen first, then from the start, it last.
-            turn = position if after_last else len(offering) + position
-            if agent_id == last:
-                after_last = True
-            if agent_id == requester or agent_id in tried:
-                continue
-            if record.session is None:
-                continue  # offline (or on another node: not a candidate here, see the doc)
-            entry = record.capabilities[name]
-            if entry.allowed is not None and requester not in entry.allowed:
-                continue
-            if pending.filters:
-                attributes = entry.model.attributes or {}
-                if not all(f.test(attributes) for f in pending.filters):
-                    continue
-            found.append((record.serving, turn, (record, entry)))
-        return found
-
     def _choose(self, pending: Addressed) -> Candidate | None:
-        """The candidate to give `pending` to, passing over those whose input schema refuses
-        its arguments (the first refusal is kept in `pending`); None when none is left."""
-        found = self._candidates(pending)
-        if len(found) > 1:
-            found.sort(key=_order)
-        for _, _, candidate in found:
+        """The candidate to give `pending` to: not yet tried, the least served, then the next
+        in turn after the last chosen (it last); passing over those whose input schema refuses
+        the arguments (the first refusal is kept in `pending`). None when none is left."""
+        ranked: list[tuple[tuple[int, int], Candidate]] = []
+        best = self._scan(pending, ranked)
+        if best is None or best[1].input_check is None or self._verdict(pending, best[1]) is None:
+            return best  # the usual case: one pass
+        ranked.sort(key=_rank)
+        for _, candidate in ranked or [((0, 0), best)]:
             invalid = self._verdict(pending, candidate[1])
             if invalid is None:
                 return candidate
@@ -170,11 +180,52 @@ class Addressing:
                 pending.refusal, pending.refused_by = invalid, candidate[0].agent_id
         return None
 
+    def _scan(
+        self, pending: Addressed, ranked: list[tuple[tuple[int, int], Candidate]]
+    ) -> Candidate | None:
+        """One pass over the providers of the capability: the best candidate, each candidate
+        with its rank (serving, turn) appended to `ranked` when there are several."""
+        name = pending.capability
+        offering = self.state.registry.providers.get(name)
+        if not offering:
+            return None
+        requester, tried, filters = pending.requester, pending.tried, pending.filters
+        last = self.last.get(name)
+        after_last = last is None
+        size = len(offering)
+        best: Candidate | None = None
+        best_rank = (0, 0)
+        for position, (agent_id, record) in enumerate(offering.items()):
+            turn = position if after_last else size + position
+            if agent_id == last:
+                after_last = True
+            if (
+                agent_id == requester
+                or record.session is None  # offline (or on another node: see the doc)
+                or (tried is not None and agent_id in tried)
+            ):
+                continue
+            entry = record.capabilities[name]
+            if entry.allowed is not None and requester not in entry.allowed:
+                continue
+            if filters:
+                attributes = entry.model.attributes or {}
+                if not all(f.test(attributes) for f in filters):
+                    continue
+            rank = (record.serving, turn)
+            if size > 1:
+                ranked.append((rank, (record, entry)))
+            if best is None or rank < best_rank:
+                best, best_rank = (record, entry), rank
+        return best
+
     def _verdict(self, pending: Addressed, entry: CapabilityEntry) -> InvalidInput | None:
         check = entry.input_check
         if check is None:
             return None
         verdicts = pending.verdicts
+        if verdicts is None:
+            verdicts = pending.verdicts = {}
         key = check.key
         if key in verdicts:
             return verdicts[key]
@@ -208,16 +259,16 @@ class Addressing:
         pending.message_id = msg.message_id  # type: ignore[assignment]  # set by deliver
         pending.provider = target.agent_id
         pending.seq = msg.seq if target.home is None else None
-        pending.tried.add(target.agent_id)
         self.last[name] = target.agent_id
         key = (pending.requester, target.agent_id, pending.conversation_id)
         conversations = self.conversations
-        conversations._opens(key)
+        opened = conversations.open
+        opened[key] = opened.get(key, 0) + 1  # `Conversations._opens`, inlined
         if pending.traceparent is not None:
             conversations.traces[key] = pending.traceparent
         target.serving += 1
-        self.pending.setdefault(key, []).append(pending)
-        self.serving_by.setdefault(target.agent_id, {})[pending] = key
+        if self.pending.setdefault(key, pending) is not pending:
+            self.queued.setdefault(key, []).append(pending)
         return actions
 
     def answered(self, key: ConversationKey) -> None:
@@ -225,18 +276,19 @@ class Addressing:
         forget the oldest addressed REQUEST in it."""
         if self._moving:
             return
-        waiting = self.pending[key]
-        done = waiting.pop(0)
-        if not waiting:
-            del self.pending[key]
-        self._forget_provider(done)
+        self._forget(key, self.pending[key])
 
-    def _forget_provider(self, done: Addressed) -> None:
-        held = self.serving_by.get(done.provider)
-        if held is not None:
-            held.pop(done, None)
-            if not held:
-                del self.serving_by[done.provider]
+    def _forget(self, key: ConversationKey, done: Addressed) -> None:
+        later = self.queued.get(key) if self.queued else None
+        if later is None:
+            del self.pending[key]
+            return
+        if self.pending[key] is done:
+            self.pending[key] = later.pop(0)
+        else:
+            later.remove(done)
+        if not later:
+            del self.queued[key]
 
     # -- failover ---------------------------------------------------------------------------
 
@@ -244,12 +296,16 @@ class Addressing:
         """`agent`'s connection closed (network loss, kill, UNREGISTER, an operator's revoke or
         remove; not its own reconnection): re-dispatch each addressed REQUEST it held and had
         not answered, or answer it `no_provider`. Call after the agent is offline."""
-        held = self.serving_by.pop(agent.agent_id, None)
-        if not held:
+        if not self.pending or self.paused:
             return []
+        agent_id = agent.agent_id
+        held = [(key, a) for key, a in self.pending.items() if key[1] == agent_id]
+        for key, later in self.queued.items():
+            if key[1] == agent_id:
+                held += [(key, a) for a in later]
         actions: list[Action] = []
         now = self.state.clock()
-        for pending, key in held.items():
+        for key, pending in held:
             actions += self._fail_over(pending, key, agent, now)
         return actions
 
@@ -257,11 +313,7 @@ class Addressing:
         self, pending: Addressed, key: ConversationKey, gone: AgentRecord, now: float
     ) -> list[Action]:
         state, conversations = self.state, self.conversations
-        waiting = self.pending.get(key)
-        if waiting is not None and pending in waiting:
-            waiting.remove(pending)
-            if not waiting:
-                del self.pending[key]
+        self._forget(key, pending)
         count = conversations.open.get(key)
         if count is not None:
             self._moving = True
@@ -271,6 +323,8 @@ class Addressing:
                 self._moving = False
         if pending.seq is not None:
             _drop(gone, pending.seq)
+        tried = pending.tried = pending.tried or set()
+        tried.add(gone.agent_id)
         requester = state.registry.agents.get(pending.requester)
         if requester is None:
             return []  # the requester is gone too: nobody to answer
@@ -297,7 +351,7 @@ class Addressing:
             try:
                 return self._dispatch(pending, chosen, redo, None, now)
             except Refusal:  # its mailbox is full: the next candidate
-                pending.tried.add(chosen[0].agent_id)
+                tried.add(chosen[0].agent_id)
         requester.open_requests = max(0, requester.open_requests - 1)
         code, reason, path = _no_candidate(pending, failed_over=True)
         body: dict[str, Any] = {"status": ResponseStatus.ERROR, "code": code, "error": reason}
@@ -316,7 +370,7 @@ class Addressing:
         return state.deliver(requester, answer, None, Effect.NONE, now, True)
 
 
-def _parse(payload: dict[str, Any]) -> tuple[dict[str, Any], list[Filter]]:
+def _parse(payload: dict[str, Any]) -> tuple[dict[str, Any], Sequence[Filter]]:
     """The arguments and filters of an addressed REQUEST's payload; `malformed` naming the
     problem."""
     if len(payload) > 1 and not payload.keys() <= FIELDS:
@@ -333,7 +387,7 @@ def _parse(payload: dict[str, Any]) -> tuple[dict[str, Any], list[Filter]]:
         )
     raw = payload.get("filters")
     if raw is None:
-        return arguments, []
+        return arguments, ()
     if isinstance(raw, list) and len(raw) > MAX_FILTERS:
         raise Refusal(
             ErrorCode.MALFORMED,
@@ -345,8 +399,8 @@ def _parse(payload: dict[str, Any]) -> tuple[dict[str, Any], list[Filter]]:
         raise Refusal(ErrorCode.MALFORMED, f"invalid REQUEST filters: {bad}") from None
 
 
-def _order(found: tuple[int, int, Candidate]) -> tuple[int, int]:
-    return found[0], found[1]
+def _rank(found: tuple[tuple[int, int], Candidate]) -> tuple[int, int]:
+    return found[0]
 
 
 def _drop(agent: AgentRecord, seq: int) -> None:

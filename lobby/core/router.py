@@ -57,6 +57,10 @@ agent, the message; the actions to carry out. A handler raises `Refusal` to refu
 
 DEFAULT_MAILBOX_LIMIT: Final = 10_000
 
+_MOVED: Final = frozenset((CloseCode.REPLACED, CloseCode.SERVICE_RESTART, CloseCode.TRY_AGAIN))
+"""Close codes after which an agent's connection resumes elsewhere (a newer connection, another
+node of the cluster) with what it holds: what it was serving does not fail over."""
+
 _LOBBY_ONLY: Final = frozenset(
     {
         MessageType.REGISTER_ACK,
@@ -275,7 +279,7 @@ class Router(BetweenNodes):
                 close_code=code,
                 close=close_code_name(code),
             )
-            if code != CloseCode.REPLACED:
+            if code not in _MOVED:
                 return self.addressed.provider_gone(agent)
         return []
 

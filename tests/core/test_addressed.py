@@ -62,7 +62,7 @@ def test_the_provider_gets_a_direct_request_and_its_response_names_it() -> None:
     assert router.conversations == {}
     assert router.registry.agents["bob"].serving == 0
     assert router.addressed.pending == {}
-    assert router.addressed.serving_by == {}
+    assert router.addressed.queued == {}
 
 
 def test_the_object_form_reaches_a_capability_that_asks_for_it() -> None:
@@ -299,3 +299,44 @@ def test_a_replaced_connection_does_not_fail_over() -> None:
     assert router.close(bob.session, CloseCode.REPLACED) == []
     assert carol.take() == []
     assert router.conversations == {("alice", "bob", "k"): 1}
+
+
+def test_a_stopping_lobby_or_a_move_to_another_node_does_not_fail_over() -> None:
+    router = make_router()
+    bob, carol = providers(router, "bob", "carol")
+    alice = join(router, "alice")
+    call(alice)
+    bob.take()
+    assert router.close(bob.session, CloseCode.SERVICE_RESTART) == []
+    router.addressed.paused = True  # as `LobbyServer.stop` sets it
+    call(alice, "k2")
+    assert receiver(bob, carol) == "carol"
+    assert router.close(carol.session, 1001) == []
+    assert router.conversations == {("alice", "bob", "k"): 1, ("alice", "carol", "k2"): 1}
+
+
+def test_several_in_one_conversation_each_wait_for_their_own_answer_and_fail_over() -> None:
+    router = make_router()
+    (bob,) = providers(router, "bob")
+    alice = join(router, "alice")
+    for n in range(3):
+        alice.send("REQUEST", {"capability_name": "quote"}, conversation_id="k", message_id=f"m{n}")
+    assert len(bob.take()) == 3
+    assert router.conversations == {("alice", "bob", "k"): 3}
+    bob.to("alice", "RESPONSE", {"status": "success"}, conversation_id="k", in_reply_to="m0")
+    alice.take()
+    (carol,) = providers(router, "carol")
+    world.deliver(router.close(bob.session, 1006))
+    assert [m["message_id"] for m in carol.take()] == ["m1", "m2"]
+    assert router.conversations == {("alice", "carol", "k"): 2}
+    key = ("alice", "carol", "k")
+    assert [
+        a.message_id for a in (router.addressed.pending[key], *router.addressed.queued[key])
+    ] == [
+        "m1",
+        "m2",
+    ]
+    for _ in range(2):
+        carol.to("alice", "RESPONSE", {"status": "success"}, conversation_id="k")
+    assert router.addressed.pending == {}
+    assert router.addressed.queued == {}
