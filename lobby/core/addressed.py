@@ -9,13 +9,17 @@ candidate whose input schema refuses the arguments (each distinct schema is chec
 REQUEST: `Addressed.verdicts`). From there it is a direct REQUEST to that provider: the same
 conversation (requester, provider, conversation_id), its RESPONSEs forwarded as they are.
 
-What the lobby keeps per such REQUEST (`Addressed`) lets it fail over: when the provider's
-connection closes before its final RESPONSE (`provider_gone`; not a 4001, its own reconnection),
-the lobby closes that conversation, drops the copy it holds for the provider, and gives the
-REQUEST (same message_id, `redelivered`) to another candidate never tried for it, or answers
-the requester with the final RESPONSE `no_provider`. A late RESPONSE of the old provider finds
-no open conversation (`unknown_conversation`). This state is in memory only: after a lobby
-restart a REQUEST given to a provider stays with it, as a direct one would.
+What the lobby keeps per such REQUEST (`Addressed`, `lobby.core.addressed_parts`) lets it fail
+over: when the provider's connection closes before its final RESPONSE (`provider_gone`; not when
+it moves with what it holds: 4001, its own newer connection, 1012/1013 to another node, or the
+lobby stopping, `paused`), the lobby closes that conversation, drops the copy it holds for the
+provider, and gives the REQUEST (same message_id, `redelivered`) to another candidate never
+tried for it, or answers the requester with the final RESPONSE `no_provider`. A late RESPONSE of
+the old provider finds no open conversation (`unknown_conversation`). The dropped copy is still
+in the store: a `dropped_request` state record keeps a restart from giving it back (`restore`).
+The rest is in memory only: after a restart a REQUEST given to a provider stays with it, as a
+direct one would. Candidates are this node's connections: on a cluster, agents connected to
+other nodes are not (their presence is not known here).
 """
 
 from __future__ import annotations
@@ -23,75 +27,31 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
+import orjson
 import structlog
 
+from lobby.core.addressed_parts import (
+    Addressed,
+    drop_held,
+    mark_redelivered,
+    no_candidate,
+    parse_payload,
+)
 from lobby.core.conversations import ConversationKey, Conversations
-from lobby.core.discovery.filters import BadFilter, Filter, parse_filters
+from lobby.core.discovery.filters import Filter
 from lobby.core.discovery.schemas import CapabilityEntry, InvalidInput
-from lobby.core.records import Effect
+from lobby.core.records import Effect, Snapshot, StateRemoved, StateSaved
 from lobby.core.refusal import Refusal
-from lobby.core.session import Action, AgentRecord, Send, Session
+from lobby.core.session import Action, AgentRecord, Session
 from lobby.core.state import LobbyState
 from protocol.limits import clip
 from protocol.models import LOBBY_ID, ErrorCode, Message, MessageType, ResponseStatus
-from protocol.payloads import MAX_FILTERS
 
 log = structlog.get_logger("lobby")
 
-FIELDS: Final = frozenset(("capability_name", "arguments", "filters"))
-_REDELIVERED: Final = b',"redelivered":true}'
-
-
-class Addressed:
-    """One capability-addressed REQUEST waiting for its final RESPONSE: what re-dispatching it
-    needs. A plain slotted class, what is needed only for a failover or a schema made on
-    demand: one is made per such REQUEST."""
-
-    __slots__ = (
-        "arguments",
-        "capability",
-        "conversation_id",
-        "filters",
-        "message_id",
-        "provider",
-        "refusal",
-        "refused_by",
-        "requester",
-        "seq",
-        "traceparent",
-        "tried",
-        "verdicts",
-    )
-
-    def __init__(
-        self,
-        requester: str,
-        conversation_id: str,
-        message_id: str,
-        capability: str,
-        arguments: dict[str, Any],
-        filters: Sequence[Filter],
-        traceparent: str | None,
-    ) -> None:
-        self.requester = requester
-        self.conversation_id = conversation_id
-        self.message_id = message_id
-        self.capability = capability
-        self.arguments = arguments
-        self.filters = filters
-        self.traceparent = traceparent
-        self.provider = ""
-        self.seq: int | None = None
-        """The `seq` of the copy given to `provider` (None: forwarded to another node)."""
-        self.tried: set[str] | None = None
-        """The providers that went before answering it (or whose mailbox was full): never
-        chosen again."""
-        self.verdicts: dict[object, InvalidInput | None] | None = None
-        """Input schema (`InputCheck.key`) -> its verdict on `arguments`."""
-        self.refusal: InvalidInput | None = None
-        """The first input-schema refusal met, and by whose capability (`refused_by`): the
-        answer when every candidate refuses the arguments."""
-        self.refused_by = ""
+DROPPED: Final = "dropped_request"
+"""The kind of state saved for each copy of a REQUEST failed over that is still stored: the
+provider it was held for, its seq, and where its conversation was closed (`Addressing.restore`)."""
 
 
 Candidate = tuple[AgentRecord, CapabilityEntry]
@@ -133,7 +93,7 @@ class Addressing:
         arguments = payload.get("arguments")
         filters: Sequence[Filter] = ()
         if len(payload) != 2 or type(arguments) is not dict:  # not just the two usual fields
-            arguments, filters = _parse(payload)
+            arguments, filters = parse_payload(payload)
         now = state.clock()
         if state.is_duplicate(msg, session, now):
             return []
@@ -155,7 +115,7 @@ class Addressing:
         )
         chosen = self._choose(pending)
         if chosen is None:
-            code, reason, path = _no_candidate(pending, failed_over=False)
+            code, reason, path = no_candidate(pending, failed_over=False)
             return self.conversations._deny(session, msg, code, reason, path)
         actions = self._dispatch(pending, chosen, msg, session, now)
         agent.open_requests += 1
@@ -255,7 +215,7 @@ class Addressing:
             msg.payload = {"capability_name": name, **pending.arguments}
         actions = self.state.deliver(target, msg, sender, Effect.OPENS, now)
         if sender is None:
-            actions = _redelivered(target, msg.seq, actions)
+            actions = mark_redelivered(target, msg.seq, actions)
         pending.message_id = msg.message_id  # type: ignore[assignment]  # set by deliver
         pending.provider = target.agent_id
         pending.seq = msg.seq if target.home is None else None
@@ -321,8 +281,26 @@ class Addressing:
                 conversations._closes(key, count, gone)
             finally:
                 self._moving = False
-        if pending.seq is not None:
-            _drop(gone, pending.seq)
+        seq = pending.seq
+        if seq is not None:
+            drop_held(gone, seq)
+        actions = self._redispatch(pending, gone, now)
+        if seq is not None and gone.agent_id in state.registry.agents:
+            # The copy dropped is still stored: a restart must not give it back (`restore`).
+            dropped = {
+                "receiver": gone.agent_id,
+                "seq": seq,
+                "requester": pending.requester,
+                "conversation_id": pending.conversation_id,
+                "failed_at": state.delivery.last_row,
+            }
+            key_of = f"{gone.agent_id} {seq}"
+            state.journaled(StateSaved(DROPPED, key_of, orjson.dumps(dropped)))
+        return actions
+
+    def _redispatch(self, pending: Addressed, gone: AgentRecord, now: float) -> list[Action]:
+        """Give `pending`, which `gone` held, to another candidate, or answer `no_provider`."""
+        state = self.state
         tried = pending.tried = pending.tried or set()
         tried.add(gone.agent_id)
         requester = state.registry.agents.get(pending.requester)
@@ -353,7 +331,7 @@ class Addressing:
             except Refusal:  # its mailbox is full: the next candidate
                 tried.add(chosen[0].agent_id)
         requester.open_requests = max(0, requester.open_requests - 1)
-        code, reason, path = _no_candidate(pending, failed_over=True)
+        code, reason, path = no_candidate(pending, failed_over=True)
         body: dict[str, Any] = {"status": ResponseStatus.ERROR, "code": code, "error": reason}
         if path is not None:
             body["path"] = path
@@ -369,79 +347,32 @@ class Addressing:
         )
         return state.deliver(requester, answer, None, Effect.NONE, now, True)
 
-
-def _parse(payload: dict[str, Any]) -> tuple[dict[str, Any], Sequence[Filter]]:
-    """The arguments and filters of an addressed REQUEST's payload; `malformed` naming the
-    problem."""
-    if len(payload) > 1 and not payload.keys() <= FIELDS:
-        unknown = sorted(str(k) for k in payload.keys() - FIELDS)[0]
-        raise Refusal(
-            ErrorCode.MALFORMED,
-            f"a REQUEST to {LOBBY_ID!r} has unknown field {clip(unknown)!r} "
-            "(fields: capability_name, arguments, filters)",
-        )
-    arguments = payload.get("arguments", {})
-    if type(arguments) is not dict:
-        raise Refusal(
-            ErrorCode.MALFORMED, f"a REQUEST to {LOBBY_ID!r} needs 'arguments' to be an object"
-        )
-    raw = payload.get("filters")
-    if raw is None:
-        return arguments, ()
-    if isinstance(raw, list) and len(raw) > MAX_FILTERS:
-        raise Refusal(
-            ErrorCode.MALFORMED,
-            f"invalid REQUEST filters: at most {MAX_FILTERS} filters, not {len(raw)}",
-        )
-    try:
-        return arguments, parse_filters(raw)
-    except BadFilter as bad:
-        raise Refusal(ErrorCode.MALFORMED, f"invalid REQUEST filters: {bad}") from None
+    def restore(self, snapshot: Snapshot) -> None:
+        """After a restart (call after `Conversations.restore`): the copies of failed-over
+        REQUESTs still stored are not given back to their old providers, and their
+        conversations stay closed. What no longer needs it (acknowledged since, or its
+        provider gone) is forgotten."""
+        state, conversations = self.state, self.conversations
+        agents = state.registry.agents
+        for data in snapshot.state.get(DROPPED, ()):
+            doc = orjson.loads(data)
+            receiver, seq = agents.get(doc["receiver"]), doc["seq"]
+            # The checkpoint the store kept was taken after the failover: closed in it.
+            covered = doc["failed_at"] <= snapshot.conversations_upto
+            if receiver is None or (covered and receiver.acked_seq >= seq):
+                state.journaled(StateRemoved(DROPPED, f"{doc['receiver']} {seq}"))
+                continue
+            drop_held(receiver, seq)
+            if covered:
+                continue
+            key = (doc["requester"], receiver.agent_id, doc["conversation_id"])
+            count = conversations.open.get(key)
+            if count is not None:
+                conversations._closes(key, count, receiver)
+                requester = agents.get(key[0])
+                if requester is not None and requester.open_requests:
+                    requester.open_requests -= 1
 
 
 def _rank(found: tuple[tuple[int, int], Candidate]) -> tuple[int, int]:
     return found[0]
-
-
-def _drop(agent: AgentRecord, seq: int) -> None:
-    """Take the message numbered `seq` out of `agent`'s mailbox (if still held): it is never
-    delivered to it again."""
-    mailbox = agent.mailbox
-    for at, (held, _) in enumerate(mailbox):
-        if held == seq:
-            del mailbox[at]
-            return
-        if held > seq:
-            return
-
-
-def _redelivered(target: AgentRecord, seq: int | None, actions: list[Action]) -> list[Action]:
-    """A re-dispatched REQUEST (numbered `seq` for `target`) is marked `redelivered`, as it is
-    written now and as it is held for a resume (the copy stored is the plain one: a restart
-    marks whatever it replays so anyway)."""
-    mailbox = target.mailbox
-    if mailbox and mailbox[-1][0] == seq:
-        mailbox[-1] = (seq, mailbox[-1][1][:-1] + _REDELIVERED)
-    return [
-        Send(a.session, a.frame[:-1] + _REDELIVERED)
-        if isinstance(a, Send) and a.session is target.session
-        else a
-        for a in actions
-    ]
-
-
-def _no_candidate(pending: Addressed, *, failed_over: bool) -> tuple[ErrorCode, str, str | None]:
-    """The final RESPONSE's code, sentence and path when no candidate takes `pending`: the
-    first input-schema refusal met, if every candidate refused the arguments (a provider
-    failed over had taken them: then none is left), else `no_provider`."""
-    refusal = pending.refusal
-    if refusal is not None and not failed_over:
-        sentence = refusal.sentence(pending.capability, pending.refused_by)
-        return ErrorCode.INVALID_INPUT, sentence, refusal.path
-    matching = " matching the filters" if pending.filters else ""
-    return (
-        ErrorCode.NO_PROVIDER,
-        f"no online agent offers capability '{clip(pending.capability)}' to "
-        f"'{pending.requester}'{matching}",
-        None,
-    )

@@ -193,6 +193,7 @@ class Router(BetweenNodes):
             self.registry.set_capabilities(record, capabilities)
         self.delivery.restore(snapshot, self.registry.agents)
         self.requests.restore(snapshot)
+        self.addressed.restore(snapshot)
         transactions = [orjson.loads(t) for t in snapshot.state.get("transaction", [])]
         self.ledger.load(transactions)
         self.negotiations.restore(snapshot.state.get("dialogue", []))
