@@ -256,8 +256,8 @@ class Addressing:
         """`agent`'s connection closed (network loss, kill, UNREGISTER, an operator's revoke or
         remove; not its own reconnection): re-dispatch each addressed REQUEST it held and had
         not answered, or answer it `no_provider`. Call after the agent is offline."""
-        if not self.pending or self.paused:
-            return []
+        if not self.pending or self.paused or not agent.serving:
+            return []  # serving nothing (direct or addressed): nothing of its to walk for
         agent_id = agent.agent_id
         held = [(key, a) for key, a in self.pending.items() if key[1] == agent_id]
         for key, later in self.queued.items():
