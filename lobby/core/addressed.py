@@ -44,6 +44,7 @@ from lobby.core.records import Effect, Snapshot, StateRemoved, StateSaved
 from lobby.core.refusal import Refusal
 from lobby.core.session import Action, AgentRecord, Session
 from lobby.core.state import LobbyState
+from protocol.codec import encode
 from protocol.limits import clip
 from protocol.models import LOBBY_ID, ErrorCode, Message, MessageType, ResponseStatus
 
@@ -89,6 +90,8 @@ class Addressing:
         check the payload, choose a provider, dispatch; or answer with the lobby's RESPONSE."""
         state = self.state
         payload = msg.payload
+        here = agent.session is session  # else relayed by the requester's node (a cluster's)
+        redelivered = msg.redelivered and not here
         name: str = payload["capability_name"]
         arguments = payload.get("arguments")
         filters: Sequence[Filter] = ()
@@ -115,9 +118,17 @@ class Addressing:
         )
         chosen = self._choose(pending)
         if chosen is None:
+            if here and state.shared is not None:
+                away = self._choose_elsewhere(pending)
+                if away is not None:
+                    return self._pass_on(pending, away, msg, session)
+            if not here:  # the requester is on another node: answered there, and stored
+                return self._no_provider(pending, agent, now, failed_over=bool(redelivered))
             code, reason, path = no_candidate(pending, failed_over=False)
             return self.conversations._deny(session, msg, code, reason, path)
         actions = self._dispatch(pending, chosen, msg, session, now)
+        if redelivered:
+            actions = mark_redelivered(chosen[0], msg.seq, actions)
         agent.open_requests += 1
         return actions
 
@@ -192,6 +203,75 @@ class Addressing:
         invalid = check.invalid({"capability_name": pending.capability, **pending.arguments})
         verdicts[key] = invalid
         return invalid
+
+    # -- other nodes ------------------------------------------------------------------------
+
+    def _choose_elsewhere(self, pending: Addressed) -> AgentRecord | None:
+        """Cluster only, when no agent connected here can take `pending`: a provider connected
+        to another node (as far as the shared registry says: its home), in turn. Its node
+        chooses among its own connected agents (`_pass_on`)."""
+        name = pending.capability
+        offering = self.state.registry.providers.get(name)
+        if not offering:
+            return None
+        requester, tried, filters = pending.requester, pending.tried, pending.filters
+        last = self.last.get(name)
+        after_last = last is None
+        size = len(offering)
+        best: AgentRecord | None = None
+        best_turn = 0
+        for position, (agent_id, record) in enumerate(offering.items()):
+            turn = position if after_last else size + position
+            if agent_id == last:
+                after_last = True
+            if record.home is None or agent_id == requester or (tried and agent_id in tried):
+                continue
+            entry = record.capabilities[name]
+            if entry.allowed is not None and requester not in entry.allowed:
+                continue
+            if filters and not all(f.test(entry.model.attributes or {}) for f in filters):
+                continue
+            if self._verdict(pending, entry) is not None:
+                continue
+            if best is None or turn < best_turn:
+                best, best_turn = record, turn
+        return best
+
+    def _pass_on(
+        self, pending: Addressed, away: AgentRecord, msg: Message | None, sender: Session | None
+    ) -> list[Action]:
+        """Forward `pending` to the node `away` is connected to, still addressed to the lobby:
+        that node chooses, dispatches, fails over among its agents and answers (its RESPONSEs
+        reach the requester decided, `Conversations.response`). `msg` None: a failover here
+        passes on the REQUEST it had dispatched, marked redelivered."""
+        self.last[pending.capability] = away.agent_id
+        if msg is None:
+            payload: dict[str, Any] = {
+                "capability_name": pending.capability,
+                "arguments": pending.arguments,
+            }
+            if pending.filters:
+                payload["filters"] = [f.serialize() for f in pending.filters]
+            msg = Message(
+                pending.requester,
+                LOBBY_ID,
+                MessageType.REQUEST,
+                payload,
+                pending.conversation_id,
+                message_id=pending.message_id,
+                redelivered=True,
+                traceparent=pending.traceparent,
+            )
+        delivery = self.state.delivery
+        home: str = away.home  # type: ignore[assignment]  # not None: a candidate elsewhere
+        if sender is not None:
+            return delivery.forward(away, msg, sender)
+        # Not decided here: the node it goes to routes it as its requester's own.
+        msg.auth_token = None
+        delivery.forwards.append(
+            (home, away.agent_id, pending.requester, pending.message_id, encode(msg), False)
+        )
+        return []
 
     # -- dispatching ------------------------------------------------------------------------
 
@@ -316,6 +396,11 @@ class Addressing:
         while True:
             chosen = self._choose(pending)
             if chosen is None:
+                if state.shared is not None:  # a provider on another node, if any
+                    away = self._choose_elsewhere(pending)
+                    if away is not None:
+                        requester.open_requests = max(0, requester.open_requests - 1)
+                        return self._pass_on(pending, away, None, None)
                 break
             redo = Message(
                 pending.requester,
@@ -331,7 +416,15 @@ class Addressing:
             except Refusal:  # its mailbox is full: the next candidate
                 tried.add(chosen[0].agent_id)
         requester.open_requests = max(0, requester.open_requests - 1)
-        code, reason, path = no_candidate(pending, failed_over=True)
+        return self._no_provider(pending, requester, now, failed_over=True)
+
+    def _no_provider(
+        self, pending: Addressed, requester: AgentRecord, now: float, *, failed_over: bool
+    ) -> list[Action]:
+        """The lobby's final RESPONSE to `pending`, stored for its requester (who may be
+        offline, or on another node, by now)."""
+        state = self.state
+        code, reason, path = no_candidate(pending, failed_over=failed_over)
         body: dict[str, Any] = {"status": ResponseStatus.ERROR, "code": code, "error": reason}
         if path is not None:
             body["path"] = path

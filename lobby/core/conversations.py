@@ -201,7 +201,13 @@ class Conversations:
         if msg.traceparent is None and self.traces:
             msg.traceparent = self.traces.get(key)
         final = status != ResponseStatus.IN_PROGRESS
-        actions = state.deliver(target, msg, session, Effect.CLOSES if final else Effect.NONE, now)
+        if target.home is not None and self.addressed and key in self.addressed:
+            # A capability-addressed REQUEST from another node: decided here, where it was
+            # dispatched; the requester's node only delivers (`lobby.core.addressed`).
+            actions = state.delivery.forward(target, msg, session, True)
+        else:
+            effect = Effect.CLOSES if final else Effect.NONE
+            actions = state.deliver(target, msg, session, effect, now)
         if final:
             self._closes(key, open_requests, agent)
             target.open_requests = max(0, target.open_requests - 1)
