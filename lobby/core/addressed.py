@@ -18,8 +18,15 @@ tried for it, or answers the requester with the final RESPONSE `no_provider`. A 
 the old provider finds no open conversation (`unknown_conversation`). The dropped copy is still
 in the store: a `dropped_request` state record keeps a restart from giving it back (`restore`).
 The rest is in memory only: after a restart a REQUEST given to a provider stays with it, as a
-direct one would. Candidates are this node's connections: on a cluster, agents connected to
-other nodes are not (their presence is not known here).
+direct one would.
+
+On a cluster, candidates are this node's connections first; with none, the REQUEST goes on,
+still addressed to the lobby, to the node of a provider connected elsewhere (the shared
+registry says where each agent last connected, not whether it still is: `_choose_elsewhere`),
+which chooses among its own connections, fails over and answers there; its RESPONSEs reach the
+requester's node decided (`Conversations.response`). A failover with nobody left on its node
+passes the REQUEST on the same way, redelivered. A node that received one never passes it on
+again itself (one hop), except by a failover of its own.
 """
 
 from __future__ import annotations
