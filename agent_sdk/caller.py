@@ -1,11 +1,12 @@
-"""The calling side of an agent: request/response, streaming, discovery, questions to the lobby."""
+"""The calling side of an agent: request/response, streaming, capability-addressed calls,
+discovery, questions to the lobby."""
 
 from __future__ import annotations
 
 import asyncio
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, TypeVar, overload
+from typing import Any, Literal, TypeVar, overload
 
 from pydantic import BaseModel, ValidationError
 
@@ -79,6 +80,96 @@ class Caller(AgentCore):
         finally:
             outstanding.forget(conversation_id)
         return _result(result, output_type)
+
+    @overload
+    async def call(
+        self,
+        capability: str,
+        arguments: dict[str, Any] | BaseModel | None = None,
+        *,
+        filters: list[dict[str, Any]] | None = None,
+        timeout: float | None = None,
+        output_type: type[M],
+        on_progress: Progress | None = None,
+        with_provider: Literal[False] = False,
+    ) -> M: ...
+
+    @overload
+    async def call(
+        self,
+        capability: str,
+        arguments: dict[str, Any] | BaseModel | None = None,
+        *,
+        filters: list[dict[str, Any]] | None = None,
+        timeout: float | None = None,
+        output_type: None = None,
+        on_progress: Progress | None = None,
+        with_provider: Literal[False] = False,
+    ) -> Any: ...
+
+    @overload
+    async def call(
+        self,
+        capability: str,
+        arguments: dict[str, Any] | BaseModel | None = None,
+        *,
+        filters: list[dict[str, Any]] | None = None,
+        timeout: float | None = None,
+        output_type: type[M],
+        on_progress: Progress | None = None,
+        with_provider: Literal[True],
+    ) -> tuple[M, str]: ...
+
+    @overload
+    async def call(
+        self,
+        capability: str,
+        arguments: dict[str, Any] | BaseModel | None = None,
+        *,
+        filters: list[dict[str, Any]] | None = None,
+        timeout: float | None = None,
+        output_type: None = None,
+        on_progress: Progress | None = None,
+        with_provider: Literal[True],
+    ) -> tuple[Any, str]: ...
+
+    async def call(
+        self,
+        capability: str,
+        arguments: dict[str, Any] | BaseModel | None = None,
+        *,
+        filters: list[dict[str, Any]] | None = None,
+        timeout: float | None = None,
+        output_type: type[M] | None = None,
+        on_progress: Progress | None = None,
+        with_provider: bool = False,
+    ) -> Any:
+        """Call `capability` on whichever agent the lobby chooses: one online now that offers
+        it to this agent and matches `filters` (DISCOVER's, over capability attributes), the
+        least busy, in turn; if it goes before answering, the lobby gives the REQUEST to
+        another. Returns what `request` returns; with `with_provider=True`, a pair (that,
+        the id of the agent that answered). Raises as `request` does, and `NoProviderError`
+        when no agent offers it (none is left)."""
+        data = arguments.model_dump(mode="json") if isinstance(arguments, BaseModel) else arguments
+        payload: dict[str, Any] = {"capability_name": capability, "arguments": data or {}}
+        if filters is not None:
+            payload["filters"] = filters
+        conversation_id = self.new_id()
+        outstanding = self._outstanding
+        call = outstanding.call(
+            conversation_id, LOBBY_ID, capability, stream=on_progress is not None
+        )
+        try:
+            await self.send(LOBBY_ID, MessageType.REQUEST, payload, conversation_id=conversation_id)
+            outstanding.time_out(conversation_id, timeout or self.request_timeout)
+            if on_progress is None:
+                result = await call.result
+            else:
+                result = await _with_progress(call, on_progress)
+        finally:
+            outstanding.forget(conversation_id)
+        answer = _result(result, output_type)
+        return (answer, call.provider) if with_provider else answer
 
     async def request_stream(
         self,

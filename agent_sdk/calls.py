@@ -15,7 +15,7 @@ import asyncio
 from typing import Any
 
 from agent_sdk.errors import AgentSDKError, RequestTimeoutError, refused_error, remote_error
-from protocol.models import Message, ResponseStatus
+from protocol.models import LOBBY_ID, Message, ResponseStatus
 
 PROGRESS_QUEUE_SIZE = 256
 """In-progress updates kept for a slow `request_stream()` consumer; older ones are dropped."""
@@ -25,7 +25,15 @@ class Call:
     """One REQUEST waiting for its final RESPONSE: owns the future `request()` awaits and,
     for `request_stream()`, the bounded queue of `in_progress` updates."""
 
-    __slots__ = ("capability", "dropped_updates", "receiver_id", "result", "timeouts", "updates")
+    __slots__ = (
+        "capability",
+        "dropped_updates",
+        "provider",
+        "receiver_id",
+        "result",
+        "timeouts",
+        "updates",
+    )
 
     def __init__(self, receiver_id: str, capability: str, *, stream: bool) -> None:
         self.receiver_id = receiver_id
@@ -37,9 +45,14 @@ class Call:
         self.dropped_updates = 0
         self.timeouts: dict[str, float] | None = None
         """The deadlines this call's deadline is among (`Outstanding.time_out`), if it has one."""
+        self.provider = receiver_id
+        """The agent whose RESPONSE answered: for a capability-addressed call (`receiver_id`
+        the lobby), the provider the lobby chose, once one answered."""
 
-    def on_response(self, payload: dict[str, Any]) -> bool:
-        """Feed a RESPONSE payload; True when it was the final one."""
+    def on_response(self, payload: dict[str, Any], sender_id: str = "") -> bool:
+        """Feed a RESPONSE payload (from `sender_id`); True when it was the final one."""
+        if sender_id and sender_id != LOBBY_ID:
+            self.provider = sender_id
         status = payload.get("status")
         if status == ResponseStatus.IN_PROGRESS:
             if self.updates is not None:
@@ -63,10 +76,9 @@ class Call:
     def time_out(self) -> None:
         """No final RESPONSE came in time."""
         if not self.result.done():
+            source = "any provider" if self.receiver_id == LOBBY_ID else repr(self.receiver_id)
             self.result.set_exception(
-                RequestTimeoutError(
-                    f"no RESPONSE from {self.receiver_id!r} for {self.capability!r} in time"
-                )
+                RequestTimeoutError(f"no RESPONSE from {source} for {self.capability!r} in time")
             )
 
     def fail(self, exc: AgentSDKError) -> None:
@@ -159,10 +171,10 @@ class Outstanding:
             call.timeouts.pop(conversation_id, None)
         self.questions.pop(conversation_id, None)
 
-    def answer(self, conversation_id: str, payload: dict[str, Any]) -> None:
+    def answer(self, conversation_id: str, payload: dict[str, Any], sender_id: str = "") -> None:
         call = self.calls.get(conversation_id)
         if call is not None:
-            call.on_response(payload)
+            call.on_response(payload, sender_id)
 
     def refuse(self, conversation_id: str, code: str, error: str) -> None:
         call = self.calls.get(conversation_id)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar, get_type_hints
 
@@ -43,6 +43,8 @@ class CapabilitySpec:
     rate_limit: RateLimit | None
     input_type: type[BaseModel] | None
     output_type: type[BaseModel] | None
+    attributes: dict[str, Any] | None = field(default=None, hash=False)
+    """What a DISCOVER's or a capability-addressed REQUEST's filters match."""
 
     def to_capability(self) -> Capability:
         return Capability(
@@ -52,6 +54,7 @@ class CapabilitySpec:
             output_schema=self.output_type.model_json_schema() if self.output_type else {},
             keywords=list(self.keywords),
             authorized_requester_ids=list(self.authorized) if self.authorized else None,
+            attributes=self.attributes,
         )
 
     def parse_input(self, data: dict[str, Any]) -> Any:
@@ -79,6 +82,7 @@ def capability(
     authorized: Sequence[str] | None = None,
     timeout: float | None = None,
     rate_limit: RateLimit | None = None,
+    attributes: Mapping[str, Any] | None = None,
 ) -> Callable[[H], H]:
     """Declare the decorated `async def handler(self, request, ctx)` as capability `name`.
 
@@ -87,7 +91,8 @@ def capability(
     defaults to the docstring's first line. `timeout` bounds one call of the handler; past it
     the caller gets status `error`, code `timeout` (`RemoteTimeoutError`). `rate_limit`
     (`RateLimit(calls=10, per=1.0)`) answers REQUESTs past it with code `rate_limited`
-    (`RateLimitedError`) before the handler runs.
+    (`RateLimitedError`) before the handler runs. `attributes` (`{"region": "eu"}`: strings,
+    numbers, booleans, lists of strings) are what filters match, a DISCOVER's or a `call()`'s.
     """
 
     def declare(handler: H) -> H:
@@ -104,6 +109,7 @@ def capability(
             rate_limit=rate_limit,
             input_type=None,
             output_type=None,
+            attributes=dict(attributes) if attributes else None,
         )
         setattr(handler, _ATTRIBUTE, spec)
         return handler  # type: ignore[return-value]  # H narrowed by the check above

@@ -12,7 +12,8 @@ For each frame, in this order:
     ACCEPTED from the lobby           -> RoomFreed when the unconfirmed sends drop below the limit
     a lobby message naming one of our
       sends in `in_reply_to`          -> RoomFreed (that send is refused: never resent), then on
-    RESPONSE in an awaited call       -> Answer (from the REQUEST's receiver, or the lobby)
+    RESPONSE in an awaited call       -> Answer (from the REQUEST's receiver, or the lobby;
+                                         from anyone the lobby forwards, for a `call()`)
     other RESPONSE                    -> Deliver (to `on_message`)
     the lobby's reply to a question   -> Reply (delivered instead if it was answered already)
     lobby ERROR naming an awaited call
@@ -31,7 +32,7 @@ from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Container, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from agent_sdk.delivery import Inbound, Outbound
@@ -54,6 +55,8 @@ class Answer:
 
     conversation_id: str
     payload: dict[str, Any]
+    sender_id: str = field(default="", compare=False)
+    """Who answered: for a capability-addressed call, the provider the lobby chose."""
 
 
 @dataclass(slots=True)
@@ -104,7 +107,9 @@ class AwaitedCall(Protocol):
 
     @property
     def receiver_id(self) -> str:
-        """The agent the REQUEST went to: its RESPONSEs (and the lobby's) answer the call."""
+        """The agent the REQUEST went to: its RESPONSEs (and the lobby's) answer the call;
+        the lobby itself for a capability-addressed one, which any provider may answer (the
+        lobby forwards only the chosen provider's)."""
 
 
 class SeenMessages:
@@ -186,9 +191,12 @@ class Dispatcher:
         conversation_id = message.conversation_id or ""
         if kind is MessageType.RESPONSE:
             call = self._calls.get(conversation_id)
-            if call is not None and message.sender_id in (call.receiver_id, LOBBY_ID):
+            # A call addressed to the lobby (`call()`) is answered by the provider it chose.
+            if call is not None and (
+                message.sender_id in (call.receiver_id, LOBBY_ID) or call.receiver_id == LOBBY_ID
+            ):
                 self.settle(seq)
-                actions.append(Answer(conversation_id, message.payload))
+                actions.append(Answer(conversation_id, message.payload, message.sender_id))
             else:
                 actions.append(Deliver(message))
             return actions

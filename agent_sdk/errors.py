@@ -18,6 +18,7 @@
      │    │    ├── InvalidInputError         code `invalid_input`
      │    │    ├── RateLimitedError          code `rate_limited`
      │    │    ├── RemoteTimeoutError        code `timeout` (also a RequestTimeoutError)
+     │    │    ├── NoProviderError           code `no_provider` (a `call()` nobody could take)
      │    │    └── (yours)                   `class OutOfStock(RemoteError, code="out_of_stock")`
      │    ├── UnknownReceiverError           the lobby knows no such agent
      │    ├── RequestRefusedError            the lobby refused the REQUEST itself (an ERROR)
@@ -148,6 +149,11 @@ class InvalidInputError(RemoteError, code=ErrorCode.INVALID_INPUT):
 
 class RateLimitedError(RemoteError, code=ErrorCode.RATE_LIMITED):
     """The receiver is over a capability's rate limit, or overloaded: try again later."""
+
+
+class NoProviderError(RemoteError, code=ErrorCode.NO_PROVIDER):
+    """A capability-addressed `call()` found no online agent offering the capability to this
+    agent (matching its filters), or none was left after the providers it went to were gone."""
 
 
 class UnknownReceiverError(RequestError):

@@ -68,7 +68,7 @@ class Reader:
             if isinstance(action, Deliver):
                 self._deliver(action.message)
             elif isinstance(action, Answer):
-                self._outstanding.answer(action.conversation_id, action.payload)
+                self._outstanding.answer(action.conversation_id, action.payload, action.sender_id)
             elif isinstance(action, RoomFreed):
                 self._sender.room.set()
             elif isinstance(action, Reply):

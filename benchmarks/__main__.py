@@ -14,13 +14,14 @@ from typing import Any
 
 import orjson
 
-from benchmarks import cluster_store, faults, harness, report, suite
+from benchmarks import addressed, cluster_store, faults, harness, report, suite
 
 RESULTS = Path(__file__).parent / "results" / "latest.json"
 QUIET_BUDGET = {
     "throughput": 10.0,
     "transport": 5.0,
     "schema": 5.0,
+    "addressed": 5.0,
     "metrics": 5.0,
     "latency": 5.0,
     "connections": 5.0,
@@ -33,6 +34,7 @@ PHASES: dict[str, Callable[[suite.Plan], dict[str, Any]]] = {
     "throughput": suite.throughput,
     "transport": suite.transport,
     "schema": suite.schema,
+    "addressed": addressed.addressed,
     "metrics": suite.metrics,
     "latency": suite.latency,
     "connections": suite.connections,
@@ -76,6 +78,12 @@ def main(argv: list[str] | None = None) -> int:
     args.out.write_bytes(orjson.dumps(results, option=orjson.OPT_INDENT_2))
     print()
     print(report.render(results))
+    if "addressed" in results:  # its own table: REQUESTs by capability vs by agent id
+        print(
+            f"### Capability-addressed REQUESTs vs direct ones, {results['addressed']['pairs']} "
+            "pairs\n"
+        )
+        print("\n".join(addressed.table(results["addressed"])) + "\n")
     if "faults" in results:  # its own table: what was lost or repeated under each fault
         print("### Faults: the cluster's promise under faults\n")
         print(faults.render(results["faults"]))

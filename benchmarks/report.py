@@ -285,6 +285,17 @@ def targets(results: dict[str, Any]) -> list[dict[str, str]]:
             f"{s / r:.2f}x ({_n(s)} vs {_n(r)} msgs/s)",
             s >= TARGET_THROUGHPUT * r,
         )
+    by_capability = results.get("addressed")
+    if by_capability:  # issue 33
+        d, a = (
+            by_capability["direct"]["messages_per_s"],
+            by_capability["addressed"]["messages_per_s"],
+        )
+        add(
+            f"capability-addressed REQUESTs, {by_capability['pairs']} pairs, within 10% of direct",
+            f"{a / d:.2f}x ({_n(a)} vs {_n(d)} msgs/s)",
+            a >= 0.9 * d,
+        )
     transport = results.get("transport")
     if transport:
         r, p = transport["relay"]["messages_per_s"], transport["lobby_picows"]["messages_per_s"]

@@ -233,6 +233,7 @@ class LobbyServer(Outbound):
         if not self._running:
             return
         self._stopping = True
+        self.router.addressed.paused = True  # what providers hold stays theirs, no failover
         if self.discovery is not None:
             await self.discovery.close()  # answers nobody waits for now
         try:
@@ -254,6 +255,7 @@ class LobbyServer(Outbound):
             await self.cluster.stop(clean=self.fenced is None)
         await self.committer.close()
         self._running = self._stopping = False
+        self.router.addressed.paused = False
         self._port = None
         log.info("LOBBY_STOPPED")
 

@@ -104,7 +104,7 @@ _SUMMARIES: Final = {
     T.REGISTER_ACK: "Registration accepted: carries the agent's token.",
     T.DISCOVER_SERVICES: "Find capabilities by name, keywords or ranked search.",
     T.SERVICES_AVAILABLE: "The answer to DISCOVER_SERVICES.",
-    T.REQUEST: "Call a capability of another agent.",
+    T.REQUEST: "Call a capability of another agent (or, to global_lobby, of any provider).",
     T.RESPONSE: "Answer a REQUEST; status `in_progress` keeps the conversation open.",
     T.ERROR: "A refused message: nothing was routed or changed.",
     T.UPDATE_CAPABILITIES: "Replace the sender's capabilities.",

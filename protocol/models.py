@@ -94,6 +94,7 @@ class ErrorCode(StrEnum):
     INTERNAL = "internal"
     LIMIT_EXCEEDED = "limit_exceeded"
     NODE_UNAVAILABLE = "node_unavailable"
+    NO_PROVIDER = "no_provider"
 
 
 class CloseCode:

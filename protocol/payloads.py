@@ -143,6 +143,10 @@ MAX_RANK: Final = 500
 """A ranked search serves its results up to this rank (`offset` + `limit`, or by `cursor`)."""
 
 
+MAX_FILTERS: Final = 8
+"""Filters one DISCOVER_SERVICES, or one REQUEST to the lobby, may carry."""
+
+
 class DiscoverServicesPayload(_Payload):
     """DISCOVER_SERVICES: by exact capability name, by keywords (any match), or both (all must
     match). With neither, every capability of every other agent is listed. Answers are pages:
@@ -165,7 +169,7 @@ class DiscoverServicesPayload(_Payload):
     )
     filters: list[Annotated[dict[str, Any], WithJsonSchema(FILTER_SCHEMA)]] | None = Field(
         default=None,
-        max_length=8,
+        max_length=MAX_FILTERS,
         description="Constraints on capability `attributes`, all of which must hold.",
     )
     limit: int | None = Field(
@@ -230,7 +234,9 @@ class ServicesAvailablePayload(_Payload):
 class RequestPayload(BaseModel):
     """REQUEST: the capability to call plus its input, as fields beside `capability_name`, or
     as one `arguments` object (then the payload's only other field). The lobby delivers them in
-    the form the capability's `arguments_form` asks for."""
+    the form the capability's `arguments_form` asks for. A REQUEST to `global_lobby` names a
+    capability, not an agent: the lobby chooses the provider; its payload is the object form
+    only, with optional `filters`."""
 
     model_config = ConfigDict(extra="allow", frozen=True)
 
@@ -239,6 +245,12 @@ class RequestPayload(BaseModel):
         default=None,
         description="The capability's input as one object, instead of fields beside "
         "`capability_name`: the form a generated model keeps whole.",
+    )
+    filters: list[Annotated[dict[str, Any], WithJsonSchema(FILTER_SCHEMA)]] | None = Field(
+        default=None,
+        max_length=MAX_FILTERS,
+        description="Only in a REQUEST to `global_lobby`: constraints on capability "
+        "`attributes` (as DISCOVER_SERVICES takes them) the chosen provider's must meet.",
     )
 
 

@@ -11,6 +11,7 @@ import orjson
 import pytest
 
 from benchmarks import (
+    addressed,
     cluster_store,
     discovery_load,
     faults,
@@ -214,3 +215,21 @@ def test_the_sdk_profile_breaks_a_call_down_by_layer(capsys: pytest.CaptureFixtu
     out = capsys.readouterr().out
     assert "agent_sdk (own code)" in out
     assert "websockets (framing, parsing, receive queue)" in out
+
+
+def test_the_addressed_phase_routes_requests_by_capability_and_renders(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(harness.QUIET, "budget", 0.0)  # as a quick run: no wait for idle cores
+    plan = dataclasses.replace(suite.Plan.quick(), schema_pairs=2, seconds=0.3)
+    results = addressed.addressed(plan)
+    for name in ("relay", "direct", "addressed"):
+        assert results[name]["messages"] > 0, name
+    # Every REQUEST reached its provider: none refused (no_provider, malformed).
+    run = results["addressed"]
+    assert run["requests_delivered"] * 2 >= run["messages"] - 2 * plan.window * plan.schema_pairs
+    assert "| lobby (sqlite), to global_lobby by capability |" in "\n".join(
+        addressed.table(results)
+    )
+    (target,) = report.targets({"addressed": results})
+    assert target["target"] == "capability-addressed REQUESTs, 2 pairs, within 10% of direct"

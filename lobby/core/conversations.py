@@ -10,6 +10,7 @@ one `deliver`, and a schema check only for a capability that declares a schema.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import structlog
@@ -19,7 +20,7 @@ from lobby.core.refusal import Refusal, unknown_receiver
 from lobby.core.session import Action, AgentRecord, Send, Session
 from lobby.core.state import LobbyState
 from protocol.limits import clip
-from protocol.models import ErrorCode, Message, MessageType, ResponseStatus
+from protocol.models import LOBBY_ID, ErrorCode, Message, MessageType, ResponseStatus
 from protocol.payloads import Capability
 
 log = structlog.get_logger("lobby")
@@ -39,6 +40,13 @@ class Conversations:
         self.traces: dict[ConversationKey, str] = {}
         """Open conversations whose REQUEST carried a traceparent -> it: a RESPONSE sent
         without one is put in its REQUEST's trace. Not kept across a restart."""
+        self.to_capability: Callable[[Session, AgentRecord, Message], list[Action]] | None = None
+        """Handles a REQUEST addressed to the lobby, naming a capability instead of an agent
+        (`lobby.core.addressed.Addressing.request`, set by the router)."""
+        self.addressed: dict[ConversationKey, Any] = {}
+        """Open conversations of capability-addressed REQUESTs (`Addressing.pending`, the same
+        dict): their final RESPONSE is told to `answered`."""
+        self.answered: Callable[[ConversationKey], None] = _nothing
 
     # The rule, used live and at restore: a REQUEST opens (requester, responder,
     # conversation_id) once more; a final RESPONSE closes it once.
@@ -46,13 +54,21 @@ class Conversations:
     def _opens(self, key: ConversationKey) -> None:
         self.open[key] = self.open.get(key, 0) + 1
 
-    def _closes(self, key: ConversationKey, count: int) -> None:
+    def _closes(
+        self, key: ConversationKey, count: int, responder: AgentRecord | None = None
+    ) -> None:
         if count > 1:
             self.open[key] = count - 1
         else:
             del self.open[key]
             if self.traces:
                 self.traces.pop(key, None)
+        if responder is None:
+            responder = self.state.registry.agents.get(key[1])
+        if responder is not None and responder.serving:
+            responder.serving -= 1
+        if self.addressed and key in self.addressed:
+            self.answered(key)
 
     def restore(self, snapshot: Snapshot) -> None:
         """The open conversations after a restart: the snapshot's checkpoint, then the effect
@@ -73,10 +89,15 @@ class Conversations:
                 count = self.open.get(key)
                 if count is not None:
                     self._closes(key, count)
-        for (requester_id, _, _), count in self.open.items():
+        for agent in agents.values():
+            agent.serving = 0  # counted below, from what is open
+        for (requester_id, responder_id, _), count in self.open.items():
             requester = agents.get(requester_id)
             if requester is not None:
                 requester.open_requests += count
+            responder = agents.get(responder_id)
+            if responder is not None:
+                responder.serving += count
 
     def request(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
         """Authorize by capability (and its `authorized_requester_ids`), forward, and open
@@ -90,6 +111,8 @@ class Conversations:
             raise Refusal(ErrorCode.MALFORMED, "a REQUEST payload needs a string 'capability_name'")
         target = state.registry.agents.get(msg.receiver_id)
         if target is None:
+            if msg.receiver_id == LOBBY_ID and self.to_capability is not None:
+                return self.to_capability(session, agent, msg)
             raise Refusal(ErrorCode.UNKNOWN_RECEIVER, unknown_receiver(msg.receiver_id))
         entry = target.capabilities.get(name)
         if entry is None:
@@ -144,6 +167,7 @@ class Conversations:
         if msg.traceparent is not None:
             self.traces[key] = msg.traceparent
         agent.open_requests += 1
+        target.serving += 1
         if state.trace:
             log.debug(
                 "REQUEST_AUTHORIZED",
@@ -169,7 +193,7 @@ class Conversations:
             raise _no_open_request(msg, agent)
         target = state.registry.agents.get(msg.receiver_id)
         if target is None:
-            self._closes(key, 1)
+            self._closes(key, 1, agent)
             raise Refusal(ErrorCode.UNKNOWN_RECEIVER, unknown_receiver(msg.receiver_id))
         now = state.clock()
         if state.is_duplicate(msg, session, now):
@@ -177,9 +201,15 @@ class Conversations:
         if msg.traceparent is None and self.traces:
             msg.traceparent = self.traces.get(key)
         final = status != ResponseStatus.IN_PROGRESS
-        actions = state.deliver(target, msg, session, Effect.CLOSES if final else Effect.NONE, now)
+        if target.home is not None and self.addressed and key in self.addressed:
+            # A capability-addressed REQUEST from another node: decided here, where it was
+            # dispatched; the requester's node only delivers (`lobby.core.addressed`).
+            actions = state.delivery.forward(target, msg, session, True)
+        else:
+            effect = Effect.CLOSES if final else Effect.NONE
+            actions = state.deliver(target, msg, session, effect, now)
         if final:
-            self._closes(key, open_requests)
+            self._closes(key, open_requests, agent)
             target.open_requests = max(0, target.open_requests - 1)
         return actions
 
@@ -206,6 +236,10 @@ class Conversations:
             traceparent=msg.traceparent,
         )
         return [Send(session, frame)]
+
+
+def _nothing(key: ConversationKey) -> None:
+    return None
 
 
 def _no_open_request(msg: Message, agent: AgentRecord) -> Refusal:

@@ -24,6 +24,7 @@ from typing import Final
 import orjson
 import structlog
 
+from lobby.core.addressed import Addressing
 from lobby.core.cluster.between_nodes import BetweenNodes
 from lobby.core.commerce.marketplace import Marketplace
 from lobby.core.commerce.negotiation import DEFAULT_DIALOGUE_TIMEOUT, Negotiations
@@ -55,6 +56,10 @@ Handler = Callable[[Session, AgentRecord, Message], list[Action]]
 agent, the message; the actions to carry out. A handler raises `Refusal` to refuse."""
 
 DEFAULT_MAILBOX_LIMIT: Final = 10_000
+
+_MOVED: Final = frozenset((CloseCode.REPLACED, CloseCode.SERVICE_RESTART, CloseCode.TRY_AGAIN))
+"""Close codes after which an agent's connection resumes elsewhere (a newer connection, another
+node of the cluster) with what it holds: what it was serving does not fail over."""
 
 _LOBBY_ONLY: Final = frozenset(
     {
@@ -106,6 +111,8 @@ class Router(BetweenNodes):
         self.registrar = Registrar(state)
         self.requests = Conversations(state)
         """Open REQUESTs: how many final RESPONSEs each key still expects."""
+        self.addressed = Addressing(state, self.requests)
+        """REQUESTs naming a capability: the provider chosen, and failover when it goes."""
         self.negotiations = Negotiations(state, timeout=dialogue_timeout, remember=dedupe_horizon)
         self.market = Marketplace(state)
         self.to_lobby = ToLobby(state, self.registrar)
@@ -132,7 +139,7 @@ class Router(BetweenNodes):
             MessageType.LIST_TRANSACTIONS: to_lobby.list_transactions,
             MessageType.DISCOVER_SERVICES: to_lobby.discover_services,
             MessageType.UPDATE_CAPABILITIES: to_lobby.update_capabilities,
-            MessageType.UNREGISTER: to_lobby.unregister,
+            MessageType.UNREGISTER: self._unregister,
             MessageType.WATCH: state.presence.watch,
             MessageType.UNWATCH: state.presence.unwatch,
             MessageType.REGISTER: _already_registered,
@@ -189,6 +196,7 @@ class Router(BetweenNodes):
             self.registry.set_capabilities(record, capabilities)
         self.delivery.restore(snapshot, self.registry.agents)
         self.requests.restore(snapshot)
+        self.addressed.restore(snapshot)
         transactions = [orjson.loads(t) for t in snapshot.state.get("transaction", [])]
         self.ledger.load(transactions)
         self.negotiations.restore(snapshot.state.get("dialogue", []))
@@ -277,7 +285,10 @@ class Router(BetweenNodes):
                 close_code=code,
                 close=close_code_name(code),
             )
-            return presence.went_offline(agent)
+            told = presence.went_offline(agent)
+            if code not in _MOVED:
+                return [*told, *self.addressed.provider_gone(agent)]
+            return told
         return []
 
     # -- operators ------------------------------------------------------------------------
@@ -301,11 +312,12 @@ class Router(BetweenNodes):
             state.save(agent)
             told = state.presence.went_offline(agent) if session is not None else []
         log.info("AGENT_REMOVED" if remove else "AGENT_TOKEN_REVOKED", agent_id=agent_id)
+        failed_over = self.addressed.provider_gone(agent)
         if session is None:
-            return told
+            return [*told, *failed_over]
         session.agent = None
         reason = "removed by an operator" if remove else "token revoked by an operator"
-        return [Close(session, CloseCode.UNREGISTERED, reason), *told]
+        return [Close(session, CloseCode.UNREGISTERED, reason), *told, *failed_over]
 
     # -- frames ---------------------------------------------------------------------------
 
@@ -425,6 +437,11 @@ class Router(BetweenNodes):
             reason = f"invalid auth_token for agent {agent.agent_id!r}"
         log.warning("AUTHENTICATION_FAILED", agent_id=agent.agent_id, reason=reason)
         return self.state.error(session, msg, ErrorCode.AUTH_FAILED, reason)
+
+    def _unregister(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
+        """UNREGISTER (`ToLobby.unregister`); what the agent was serving fails over."""
+        actions = self.to_lobby.unregister(session, agent, msg)
+        return [*actions, *self.addressed.provider_gone(agent)]
 
 
 def _already_registered(session: Session, agent: AgentRecord, msg: Message) -> list[Action]:

@@ -80,6 +80,9 @@ class AgentRecord:
     acked_seq: int = 0
     open_requests: int = 0
     """Its REQUESTs not yet answered with a final RESPONSE (bounded by `max_open_requests`)."""
+    serving: int = 0
+    """REQUESTs to it not yet answered with a final RESPONSE (open conversations it is the
+    responder of): a capability-addressed REQUEST goes to the provider with the fewest."""
     bucket: TokenBucket | None = None
     """Its message rate limit, made on first use."""
     discover_bucket: TokenBucket | None = None

@@ -114,6 +114,14 @@ def test_a_response_answers_the_call_awaiting_it_only_from_its_receiver_or_the_l
     assert d.receive(late) == [Deliver(decode(late))]
 
 
+def test_a_call_addressed_to_the_lobby_is_answered_by_whichever_provider_it_chose() -> None:
+    d = dispatcher(calls={"c1": Awaited(LOBBY_ID)})
+    answer = frame("carol", MessageType.RESPONSE, {"status": "success"}, conversation_id="c1")
+    (action,) = d.receive(answer)
+    assert isinstance(action, Answer)
+    assert (action.conversation_id, action.sender_id) == ("c1", "carol")
+
+
 def test_a_lobby_error_naming_an_awaited_call_refuses_it() -> None:
     d = dispatcher(calls={"c1": Awaited("nobody")})
     error = {

@@ -55,6 +55,7 @@ def test_public_api_is_exactly_the_documented_names() -> None:
         "IllegalMoveError",
         "MessageRefusedError",
         "MoveTimeoutError",
+        "NoProviderError",
         "PayloadError",
         "RateLimitedError",
         "RemoteTimeoutError",

@@ -34,6 +34,9 @@ class Registry:
         self.changes: list[Change] = []
         """While `replicating`: what changed the search index since a replica last took them,
         oldest first (`snapshot` gives the whole index as changes). Emptied in place."""
+        self.providers: dict[str, dict[str, AgentRecord]] = {}
+        """Capability name -> the agents offering it, in the order they (last) declared it:
+        the candidates of a capability-addressed REQUEST (`lobby.core.addressed`)."""
 
     def __len__(self) -> int:
         return len(self.agents)
@@ -78,6 +81,7 @@ class Registry:
         if self.replicating:
             self.changes.append(_offered(record))
         for name, entry in record.capabilities.items():
+            self.providers.setdefault(name, {})[record.agent_id] = record
             model = entry.model
             self.search.add(
                 record.agent_id, name, model.description, model.keywords, model.attributes or {}
@@ -86,3 +90,8 @@ class Registry:
     def _unindex(self, record: AgentRecord) -> None:
         for name in record.capabilities:
             self.search.remove(record.agent_id, name)
+            offering = self.providers.get(name)
+            if offering is not None:
+                offering.pop(record.agent_id, None)
+                if not offering:
+                    del self.providers[name]

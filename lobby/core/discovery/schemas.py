@@ -72,6 +72,12 @@ class InputCheck:
     def __init__(self, validator: jsonschema_rs.Validator) -> None:
         self._validator = validator
 
+    @property
+    def key(self) -> object:
+        """The same for every capability with an identical schema (they share one compiled
+        validator): what a verdict on one REQUEST's arguments may be cached under."""
+        return self._validator
+
     def invalid(self, payload: dict[str, Any]) -> InvalidInput | None:
         """Why the payload's arguments break the schema, or `None` if they fit."""
         # The arguments are the payload less `capability_name`. A shallow copy without it costs

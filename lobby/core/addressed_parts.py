@@ -1,0 +1,146 @@
+"""The pieces of a capability-addressed REQUEST that `lobby.core.addressed.Addressing` works
+with: the record kept per REQUEST (`Addressed`), the payload's check (`parse_payload`), the
+lobby's final answer when no provider takes it (`no_candidate`), and what a failover does to
+the copies held for providers (`drop_held`, `mark_redelivered`). Pure functions and data.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Final
+
+from lobby.core.discovery.filters import BadFilter, Filter, parse_filters
+from lobby.core.discovery.schemas import InvalidInput
+from lobby.core.refusal import Refusal
+from lobby.core.session import Action, AgentRecord, Send
+from protocol.limits import clip
+from protocol.models import LOBBY_ID, ErrorCode
+from protocol.payloads import MAX_FILTERS
+
+FIELDS: Final = frozenset(("capability_name", "arguments", "filters"))
+_REDELIVERED: Final = b',"redelivered":true}'
+
+
+class Addressed:
+    """One capability-addressed REQUEST waiting for its final RESPONSE: what re-dispatching it
+    needs. A plain slotted class, what is needed only for a failover or a schema made on
+    demand: one is made per such REQUEST."""
+
+    __slots__ = (
+        "arguments",
+        "capability",
+        "conversation_id",
+        "filters",
+        "message_id",
+        "provider",
+        "refusal",
+        "refused_by",
+        "requester",
+        "seq",
+        "traceparent",
+        "tried",
+        "verdicts",
+    )
+
+    def __init__(
+        self,
+        requester: str,
+        conversation_id: str,
+        message_id: str,
+        capability: str,
+        arguments: dict[str, Any],
+        filters: Sequence[Filter],
+        traceparent: str | None,
+    ) -> None:
+        self.requester = requester
+        self.conversation_id = conversation_id
+        self.message_id = message_id
+        self.capability = capability
+        self.arguments = arguments
+        self.filters = filters
+        self.traceparent = traceparent
+        self.provider = ""
+        self.seq: int | None = None
+        """The `seq` of the copy given to `provider` (None: forwarded to another node)."""
+        self.tried: set[str] | None = None
+        """The providers that went before answering it (or whose mailbox was full): never
+        chosen again."""
+        self.verdicts: dict[object, InvalidInput | None] | None = None
+        """Input schema (`InputCheck.key`) -> its verdict on `arguments`."""
+        self.refusal: InvalidInput | None = None
+        """The first input-schema refusal met, and by whose capability (`refused_by`): the
+        answer when every candidate refuses the arguments."""
+        self.refused_by = ""
+
+
+def parse_payload(payload: dict[str, Any]) -> tuple[dict[str, Any], Sequence[Filter]]:
+    """The arguments and filters of an addressed REQUEST's payload; `malformed` naming the
+    problem."""
+    if len(payload) > 1 and not payload.keys() <= FIELDS:
+        unknown = sorted(str(k) for k in payload.keys() - FIELDS)[0]
+        raise Refusal(
+            ErrorCode.MALFORMED,
+            f"a REQUEST to {LOBBY_ID!r} has unknown field {clip(unknown)!r} "
+            "(fields: capability_name, arguments, filters)",
+        )
+    arguments = payload.get("arguments", {})
+    if type(arguments) is not dict:
+        raise Refusal(
+            ErrorCode.MALFORMED, f"a REQUEST to {LOBBY_ID!r} needs 'arguments' to be an object"
+        )
+    raw = payload.get("filters")
+    if raw is None:
+        return arguments, ()
+    if isinstance(raw, list) and len(raw) > MAX_FILTERS:
+        raise Refusal(
+            ErrorCode.MALFORMED,
+            f"invalid REQUEST filters: at most {MAX_FILTERS} filters, not {len(raw)}",
+        )
+    try:
+        return arguments, parse_filters(raw)
+    except BadFilter as bad:
+        raise Refusal(ErrorCode.MALFORMED, f"invalid REQUEST filters: {bad}") from None
+
+
+def drop_held(agent: AgentRecord, seq: int) -> None:
+    """Take the message numbered `seq` out of `agent`'s mailbox (if still held): it is never
+    delivered to it again."""
+    mailbox = agent.mailbox
+    for at, (held, _) in enumerate(mailbox):
+        if held == seq:
+            del mailbox[at]
+            return
+        if held > seq:
+            return
+
+
+def mark_redelivered(target: AgentRecord, seq: int | None, actions: list[Action]) -> list[Action]:
+    """A re-dispatched REQUEST (numbered `seq` for `target`) is marked `redelivered`, as it is
+    written now and as it is held for a resume (the copy stored is the plain one: a restart
+    marks whatever it replays so anyway)."""
+    mailbox = target.mailbox
+    if mailbox and mailbox[-1][0] == seq:
+        mailbox[-1] = (seq, mailbox[-1][1][:-1] + _REDELIVERED)
+    return [
+        Send(a.session, a.frame[:-1] + _REDELIVERED)
+        if isinstance(a, Send) and a.session is target.session
+        else a
+        for a in actions
+    ]
+
+
+def no_candidate(pending: Addressed, *, failed_over: bool) -> tuple[ErrorCode, str, str | None]:
+    """The final RESPONSE's code, sentence and path when no candidate takes `pending`: the
+    first input-schema refusal met, if every candidate refused the arguments (a provider
+    failed over had taken them: then none is left), else `no_provider`."""
+    refusal = pending.refusal
+    if refusal is not None and not failed_over:
+        sentence = refusal.sentence(pending.capability, pending.refused_by)
+        return ErrorCode.INVALID_INPUT, sentence, refusal.path
+    matching = " matching the filters" if pending.filters else ""
+    return (
+        ErrorCode.NO_PROVIDER,
+        f"no online agent offers capability '{clip(pending.capability)}' to "
+        f"'{pending.requester}'{matching}",
+        None,
+    )
