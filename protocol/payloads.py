@@ -11,7 +11,7 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from protocol.fipa import MAX_ROUND_REPLY_BY
-from protocol.limits import MAX_NAME_LENGTH
+from protocol.limits import MAX_NAME_LENGTH, MAX_REASON_LENGTH
 from protocol.models import LOBBY_ID, AgentIdRef, ErrorCode, MessageType, Name, RegisterStatus
 
 
@@ -447,6 +447,20 @@ class MessagesPayload(_Payload):
     cursor: int
 
 
+class CancelPayload(_Payload):
+    """From a requester: stop waiting for its open REQUESTs in the conversation. From the
+    lobby, to a provider: stop working on the REQUEST `in_reply_to` names."""
+
+    reason: str | None = Field(
+        default=None,
+        max_length=MAX_REASON_LENGTH,
+        description="Why; to the provider: 'cancelled', 'deadline' or the requester's reason.",
+    )
+    requester_id: AgentIdRef | None = Field(
+        default=None, description="Set by the lobby, on the CANCEL a provider receives."
+    )
+
+
 PAYLOAD_MODELS: Final[dict[MessageType, type[BaseModel]]] = {
     MessageType.REGISTER: RegisterPayload,
     MessageType.REGISTER_ACK: RegisterAckPayload,
@@ -475,5 +489,6 @@ PAYLOAD_MODELS: Final[dict[MessageType, type[BaseModel]]] = {
     MessageType.PAYMENT_CONFIRMED: PaymentConfirmedPayload,
     MessageType.FETCH_MESSAGES: FetchMessagesPayload,
     MessageType.MESSAGES: MessagesPayload,
+    MessageType.CANCEL: CancelPayload,
 }
 """The payload model of each message type; `schema.py` and the tests walk this table."""
