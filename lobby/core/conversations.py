@@ -40,7 +40,7 @@ class Conversations:
         self.traces: dict[ConversationKey, str] = {}
         """Open conversations whose REQUEST carried a traceparent -> it: a RESPONSE sent
         without one is put in its REQUEST's trace. Not kept across a restart."""
-        self.deadlines = Deadlines(state, self.ended)
+        self.deadlines = Deadlines(state, self.ended, self.traces)
         """The open REQUESTs one by one: deadlines and CANCEL (lobby/core/deadlines.py)."""
 
     # The rule, used live and at restore: a REQUEST opens (requester, responder,

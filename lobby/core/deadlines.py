@@ -20,10 +20,8 @@ final RESPONSE is stored with `Effect.ENDS` (its frame names the REQUEST in `in_
 from __future__ import annotations
 
 import heapq
-import itertools
 from bisect import bisect_left
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Final
 
 import orjson
@@ -41,22 +39,13 @@ log = structlog.get_logger("lobby")
 _DEADLINE_FIELD: Final = b'"deadline":'
 
 
-@dataclass(slots=True, eq=False)
-class OpenRequest:
-    """One REQUEST forwarded and not yet answered with a final RESPONSE."""
+Waiting = tuple[str, str, int | None, int | None]
+"""One REQUEST forwarded and not yet answered with a final RESPONSE: (responder, its
+message_id, its seq in the responder's mailbox on this node (None: forwarded to another node),
+its deadline (Unix ms, the lobby's clock; None: none)). A tuple: one is made per REQUEST."""
 
-    requester: str
-    responder: str
-    conversation_id: str
-    message_id: str
-    seq: int | None
-    """Its seq in the responder's mailbox on this node; None when forwarded to another node."""
-    deadline: int | None = None
-    """Unix time in ms (the lobby's clock) when the requester stops waiting; None: never."""
-    timeout_ms: int = 0
-    traceparent: str | None = None
-    ended: bool = False
-    """Answered or ended by the lobby: its heap entry, if any, is skipped when it comes due."""
+Due = tuple[int, str, str, str, int]
+"""A deadline in the heap: (deadline, requester, conversation_id, message_id, timeout_ms)."""
 
 
 def _seq(held: tuple[int, bytes]) -> int:
@@ -82,40 +71,43 @@ def withdraw(agent: AgentRecord, seq: int) -> bool:
 
 class Deadlines:
     """Owns the open REQUESTs one by one and their deadlines; handles CANCEL. `close` is the
-    conversations' own rule for closing (requester, responder, conversation_id) once."""
+    conversations' own rule for closing (requester, responder, conversation_id) once; `traces`
+    their traceparents, which the lobby's CANCEL and final RESPONSE join."""
 
-    def __init__(self, state: LobbyState, close: Callable[[tuple[str, str, str]], None]) -> None:
+    def __init__(
+        self,
+        state: LobbyState,
+        close: Callable[[tuple[str, str, str]], None],
+        traces: dict[tuple[str, str, str], str],
+    ) -> None:
         self.state = state
         self._close = close
-        self.open: dict[tuple[str, str], list[OpenRequest]] = {}
+        self._traces = traces
+        self.open: dict[tuple[str, str], list[Waiting]] = {}
         """(requester, conversation_id) -> its REQUESTs in it waiting for a final RESPONSE."""
-        self._due: list[tuple[int, int, OpenRequest]] = []
-        """A heap of (deadline, order, REQUEST): a tick looks at the earliest only."""
-        self._order = itertools.count()
+        self._due: list[Due] = []
+        """A heap of deadlines: a tick looks at the earliest only. An entry whose REQUEST was
+        answered meanwhile is dropped when it comes due."""
 
-    # -- as REQUESTs open and close (the hot path: a dict lookup and an append) -------------
+    # -- as REQUESTs open and close (the hot path: a tuple, a dict lookup, an append) -------
 
     def opened(self, msg: Message, requester: str, responder: str, timeout_ms: int) -> None:
         """`msg`, a REQUEST from `requester`, was accepted for `responder` (stamped by
         `deliver`: its message_id, its seq unless forwarded, its deadline if any)."""
-        request = OpenRequest(
-            requester,
-            responder,
-            msg.conversation_id,  # type: ignore[arg-type]  # a REQUEST has one
-            msg.message_id,  # type: ignore[arg-type]  # set by deliver
-            msg.seq,
-            msg.deadline,
-            timeout_ms,
-            msg.traceparent,
-        )
-        key = (requester, request.conversation_id)
+        conversation_id: str = msg.conversation_id  # type: ignore[assignment]  # a REQUEST's
+        message_id: str = msg.message_id  # type: ignore[assignment]  # set by deliver
+        deadline = msg.deadline
+        entry = (responder, message_id, msg.seq, deadline)
+        key = (requester, conversation_id)
         waiting = self.open.get(key)
         if waiting is None:
-            self.open[key] = [request]
+            self.open[key] = [entry]
         else:
-            waiting.append(request)
-        if request.deadline is not None:
-            heapq.heappush(self._due, (request.deadline, next(self._order), request))
+            waiting.append(entry)
+        if deadline is not None:
+            heapq.heappush(
+                self._due, (deadline, requester, conversation_id, message_id, timeout_ms)
+            )
 
     def answered(
         self, requester: str, responder: str, conversation_id: str, in_reply_to: str | None
@@ -126,19 +118,20 @@ class Deadlines:
         waiting = self.open.get(key)
         if waiting is None:
             return
+        if len(waiting) == 1:
+            if waiting[0][0] == responder:
+                del self.open[key]
+            return
         chosen = None
-        for request in waiting:
-            if request.responder == responder:
+        for entry in waiting:
+            if entry[0] == responder:
                 if chosen is None:
-                    chosen = request
-                if request.message_id == in_reply_to:
-                    chosen = request
+                    chosen = entry
+                if entry[1] == in_reply_to:
+                    chosen = entry
                     break
         if chosen is not None:
-            chosen.ended = True
             waiting.remove(chosen)
-            if not waiting:
-                del self.open[key]
 
     # -- the lobby ends them ---------------------------------------------------------------
 
@@ -148,14 +141,15 @@ class Deadlines:
         now_ms = int(now * 1000)
         actions: list[Action] = []
         while due and due[0][0] <= now_ms:
-            request = heapq.heappop(due)[2]
-            if request.ended:
-                continue
-            sentence = (
-                f"no final RESPONSE to REQUEST {clip(request.message_id)!r} within "
-                f"{request.timeout_ms} ms"
+            _, requester, conversation_id, message_id, timeout_ms = heapq.heappop(due)
+            waiting = self.open.get((requester, conversation_id), ())
+            entry = next((e for e in waiting if e[1] == message_id), None)
+            if entry is None:
+                continue  # answered, or cancelled
+            sentence = f"no final RESPONSE to REQUEST {clip(message_id)!r} within {timeout_ms} ms"
+            actions += self._end(
+                requester, conversation_id, entry, ErrorCode.TIMEOUT, "deadline", sentence, now
             )
-            actions += self._end(request, ErrorCode.TIMEOUT, "deadline", sentence, now)
         return actions
 
     def cancel(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
@@ -171,26 +165,26 @@ class Deadlines:
                 ErrorCode.MALFORMED,
                 f"a CANCEL's 'reason' is a string of at most {MAX_REASON_LENGTH} characters",
             )
-        waiting = self.open.get((agent.agent_id, conversation_id))
+        requester = agent.agent_id
+        waiting = self.open.get((requester, conversation_id))
         if not waiting:
             raise Refusal(
                 ErrorCode.UNKNOWN_CONVERSATION,
-                f"no open REQUEST from {agent.agent_id!r} in conversation "
-                f"{clip(conversation_id)!r}",
+                f"no open REQUEST from {requester!r} in conversation {clip(conversation_id)!r}",
             )
         now = self.state.clock()
         actions: list[Action] = []
         cancelled = list(waiting)
         agents = self.state.registry.agents
         homes: set[str] = set()
-        for request in cancelled:
-            provider = agents.get(request.responder)
+        for responder, *_ in cancelled:
+            provider = agents.get(responder)
             if provider is not None and provider.home is not None and provider.home not in homes:
                 # Cluster: the provider's home ends its side (its copy, its CANCEL) when it
                 # routes this CANCEL as its own; this node answers the requester.
                 homes.add(provider.home)
                 relayed = Message(
-                    msg.sender_id,
+                    requester,
                     LOBBY_ID,
                     MessageType.CANCEL,
                     msg.payload,
@@ -198,65 +192,81 @@ class Deadlines:
                     traceparent=msg.traceparent,
                 )
                 self.state.delivery.forward(provider, relayed, session)
-        for request in cancelled:
-            sentence = (
-                f"REQUEST {clip(request.message_id)!r} was cancelled by {agent.agent_id!r}"
-                + (f": {clip(reason)}" if reason else "")
+        for entry in cancelled:
+            sentence = f"REQUEST {clip(entry[1])!r} was cancelled by {requester!r}" + (
+                f": {clip(reason)}" if reason else ""
             )
-            actions += self._end(request, ErrorCode.CANCELLED, reason or "cancelled", sentence, now)
+            actions += self._end(
+                requester,
+                conversation_id,
+                entry,
+                ErrorCode.CANCELLED,
+                reason or "cancelled",
+                sentence,
+                now,
+            )
         log.info(
             "REQUEST_CANCELLED",
-            requester=agent.agent_id,
+            requester=requester,
             conversation_id=clip(conversation_id),
             requests=len(cancelled),
         )
         return actions
 
     def _end(
-        self, request: OpenRequest, code: ErrorCode, reason: str, sentence: str, now: float
+        self,
+        requester_id: str,
+        conversation_id: str,
+        entry: Waiting,
+        code: ErrorCode,
+        reason: str,
+        sentence: str,
+        now: float,
     ) -> list[Action]:
-        """Close `request`'s conversation; withdraw its held copy, or CANCEL it at the provider
+        """Close `entry`'s conversation; withdraw its held copy, or CANCEL it at the provider
         if it had been given it; answer the requester with the final RESPONSE `code`. In a
         cluster each node does its own agents' side (both nodes track a REQUEST between them):
         the requester's CANCEL is routed again by the provider's home (`cancel`), and a deadline
         passes there too."""
-        request.ended = True
-        key = (request.requester, request.conversation_id)
-        waiting = self.open.get(key)
-        if waiting is not None and request in waiting:
-            waiting.remove(request)
-            if not waiting:
-                del self.open[key]
-        self._close((request.requester, request.responder, request.conversation_id))
+        responder, message_id, seq, _ = entry
+        key = (requester_id, conversation_id)
+        waiting = self.open[key]
+        waiting.remove(entry)
+        if not waiting:
+            del self.open[key]
+        conversation = (requester_id, responder, conversation_id)
+        traceparent = self._traces.get(conversation) if self._traces else None
+        self._close(conversation)
         state = self.state
         agents = state.registry.agents
         actions: list[Action] = []
-        provider = agents.get(request.responder)
-        if provider is not None and provider.home is None:
-            given = True
-            if request.seq is not None:
-                given = withdraw(provider, request.seq)
-            if given:
-                notice = Message(
-                    LOBBY_ID,
-                    provider.agent_id,
-                    MessageType.CANCEL,
-                    {"requester_id": request.requester, "reason": reason},
-                    request.conversation_id,
-                    in_reply_to=request.message_id,
-                    traceparent=request.traceparent,
-                )
-                actions += state.deliver(provider, notice, None, Effect.NONE, now, force=True)
-        requester = agents.get(request.requester)
+        provider = agents.get(responder)
+        # A provider given the REQUEST is told to stop; a copy never given is just dropped.
+        if (
+            provider is not None
+            and provider.home is None
+            and (seq is None or withdraw(provider, seq))
+        ):
+            notice = Message(
+                LOBBY_ID,
+                responder,
+                MessageType.CANCEL,
+                {"requester_id": requester_id, "reason": reason},
+                conversation_id,
+                in_reply_to=message_id,
+                traceparent=traceparent,
+            )
+            actions += state.deliver(provider, notice, None, Effect.NONE, now, force=True)
+        requester = agents.get(requester_id)
         if requester is not None and requester.home is None:
             answer = Message(
                 LOBBY_ID,
-                requester.agent_id,
+                requester_id,
                 MessageType.RESPONSE,
                 {"status": ResponseStatus.ERROR, "code": code, "error": sentence},
-                request.conversation_id,
-                in_reply_to=request.message_id,
-                traceparent=request.traceparent,
+                conversation_id,
+                in_reply_to=message_id,
+                traceparent=traceparent,
             )
             actions += state.deliver(requester, answer, None, Effect.ENDS, now, force=True)
         state.counters.refused[code] += 1
@@ -293,20 +303,14 @@ class Deadlines:
             key = (row.sender, row.receiver, row.conversation_id or "")
             if key in still_open and (row.sender, row.message_id) not in ended:
                 newest.setdefault(key, []).append(row)
-        for key, rows in newest.items():
-            for row in rows[-still_open[key] :]:
+        for (requester, responder, conversation_id), rows in newest.items():
+            for row in rows[-still_open[(requester, responder, conversation_id)] :]:
                 deadline = None
                 if _DEADLINE_FIELD in row.frame:
                     deadline = orjson.loads(row.frame).get("deadline")
-                request = OpenRequest(
-                    row.sender,
-                    row.receiver,
-                    key[2],
-                    row.message_id,
-                    row.seq,
-                    deadline,
-                    0 if deadline is None else deadline - int(row.at * 1000),
-                )
-                self.open.setdefault((row.sender, key[2]), []).append(request)
+                entry = (responder, row.message_id, row.seq, deadline)
+                self.open.setdefault((requester, conversation_id), []).append(entry)
                 if deadline is not None:
-                    heapq.heappush(self._due, (deadline, next(self._order), request))
+                    timeout_ms = deadline - int(row.at * 1000)
+                    due = (deadline, requester, conversation_id, row.message_id, timeout_ms)
+                    heapq.heappush(self._due, due)
