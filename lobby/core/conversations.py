@@ -42,6 +42,7 @@ class Conversations:
         without one is put in its REQUEST's trace. Not kept across a restart."""
         self.deadlines = Deadlines(state, self.ended, self.traces)
         """The open REQUESTs one by one: deadlines and CANCEL (lobby/core/deadlines.py)."""
+        self._waiting = self.deadlines.open  # its common case, inlined below
 
     # The rule, used live and at restore: a REQUEST opens (requester, responder,
     # conversation_id) once more; a final RESPONSE closes it once.
@@ -162,7 +163,12 @@ class Conversations:
         if msg.traceparent is not None:
             self.traces[key] = msg.traceparent
         agent.open_requests += 1
-        self.deadlines.opened(msg, agent.agent_id, target.agent_id, timeout_ms or 0)
+        # Kept one by one for CANCEL and deadlines (lobby/core/deadlines.py); the common case,
+        # the only REQUEST open in its conversation and without a deadline, is this setdefault.
+        one = (target.agent_id, msg.message_id or "", msg.seq, msg.deadline)
+        pending = self._waiting.setdefault((agent.agent_id, conversation_id), one)
+        if pending is not one or one[3] is not None:
+            self.deadlines.opened(agent.agent_id, conversation_id, one, timeout_ms or 0)
         if state.trace:
             log.debug(
                 "REQUEST_AUTHORIZED",
@@ -198,7 +204,9 @@ class Conversations:
         final = status != ResponseStatus.IN_PROGRESS
         actions = state.deliver(target, msg, session, Effect.CLOSES if final else Effect.NONE, now)
         if final:
-            self.deadlines.answered(key[0], key[1], key[2], msg.in_reply_to)
+            waiting = self._waiting.pop((key[0], key[2]), None)
+            if waiting is not None and (type(waiting) is list or waiting[0] != key[1]):
+                self.deadlines.answered(key, waiting, msg.in_reply_to)
             self._closes(key, open_requests)
             target.open_requests = max(0, target.open_requests - 1)
         return actions

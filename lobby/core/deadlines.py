@@ -83,44 +83,47 @@ class Deadlines:
         self.state = state
         self._close = close
         self._traces = traces
-        self.open: dict[tuple[str, str], list[Waiting]] = {}
-        """(requester, conversation_id) -> its REQUESTs in it waiting for a final RESPONSE."""
+        self.open: dict[tuple[str, str], Waiting | list[Waiting]] = {}
+        """(requester, conversation_id) -> its REQUEST in it waiting for a final RESPONSE, or
+        a list of them when there are several (rare: a list is made only then)."""
         self._due: list[Due] = []
         """A heap of deadlines: a tick looks at the earliest only. An entry whose REQUEST was
         answered meanwhile is dropped when it comes due."""
 
-    # -- as REQUESTs open and close (the hot path: a tuple, a dict lookup, an append) -------
+    # -- as REQUESTs open and close. The common case, one REQUEST open in a conversation,
+    # is `Conversations`' own (one `setdefault` as it opens, one `pop` as it closes); these
+    # take the rest: several open at once, a deadline.
 
-    def opened(self, msg: Message, requester: str, responder: str, timeout_ms: int) -> None:
-        """`msg`, a REQUEST from `requester`, was accepted for `responder` (stamped by
-        `deliver`: its message_id, its seq unless forwarded, its deadline if any)."""
-        conversation_id: str = msg.conversation_id  # type: ignore[assignment]  # a REQUEST's
-        message_id: str = msg.message_id  # type: ignore[assignment]  # set by deliver
-        deadline = msg.deadline
-        entry = (responder, message_id, msg.seq, deadline)
+    def opened(self, requester: str, conversation_id: str, entry: Waiting, timeout_ms: int) -> None:
+        """`entry`, a REQUEST from `requester` in `conversation_id`, was accepted, and either
+        another is open in the conversation (`open` holds that one, not `entry`) or it has a
+        deadline."""
         key = (requester, conversation_id)
-        waiting = self.open.get(key)
-        if waiting is None:
-            self.open[key] = [entry]
-        else:
-            waiting.append(entry)
+        waiting = self.open[key]
+        if waiting is not entry:  # another REQUEST in the conversation is open
+            if type(waiting) is list:
+                waiting.append(entry)
+            else:
+                self.open[key] = [waiting, entry]  # type: ignore[list-item]
+        deadline = entry[3]
         if deadline is not None:
-            heapq.heappush(
-                self._due, (deadline, requester, conversation_id, message_id, timeout_ms)
-            )
+            heapq.heappush(self._due, (deadline, requester, conversation_id, entry[1], timeout_ms))
 
     def answered(
-        self, requester: str, responder: str, conversation_id: str, in_reply_to: str | None
+        self,
+        conversation: tuple[str, str, str],
+        waiting: Waiting | list[Waiting],
+        in_reply_to: str | None,
     ) -> None:
-        """A final RESPONSE from `responder` closed one of `requester`'s REQUESTs: the one its
-        `in_reply_to` names, else the oldest."""
+        """A final RESPONSE in `conversation` (requester, responder, conversation_id) closed
+        one of its REQUESTs; `waiting` is what `open` held for (requester, conversation_id),
+        taken out of it: what stays open goes back. The REQUEST closed is the one the
+        RESPONSE's `in_reply_to` names, else the responder's oldest."""
+        requester, responder, conversation_id = conversation
         key = (requester, conversation_id)
-        waiting = self.open.get(key)
-        if waiting is None:
-            return
-        if len(waiting) == 1:
-            if waiting[0][0] == responder:
-                del self.open[key]
+        if type(waiting) is not list:
+            if waiting[0] != responder:
+                self.open[key] = waiting  # another provider's
             return
         chosen = None
         for entry in waiting:
@@ -132,6 +135,15 @@ class Deadlines:
                     break
         if chosen is not None:
             waiting.remove(chosen)
+        if waiting:
+            self.open[key] = waiting if len(waiting) > 1 else waiting[0]
+
+    def waiting(self, requester: str, conversation_id: str) -> list[Waiting]:
+        """`requester`'s REQUESTs open in `conversation_id` (a copy of the list)."""
+        waiting = self.open.get((requester, conversation_id))
+        if waiting is None:
+            return []
+        return list(waiting) if type(waiting) is list else [waiting]  # type: ignore[list-item]
 
     # -- the lobby ends them ---------------------------------------------------------------
 
@@ -142,7 +154,7 @@ class Deadlines:
         actions: list[Action] = []
         while due and due[0][0] <= now_ms:
             _, requester, conversation_id, message_id, timeout_ms = heapq.heappop(due)
-            waiting = self.open.get((requester, conversation_id), ())
+            waiting = self.waiting(requester, conversation_id)
             entry = next((e for e in waiting if e[1] == message_id), None)
             if entry is None:
                 continue  # answered, or cancelled
@@ -166,7 +178,7 @@ class Deadlines:
                 f"a CANCEL's 'reason' is a string of at most {MAX_REASON_LENGTH} characters",
             )
         requester = agent.agent_id
-        waiting = self.open.get((requester, conversation_id))
+        waiting = self.waiting(requester, conversation_id)
         if not waiting:
             raise Refusal(
                 ErrorCode.UNKNOWN_CONVERSATION,
@@ -230,10 +242,12 @@ class Deadlines:
         passes there too."""
         responder, message_id, seq, _ = entry
         key = (requester_id, conversation_id)
-        waiting = self.open[key]
+        waiting = self.waiting(requester_id, conversation_id)
         waiting.remove(entry)
         if not waiting:
             del self.open[key]
+        else:
+            self.open[key] = waiting if len(waiting) > 1 else waiting[0]
         conversation = (requester_id, responder, conversation_id)
         traceparent = self._traces.get(conversation) if self._traces else None
         self._close(conversation)
@@ -309,7 +323,10 @@ class Deadlines:
                 if _DEADLINE_FIELD in row.frame:
                     deadline = orjson.loads(row.frame).get("deadline")
                 entry = (responder, row.message_id, row.seq, deadline)
-                self.open.setdefault((requester, conversation_id), []).append(entry)
+                waiting = [*self.waiting(requester, conversation_id), entry]
+                self.open[(requester, conversation_id)] = (
+                    waiting if len(waiting) > 1 else waiting[0]
+                )
                 if deadline is not None:
                     timeout_ms = deadline - int(row.at * 1000)
                     due = (deadline, requester, conversation_id, row.message_id, timeout_ms)
