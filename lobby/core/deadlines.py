@@ -2,9 +2,11 @@
 own ending of one (PROTOCOL.md §5.2).
 
 `Conversations` counts open REQUESTs per (requester, responder, conversation_id); this module
-keeps each of them (`OpenRequest`: its message_id, its seq in the responder's mailbox, its
-deadline), because ending one needs exactly that: which copy to drop, which REQUEST the
-provider's CANCEL and the requester's final RESPONSE name. A REQUEST ends here when its
+keeps each of them (`Waiting`: its responder, message_id, seq in the responder's mailbox and
+deadline) by (requester, conversation_id), which is what a CANCEL names, because ending one
+needs exactly that: which copy to drop, which REQUEST the provider's CANCEL and the
+requester's final RESPONSE name. The common case (one REQUEST open in its conversation, no
+deadline) is opened and closed by `Conversations` itself, one dict operation each. A REQUEST ends here when its
 deadline passes (`expire_due`, from the router's `tick`: a heap ordered by deadline, so a tick
 with nothing due looks at one entry) or when its requester sends CANCEL (`cancel`). Ending one
 closes its conversation, withdraws the copy still held unwritten for the provider (it never
