@@ -17,6 +17,7 @@ from agent_sdk.errors import (
     AgentSDKError,
     LobbyError,
     PayloadError,
+    RemoteError,
     RequestError,
     RequestTimeoutError,
 )
@@ -106,6 +107,10 @@ class Caller(AgentCore):
         except asyncio.CancelledError:
             self._handlers.spawn(self._cancel_quietly(conversation_id))
             raise
+        except RequestTimeoutError as exc:
+            if not isinstance(exc, RemoteError):  # this agent's own timer: it stops waiting
+                self._handlers.spawn(self._cancel_quietly(conversation_id))
+            raise
         finally:
             outstanding.forget(conversation_id)
         return _result(result, output_type)
@@ -162,6 +167,8 @@ class Caller(AgentCore):
             ) from None
         finally:
             self._outstanding.forget(conversation_id)
+            if not call.result.done():  # stopped waiting (cancelled, timed out, left early)
+                self._handlers.spawn(self._cancel_quietly(conversation_id))
 
     async def discover(
         self,

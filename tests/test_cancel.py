@@ -10,7 +10,7 @@ import asyncio
 import pytest
 import websockets.asyncio.client
 
-from agent_sdk import Agent, RequestCancelled
+from agent_sdk import Agent, RemoteError, RequestCancelled, RequestTimeoutError
 from lobby.server import LobbyServer
 from tests.sdklogs import sdk_events
 from tests.test_deadlines import Worker
@@ -101,3 +101,29 @@ async def test_cancel_on_the_wire(lobby: LobbyServer) -> None:
         answer = await reply(a)
         assert (answer["sender_id"], answer["in_reply_to"]) == ("global_lobby", "m-1")
         assert answer["payload"]["code"] == "cancelled"
+
+
+async def test_a_caller_that_stops_waiting_on_its_own_cancels_the_request(
+    lobby: LobbyServer,
+) -> None:
+    """Its own `request_timeout` (no deadline sent), or a stream left early."""
+    async with (
+        Worker(lobby_url=lobby.url) as worker,
+        Agent("caller", lobby_url=lobby.url, request_timeout=0.3) as me,
+    ):
+        with pytest.raises(RequestTimeoutError) as caught:
+            await me.request("worker", "work", {})
+        assert not isinstance(caught.value, RemoteError)  # the caller's timer, not the lobby
+        await asyncio.wait_for(worker.stopped.wait(), 5)
+        worker.started.clear()
+        worker.stopped.clear()
+        stream = me.request_stream("worker", "work", {}, timeout=30)
+        waiting = asyncio.ensure_future(anext(stream))
+        await asyncio.wait_for(worker.started.wait(), 5)
+        waiting.cancel()  # the stream's consumer stops: the generator ends with it
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        await asyncio.wait_for(worker.stopped.wait(), 5)
+        assert all(ctx.cancelled.is_set() for ctx in worker.contexts)
+        await me.discover("work")
+    assert lobby.router.conversations == {}

@@ -6,13 +6,14 @@ keeps each of them (`Waiting`: its responder, message_id, seq in the responder's
 deadline) by (requester, conversation_id), which is what a CANCEL names, because ending one
 needs exactly that: which copy to drop, which REQUEST the provider's CANCEL and the
 requester's final RESPONSE name. The common case (one REQUEST open in its conversation, no
-deadline) is opened and closed by `Conversations` itself, one dict operation each. A REQUEST ends here when its
-deadline passes (`expire_due`, from the router's `tick`: a heap ordered by deadline, so a tick
-with nothing due looks at one entry) or when its requester sends CANCEL (`cancel`). Ending one
-closes its conversation, withdraws the copy still held unwritten for the provider (it never
-reaches it), sends the provider CANCEL if it had been given the REQUEST, and answers the
-requester with the final RESPONSE `timeout` or `cancelled`; a late RESPONSE is then refused
-`unknown_conversation` by `Conversations`.
+deadline) is opened and closed by `Conversations` itself, one dict operation each.
+
+A REQUEST ends here when its deadline passes (`expire_due`, from the router's `tick`: a heap
+ordered by deadline, so a tick with nothing due looks at one entry) or when its requester sends
+CANCEL (`cancel`). Ending one closes its conversation, withdraws the copy still held unwritten
+for the provider (it never reaches it), sends the provider CANCEL if it had been given the
+REQUEST, and answers the requester with the final RESPONSE `timeout` or `cancelled`; a late
+RESPONSE is then refused `unknown_conversation` by `Conversations`.
 
 Durable as the messages are: the REQUEST's stored frame carries its `deadline`, and the lobby's
 final RESPONSE is stored with `Effect.ENDS` (its frame names the REQUEST in `in_reply_to`), so
