@@ -54,6 +54,7 @@ from agent_sdk.identity import EnvTokenStore, FileTokenStore, MemoryTokenStore, 
 from agent_sdk.market import Order
 from agent_sdk.negotiation import DialogueHandle, Move, Round, RoundBid, Transaction
 from agent_sdk.policy import Policy, RateLimit
+from agent_sdk.presence import PresenceChange, PresenceEvent, Watch
 from protocol.models import Message, MessageType
 from protocol.payloads import Capability, ServiceRecord
 
@@ -88,6 +89,8 @@ __all__ = [
     "Order",
     "PayloadError",
     "Policy",
+    "PresenceChange",
+    "PresenceEvent",
     "RateLimit",
     "RateLimitedError",
     "RegistrationError",
@@ -110,5 +113,6 @@ __all__ = [
     "Transaction",
     "UnauthorizedError",
     "UnknownReceiverError",
+    "Watch",
     "capability",
 ]

@@ -16,17 +16,20 @@ Declare capabilities with `@capability`, override the callbacks you need (`on_me
                        dialogue.py     DialogueHandle: moves, next_proposal(), conclude()
     Trader             market.py       TEXT, order proposals, payments, fetch_messages()
     Auctioneer         auction.py      the Agora auction
+    Watcher            presence.py     watch(): PRESENCE of a capability's agents or of
+                                       named agents, as they come, change and go
 """
 
 from __future__ import annotations
 
 from agent_sdk.auction import Auctioneer
 from agent_sdk.market import Trader
+from agent_sdk.presence import Watcher
 from agent_sdk.serving import CapabilityServer
 from agent_sdk.stats import AgentStats, Status
 
 
-class Agent(Auctioneer, Trader, CapabilityServer):
+class Agent(Watcher, Auctioneer, Trader, CapabilityServer):
     """Subclass, set `agent_id` (or pass it), declare capabilities, run. Options are in
     `AgentCore.__init__`."""
 

@@ -122,6 +122,9 @@ class AgentCore:
         self._routes: dict[MessageType, Route] = {}
         """What runs each message type delivered to the application; each layer adds its
         own in `__init__`. A type with no route goes to `on_message`."""
+        self._after_connect: list[Callable[[], None]] = []
+        """What each layer does once registered on a connection, before reading (send its
+        watches again, `presence.Watcher`); each adds its own in `__init__`."""
         self._outstanding = Outstanding()
         self._dispatcher = Dispatcher(
             self.stats,
@@ -372,6 +375,8 @@ class AgentCore:
             self.stats.resumes += registration.resumed
             log.info("AGENT_CONNECTED", agent_id=self.agent_id, resumed=registration.resumed)
             sender.attach(link)
+            for again in self._after_connect:
+                again()
             await self._hook(self.on_connected)
             try:
                 receive = self._reader.receive

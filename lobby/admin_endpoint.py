@@ -238,7 +238,7 @@ class AdminEndpoint:
             reason = f"no agent {clip(agent_id)!r} is registered in this lobby"
             self._fail(session, answer, "unknown_agent", reason)
             return
-        answer["was_online"] = bool(actions)
+        answer["was_online"] = any(isinstance(a, Close) for a in actions)  # not PRESENCE
         server.execute(actions)
         server.spawn(self._answer_once_committed(session, answer))
 

@@ -34,6 +34,8 @@ TO_LOBBY: Final = (
     T.ACK,
     T.FETCH_MESSAGES,
     T.LIST_TRANSACTIONS,
+    T.WATCH,
+    T.UNWATCH,
     T.CANCEL,
 )
 """Messages an agent addresses to the lobby (`receiver_id: "global_lobby"`)."""
@@ -49,6 +51,7 @@ FROM_LOBBY: Final = (
     T.TRANSACTIONS,
     T.PAYMENT_CONFIRMED,
     T.MESSAGES,
+    T.PRESENCE,
     T.CANCEL,
 )
 """Messages the lobby sends; an agent that sends one of them gets ERROR `malformed` (but
@@ -74,11 +77,21 @@ REPLIES: Final[dict[MessageType, tuple[MessageType, ...]]] = {
     T.FETCH_MESSAGES: (T.MESSAGES, T.ERROR),
     T.LIST_TRANSACTIONS: (T.TRANSACTIONS, T.ERROR),
     T.REQUEST: (T.RESPONSE, T.ERROR),
+    T.WATCH: (T.PRESENCE, T.ERROR),
 }
 """What answers a message sent to the lobby; any other is answered only by an ERROR if refused
 (an agent-to-agent move is answered by the other agent, not the lobby)."""
 
-IN_CONVERSATION: Final = (T.REQUEST, T.CFP, T.PROPOSE, T.ACCEPT, T.DECLINE, T.MATCH_ACCEPT)
+IN_CONVERSATION: Final = (
+    T.REQUEST,
+    T.CFP,
+    T.PROPOSE,
+    T.ACCEPT,
+    T.DECLINE,
+    T.MATCH_ACCEPT,
+    T.WATCH,
+    T.UNWATCH,
+)
 """Messages the lobby refuses without a `conversation_id` (a call's, or a dialogue's id)."""
 
 _DIRECTION: Final = {
@@ -118,6 +131,9 @@ _SUMMARIES: Final = {
     T.PAYMENT_CONFIRMED: "The lobby recorded a payment (to both parties).",
     T.FETCH_MESSAGES: "Pull held messages after a cursor (and acknowledge up to it).",
     T.MESSAGES: "The answer to FETCH_MESSAGES.",
+    T.WATCH: "Watch a capability or agents: PRESENCE now and at every change.",
+    T.UNWATCH: "End the watch the conversation_id names.",
+    T.PRESENCE: "An agent as it is (snapshot) or as it changed; never stored or replayed.",
     T.CANCEL: "End the sender's open REQUESTs in a conversation; to a provider: stop working.",
 }
 

@@ -13,6 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 from protocol.fipa import MAX_ROUND_REPLY_BY
 from protocol.limits import MAX_NAME_LENGTH, MAX_REASON_LENGTH
 from protocol.models import LOBBY_ID, AgentIdRef, ErrorCode, MessageType, Name, RegisterStatus
+from protocol.presence import PresencePayload, UnwatchPayload, WatchPayload
 
 
 class _Payload(BaseModel):
@@ -489,6 +490,9 @@ PAYLOAD_MODELS: Final[dict[MessageType, type[BaseModel]]] = {
     MessageType.PAYMENT_CONFIRMED: PaymentConfirmedPayload,
     MessageType.FETCH_MESSAGES: FetchMessagesPayload,
     MessageType.MESSAGES: MessagesPayload,
+    MessageType.WATCH: WatchPayload,
+    MessageType.UNWATCH: UnwatchPayload,
+    MessageType.PRESENCE: PresencePayload,
     MessageType.CANCEL: CancelPayload,
 }
 """The payload model of each message type; `schema.py` and the tests walk this table."""

@@ -66,9 +66,9 @@ async def recording_proxy(lobby_url: str, recording: Recording) -> AsyncIterator
 
 
 async def _raw_exchanges(url: str) -> None:
-    """What the examples do not send: a pull of held messages, the ledger, a capability
-    update, a REQUEST with a timeout and its CANCEL, a refused frame, an idle dialogue the
-    lobby ends, and an unregister."""
+    """What the examples do not send: a pull of held messages, the ledger, a REQUEST with a
+    timeout and its CANCEL, a watch and the capability update it sees, a refused frame, an idle
+    dialogue the lobby ends, and an unregister."""
     async with (
         websockets.asyncio.client.connect(url) as a,
         websockets.asyncio.client.connect(url) as b,
@@ -95,8 +95,14 @@ async def _raw_exchanges(url: str) -> None:
         await a.send(frame("rec_a", "CANCEL", cancel, auth_token=token_a, conversation_id="r"))
         assert (await reply(b))["message_type"] == "CANCEL"
         assert (await reply(a))["payload"]["code"] == "cancelled"
+        watch = {"agent_ids": ["rec_b"]}
+        await a.send(frame("rec_a", "WATCH", watch, auth_token=token_a, conversation_id="w"))
+        while (await reply(a))["payload"]["event"] != "snapshot_end":
+            pass
         caps = {"capabilities": [{"name": "echo2", "description": "y"}]}
         await b.send(frame("rec_b", "UPDATE_CAPABILITIES", caps, auth_token=token_b))
+        assert (await reply(a))["payload"]["event"] == "capabilities_changed"
+        await a.send(frame("rec_a", "UNWATCH", {}, auth_token=token_a, conversation_id="w"))
         await a.send(frame("rec_a", "TEXT", {"content": "hi"}, auth_token="wrong"))
         assert (await reply(a))["message_type"] == "ERROR"
         cfp = {"query": {"goods": "anything"}}

@@ -87,11 +87,12 @@ def join(router: Router, agent_id: str, **payload: Any) -> Peer:
         "message_type": "REGISTER",
         "payload": payload,
     }
-    (ack,) = router.handle(session, orjson.dumps(frame).decode())
+    ack, *told = router.handle(session, orjson.dumps(frame).decode())  # told: PRESENCE
     assert isinstance(ack, Send)
     token = orjson.loads(ack.frame)["payload"]["auth_token"]
     peer = Peer(router, agent_id, session, token)
     world.peers[session.id] = peer
+    world.deliver(told)
     return peer
 
 

@@ -139,6 +139,19 @@ CORPUS = [
     bad("fetch: limit a string", "FETCH_MESSAGES", {"limit": "10"}),
     bad("fetch: not to the lobby", "FETCH_MESSAGES", {}, receiver_id="bob"),
     ok("list transactions", "LIST_TRANSACTIONS", {}),
+    ok("watch a capability", "WATCH", {"capability_name": "c"}, conversation_id="w1"),
+    ok("watch agents", "WATCH", {"agent_ids": ["bob", "carol"]}, conversation_id="w2"),
+    bad("watch: neither", "WATCH", {}, conversation_id="w3"),
+    bad(
+        "watch: both", "WATCH", {"capability_name": "c", "agent_ids": ["bob"]}, conversation_id="w4"
+    ),
+    bad("watch: no ids", "WATCH", {"agent_ids": []}, conversation_id="w5"),
+    bad("watch: 1001 ids", "WATCH", {"agent_ids": ["a"] * 1001}, conversation_id="w6"),
+    bad("watch: empty name", "WATCH", {"capability_name": ""}, conversation_id="w7"),
+    bad("watch: no conversation_id", "WATCH", {"capability_name": "c"}),
+    bad("watch: not to the lobby", "WATCH", {"capability_name": "c"}, receiver_id="bob"),
+    bad("unwatch: no conversation_id", "UNWATCH", {}),
+    bad("unwatch: not to the lobby", "UNWATCH", {}, receiver_id="bob", conversation_id="w1"),
     bad("list transactions: not to the lobby", "LIST_TRANSACTIONS", {}, receiver_id="bob"),
     ok(
         "update capabilities",

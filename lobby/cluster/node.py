@@ -41,6 +41,7 @@ from lobby.cluster import steps
 from lobby.cluster.handovers import HANDOVERS, Handovers
 from lobby.cluster.keys import AGENTS, agent_id_of, agent_key, decode_agent, encode_agent
 from lobby.cluster.liveness import DEAD_AFTER, NODES, Liveness
+from lobby.cluster.presence import PresenceLink
 from lobby.cluster.recovery import RECOVERIES, Recovery
 from lobby.cluster.routing import Relay
 from lobby.core.cluster.shared import Claim
@@ -125,6 +126,8 @@ class ClusterNode:
         self.relay = Relay(node_id, router, execute, durable)
         """Messages to and from agents on other nodes."""
         self.relay.learn = self.learn
+        self.presence = PresenceLink(node_id, router, execute, self.liveness.alive)
+        """Which agents are connected to which node (`lobby.presence`)."""
         self.handovers = Handovers(node_id, router, execute, durable, replicas=replicas)
         """Agents handed over between this node and another live one."""
         self.recovery = Recovery(
@@ -172,6 +175,7 @@ class ClusterNode:
             await self.liveness.start(js, replicas)
             await self.relay.start(self._nc)
             await self.handovers.start(self._nc)
+            await self.presence.start(self._nc)
             await self.recovery.start(js, replicas)
             for bucket in (AGENTS, NODES, RECOVERIES, LOBBY):
                 await replicated(js, f"KV_{bucket}", replicas)
@@ -199,6 +203,7 @@ class ClusterNode:
             await asyncio.gather(*self._tasks, return_exceptions=True)
         await self.relay.stop()
         await self.handovers.stop()
+        await self.presence.stop()
         await self.liveness.stop(clean)
         if self._nc is not None and not self._nc.is_closed:
             # RuntimeError: nats-py flushing onto a transport uvloop already closed (NATS went
@@ -209,6 +214,7 @@ class ClusterNode:
     def kick(self) -> None:
         """Start writing what the core queued: each new claim, each change (per key, in order)."""
         self.relay.kick()
+        self.presence.kick()
         probes = self.shared.probes
         if probes:
             for home in dict.fromkeys(probes):

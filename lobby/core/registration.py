@@ -113,7 +113,10 @@ class Registrar:
             remote=session.remote,
         )
         log.info("AGENT_REGISTRATION_FINALIZED", agent_id=agent_id)
-        return [self._register_ack(session, agent_id, RegisterStatus.REGISTERED, token)]
+        return [
+            self._register_ack(session, agent_id, RegisterStatus.REGISTERED, token),
+            *self.state.presence.came_online(record),
+        ]
 
     def claimed(self, agent_id: str, won: bool | None) -> list[Action]:
         """Answer a REGISTER claimed in the shared registry (`SharedRegistry.claimed`)."""
@@ -144,7 +147,10 @@ class Registrar:
             return []
         record.session = session
         session.agent = record
-        return [self._register_ack(session, agent_id, RegisterStatus.REGISTERED, claim.token)]
+        return [
+            self._register_ack(session, agent_id, RegisterStatus.REGISTERED, claim.token),
+            *self.state.presence.came_online(record),
+        ]
 
     def _resume(
         self,
@@ -159,6 +165,7 @@ class Registrar:
         if old is not None:
             old.agent = None
             actions.append(Close(old, CloseCode.REPLACED, "replaced by a newer connection"))
+        before = record.capabilities  # replaced, not changed, by set_capabilities
         if payload.capabilities is not None:
             self.state.registry.set_capabilities(record, payload.capabilities)
         changed = (
@@ -183,6 +190,11 @@ class Registrar:
         )
         actions.append(self._register_ack(session, record.agent_id, status, token))
         actions.extend(self.state.delivery.replay(record, session))
+        presence = self.state.presence
+        if old is None:
+            actions.extend(presence.came_online(record, before))
+        else:
+            actions.extend(presence.declared(record, before))
         return actions
 
     def _gated(self, session: Session, record: AgentRecord, msg: Message) -> list[Action] | None:

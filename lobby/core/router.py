@@ -68,6 +68,7 @@ _LOBBY_ONLY: Final = frozenset(
         MessageType.TRANSACTIONS,
         MessageType.PAYMENT_CONFIRMED,
         MessageType.MESSAGES,
+        MessageType.PRESENCE,
     }
 )
 
@@ -132,6 +133,8 @@ class Router(BetweenNodes):
             MessageType.DISCOVER_SERVICES: to_lobby.discover_services,
             MessageType.UPDATE_CAPABILITIES: to_lobby.update_capabilities,
             MessageType.UNREGISTER: to_lobby.unregister,
+            MessageType.WATCH: state.presence.watch,
+            MessageType.UNWATCH: state.presence.unwatch,
             MessageType.CANCEL: self.requests.deadlines.cancel,
             MessageType.REGISTER: _already_registered,
             **dict.fromkeys(_LOBBY_ONLY, _sent_by_the_lobby_only),
@@ -265,6 +268,8 @@ class Router(BetweenNodes):
         shared = self.state.shared
         if shared is not None and (shared.claims or shared.waiting):
             shared.closed(session)
+        presence = self.state.presence
+        presence.dropped(session)
         if agent is not None and agent.session is session:
             agent.session = None
             log.info(
@@ -273,6 +278,7 @@ class Router(BetweenNodes):
                 close_code=code,
                 close=close_code_name(code),
             )
+            return presence.went_offline(agent)
         return []
 
     # -- operators ------------------------------------------------------------------------
@@ -290,15 +296,17 @@ class Router(BetweenNodes):
         if remove:
             state.registry.remove(agent_id)
             state.removed(agent_id)
+            told = state.presence.removed(agent)
         else:
             agent.token_hash = REVOKED
             state.save(agent)
+            told = state.presence.went_offline(agent) if session is not None else []
         log.info("AGENT_REMOVED" if remove else "AGENT_TOKEN_REVOKED", agent_id=agent_id)
         if session is None:
-            return []
+            return told
         session.agent = None
         reason = "removed by an operator" if remove else "token revoked by an operator"
-        return [Close(session, CloseCode.UNREGISTERED, reason)]
+        return [Close(session, CloseCode.UNREGISTERED, reason), *told]
 
     # -- frames ---------------------------------------------------------------------------
 

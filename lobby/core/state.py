@@ -26,6 +26,7 @@ from lobby.core.delivery import (
     DEFAULT_DELIVERY_WINDOW,
     Delivery,
 )
+from lobby.core.discovery.presence import Presence
 from lobby.core.discovery.registry import Registry
 from lobby.core.limits import Limits
 from lobby.core.records import (
@@ -109,6 +110,8 @@ class LobbyState:
         )
         self.tracing = self.delivery.tracing
         self.ledger = Ledger()
+        self.presence = Presence(self.registry, self.delivery.new_message_id, self.counters)
+        """The watches agents hold (WATCH) and the PRESENCE each registration change causes."""
         self.shared: SharedRegistry | None = None
         """Cluster only (`Router.share`): the registry lobby nodes share; None on one node."""
         # The two delivery steps a forwarding handler takes, as the Delivery's own methods:

@@ -185,6 +185,7 @@ class ToLobby:
         require_lobby_receiver(msg)
         update = validate(UpdateCapabilitiesPayload, msg)
         self.registrar.check_capabilities(update.capabilities)
+        before = agent.capabilities
         self.state.registry.set_capabilities(agent, update.capabilities)
         self.state.save(agent)
         log.info(
@@ -192,7 +193,7 @@ class ToLobby:
             agent_id=agent.agent_id,
             capabilities=clip(", ".join(sorted(agent.capabilities)), MAX_SENTENCE_LENGTH),
         )
-        return []
+        return self.state.presence.declared(agent, before)
 
     def unregister(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
         require_lobby_receiver(msg)
@@ -201,4 +202,7 @@ class ToLobby:
         session.agent = None
         self.state.removed(agent.agent_id)
         log.info("AGENT_UNREGISTERED", agent_id=agent.agent_id, dropped=len(agent.mailbox))
-        return [Close(session, CloseCode.UNREGISTERED, "unregistered")]
+        return [
+            Close(session, CloseCode.UNREGISTERED, "unregistered"),
+            *self.state.presence.removed(agent),
+        ]

@@ -18,11 +18,12 @@ ROUTED = {
     MessageType.TRANSACTION_CONFIRMED,
     MessageType.DIALOGUE_EXPIRED,
     MessageType.BIDS_REVEALED,
-    MessageType.ERROR,  # a refused sealed round fails its cfp(); then on_message
+    MessageType.ERROR,  # a refused sealed round fails its cfp(), a WATCH its watch; on_message
     MessageType.TEXT,  # marketplace
     MessageType.ORDER_PROPOSAL,
     MessageType.PAYMENT,
     MessageType.PAYMENT_CONFIRMED,
+    MessageType.PRESENCE,  # presence
 }
 
 

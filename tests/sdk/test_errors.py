@@ -56,6 +56,8 @@ ALLOWED_OUTSIDE_THE_TREE = {
     "SystemExit",
     # connection.py's signal to back off and register again; caught where it is raised.
     "_RetryLater",
+    # The end of an `async for` over a watch that was closed (the iterator protocol).
+    "StopAsyncIteration",
 }
 
 

@@ -48,6 +48,7 @@ def test_public_api_is_exactly_the_documented_names() -> None:
         "TaskResult",
         "UnauthorizedError",
         "UnknownReceiverError",
+        "Watch",
         "capability",
         "DialogueEndedError",
         "DialogueError",
@@ -60,6 +61,8 @@ def test_public_api_is_exactly_the_documented_names() -> None:
         "RequestCancelled",
         "Transaction",
         "Policy",
+        "PresenceChange",
+        "PresenceEvent",
         "RateLimit",
     }
     for name in agent_sdk.__all__:

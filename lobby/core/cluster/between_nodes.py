@@ -49,6 +49,7 @@ class BetweenNodes:
         (`lobby.core.cluster.shared`). Call once, before any connection."""
         self.state.shared = SharedRegistry(self.state.registry, node_id)
         self._parked = self.state.shared.parked
+        self.state.presence.sharing = True
         return self.state.shared
 
     def claimed(self, agent_id: str, won: bool | None) -> list[Action]:
@@ -60,15 +61,37 @@ class BetweenNodes:
         """Another node (`home`) registered an agent, changed its registration or took its
         connection (`SharedRegistry.learned`): known here, not journaled here."""
         assert self.state.shared is not None, "share() first"
-        return self.state.shared.learned(saved, home)
+        known = self.state.registry.get(saved.agent_id)
+        before = known.capabilities if known is not None else None
+        # Connected here under the same token: a close now means it resumed at `home`.
+        connected = (
+            known is not None and known.session is not None and known.token_hash == saved.token_hash
+        )
+        actions = self.state.shared.learned(saved, home)
+        record = self.state.registry.agents[saved.agent_id]
+        moved = home if connected and record.session is None else None
+        return actions + self.state.presence.learned(record, before, moved)
 
     def forgot(self, agent_id: str) -> list[Action]:
         """Another node removed an agent: gone here too (journaled, so a restart agrees)."""
         assert self.state.shared is not None, "share() first"
+        record = self.state.registry.get(agent_id)
         actions, known = self.state.shared.forgot(agent_id)
         if known:
             self.state.journaled(AgentRemoved(agent_id))
+        if record is not None:
+            actions += self.state.presence.forgot(record)
         return actions
+
+    def presence_heard(self, node: str, changes: list[tuple[str, bool]]) -> list[Action]:
+        """Node `node` reports (agent id, online) of its agents, in order: PRESENCE to the
+        watchers here (`lobby.core.discovery.presence`)."""
+        return self.state.presence.heard(node, changes)
+
+    def online_here(self) -> list[str]:
+        """The agents connected to this node: what a node that just joined is told."""
+        agents = self.state.registry.agents.values()
+        return [a.agent_id for a in agents if a.session is not None and a.home is None]
 
     def probed(self, home: str, alive: bool) -> list[Action]:
         """Node `home` answered a probe (`alive`) or not: the resumes of its agents waiting
