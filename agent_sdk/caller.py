@@ -4,7 +4,9 @@ discovery, questions to the lobby."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, Literal, TypeVar, overload
 
@@ -12,11 +14,21 @@ from pydantic import BaseModel, ValidationError
 
 from agent_sdk.calls import Call
 from agent_sdk.core import AgentCore
-from agent_sdk.errors import LobbyError, PayloadError, RequestError, RequestTimeoutError
+from agent_sdk.errors import (
+    AgentSDKError,
+    LobbyError,
+    PayloadError,
+    RemoteError,
+    RequestError,
+    RequestTimeoutError,
+)
 from protocol.models import LOBBY_ID, Message, MessageType
 from protocol.payloads import MAX_DISCOVER_LIMIT, ServiceRecord, ServicesAvailablePayload
 
 M = TypeVar("M", bound=BaseModel)
+LOBBY_GRACE = 1.0
+"""Seconds a call with a `timeout` waits past it for the lobby's `timeout` answer (the lobby
+checks deadlines twice a second) before its own timer fails it."""
 Progress = Callable[[dict[str, Any]], Awaitable[None] | None]
 """What `request(on_progress=...)` calls with each `in_progress` update: a coroutine function
 (awaited) or a plain function."""
@@ -36,6 +48,7 @@ class Caller(AgentCore):
         timeout: float | None = None,
         output_type: type[M],
         on_progress: Progress | None = None,
+        conversation_id: str | None = None,
     ) -> M: ...
 
     @overload
@@ -48,6 +61,7 @@ class Caller(AgentCore):
         timeout: float | None = None,
         output_type: None = None,
         on_progress: Progress | None = None,
+        conversation_id: str | None = None,
     ) -> Any: ...
 
     async def request(
@@ -59,6 +73,7 @@ class Caller(AgentCore):
         timeout: float | None = None,
         output_type: type[M] | None = None,
         on_progress: Progress | None = None,
+        conversation_id: str | None = None,
     ) -> Any:
         """Call `capability` on `agent_id`; return the success payload (without `status`), or
         an `output_type` instance. Raises a `RequestError` subclass on failure (a `RemoteError`
@@ -66,20 +81,47 @@ class Caller(AgentCore):
         caller's or the capability's), `PayloadError` if the answer does not fit
         `output_type`. `on_progress` is called (and awaited, if it is a coroutine function) with
         each `in_progress` update (its payload, `status` included) as it arrives, before the
-        final answer is returned."""
+        final answer is returned.
+
+        A `timeout` given here is the REQUEST's deadline at the lobby too (`timeout_ms`): past
+        it the lobby stops the provider (CANCEL) and answers `timeout`, raised as
+        `RemoteTimeoutError`; the agent's own timer fails the call a little later if that
+        answer never comes. Without it, only the local `request_timeout` applies. Cancelling
+        the awaiting task cancels the REQUEST at the lobby too, as does `cancel()` with the
+        call's `conversation_id` (yours, or one drawn by the agent), which raises
+        `RequestCancelled` here."""
         stream = on_progress is not None
-        conversation_id, call = await self._start_call(agent_id, capability, payload, stream)
+        timeout_ms = None if timeout is None else max(1, math.ceil(timeout * 1000))
+        conversation_id, call = await self._start_call(
+            agent_id, capability, payload, stream, conversation_id, timeout_ms
+        )
         outstanding = self._outstanding
-        outstanding.time_out(conversation_id, timeout or self.request_timeout)
+        outstanding.time_out(
+            conversation_id, self.request_timeout if timeout is None else timeout + LOBBY_GRACE
+        )
         try:
-            # Past the deadline, the shared timer fails the call with RequestTimeoutError.
-            if on_progress is None:
-                result = await call.result
-            else:
-                result = await _with_progress(call, on_progress)
+            result = await self._await_call(call, conversation_id, on_progress)
         finally:
             outstanding.forget(conversation_id)
         return _result(result, output_type)
+
+    async def _await_call(
+        self, call: Call, conversation_id: str, on_progress: Progress | None
+    ) -> dict[str, Any]:
+        """The final RESPONSE payload of `call`; a caller that stops waiting (its task
+        cancelled, its own timer run out) CANCELs the REQUEST at the lobby."""
+        try:
+            # Past the deadline, the shared timer fails the call with RequestTimeoutError.
+            if on_progress is None:
+                return await call.result
+            return await _with_progress(call, on_progress)
+        except asyncio.CancelledError:
+            self._handlers.spawn(self._cancel_quietly(conversation_id))
+            raise
+        except RequestTimeoutError as exc:
+            if not isinstance(exc, RemoteError):  # this agent's own timer: it stops waiting
+                self._handlers.spawn(self._cancel_quietly(conversation_id))
+            raise
 
     @overload
     async def call(
@@ -155,21 +197,41 @@ class Caller(AgentCore):
         if filters is not None:
             payload["filters"] = filters
         conversation_id = self.new_id()
+        timeout_ms = None if timeout is None else max(1, math.ceil(timeout * 1000))
         outstanding = self._outstanding
         call = outstanding.call(
             conversation_id, LOBBY_ID, capability, stream=on_progress is not None
         )
         try:
-            await self.send(LOBBY_ID, MessageType.REQUEST, payload, conversation_id=conversation_id)
-            outstanding.time_out(conversation_id, timeout or self.request_timeout)
-            if on_progress is None:
-                result = await call.result
-            else:
-                result = await _with_progress(call, on_progress)
+            await self.send(
+                LOBBY_ID,
+                MessageType.REQUEST,
+                payload,
+                conversation_id=conversation_id,
+                timeout_ms=timeout_ms,
+            )
+            outstanding.time_out(
+                conversation_id, self.request_timeout if timeout is None else timeout + LOBBY_GRACE
+            )
+            result = await self._await_call(call, conversation_id, on_progress)
         finally:
             outstanding.forget(conversation_id)
         answer = _result(result, output_type)
         return (answer, call.provider) if with_provider else answer
+
+    async def cancel(self, conversation_id: str, reason: str | None = None) -> None:
+        """Cancel this agent's open REQUESTs in `conversation_id` (CANCEL): the lobby stops
+        their providers and ends each call with `RequestCancelled`. Returns once CANCEL is
+        sent; one with nothing open is refused by the lobby (`unknown_conversation`), quietly."""
+        self._dispatcher.ended(conversation_id)
+        payload = {} if reason is None else {"reason": reason}
+        await self.send(LOBBY_ID, MessageType.CANCEL, payload, conversation_id=conversation_id)
+
+    async def _cancel_quietly(self, conversation_id: str) -> None:
+        """CANCEL for a call whose awaiting task was cancelled (it may be answered already)."""
+        # Not connected: the deadline, if any, ends it at the lobby.
+        with contextlib.suppress(AgentSDKError):
+            await self.cancel(conversation_id, "the requester stopped waiting")
 
     async def request_stream(
         self,
@@ -179,11 +241,17 @@ class Caller(AgentCore):
         *,
         timeout: float | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
-        """Yield each `in_progress` update, then the final success payload."""
-        conversation_id, call = await self._start_call(agent_id, capability, payload, True)
+        """Yield each `in_progress` update, then the final success payload. A `timeout` given
+        is the REQUEST's deadline at the lobby too, as in `request()`."""
+        timeout_ms = None if timeout is None else max(1, math.ceil(timeout * 1000))
+        conversation_id, call = await self._start_call(
+            agent_id, capability, payload, True, None, timeout_ms
+        )
         assert call.updates is not None
         try:
-            async with asyncio.timeout(timeout or self.request_timeout):
+            async with asyncio.timeout(
+                self.request_timeout if timeout is None else timeout + LOBBY_GRACE
+            ):
                 while True:
                     update = asyncio.ensure_future(call.updates.get())
                     await asyncio.wait({update, call.result}, return_when=asyncio.FIRST_COMPLETED)
@@ -203,6 +271,8 @@ class Caller(AgentCore):
             ) from None
         finally:
             self._outstanding.forget(conversation_id)
+            if not call.result.done():  # stopped waiting (cancelled, timed out, left early)
+                self._handlers.spawn(self._cancel_quietly(conversation_id))
 
     async def discover(
         self,
@@ -311,9 +381,14 @@ class Caller(AgentCore):
         capability: str,
         payload: dict[str, Any] | BaseModel | None,
         stream: bool,
+        conversation_id: str | None = None,
+        timeout_ms: int | None = None,
     ) -> tuple[str, Call]:
         data = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
-        conversation_id = self.new_id()
+        if conversation_id is None:
+            conversation_id = self.new_id()
+        elif conversation_id in self._outstanding.calls:
+            raise ValueError(f"a call in conversation {conversation_id!r} is already awaited")
         call = self._outstanding.call(conversation_id, agent_id, capability, stream=stream)
         try:
             await self.send(
@@ -321,6 +396,7 @@ class Caller(AgentCore):
                 MessageType.REQUEST,
                 {**(data or {}), "capability_name": capability},
                 conversation_id=conversation_id,
+                timeout_ms=timeout_ms,
             )
         except BaseException:
             self._outstanding.forget(conversation_id)

@@ -10,6 +10,7 @@ from typing import Annotated, Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
+from protocol.cancel import CancelPayload
 from protocol.fipa import MAX_ROUND_REPLY_BY
 from protocol.limits import MAX_NAME_LENGTH
 from protocol.models import LOBBY_ID, AgentIdRef, ErrorCode, MessageType, Name, RegisterStatus
@@ -491,5 +492,6 @@ PAYLOAD_MODELS: Final[dict[MessageType, type[BaseModel]]] = {
     MessageType.WATCH: WatchPayload,
     MessageType.UNWATCH: UnwatchPayload,
     MessageType.PRESENCE: PresencePayload,
+    MessageType.CANCEL: CancelPayload,
 }
 """The payload model of each message type; `schema.py` and the tests walk this table."""

@@ -296,6 +296,12 @@ class Addressing:
         target, entry = chosen
         name = pending.capability
         msg.receiver_id = target.agent_id
+        timeout_ms = msg.timeout_ms
+        if timeout_ms is not None:  # the first dispatch: forwarded as the lobby's deadline
+            msg.timeout_ms = None
+            pending.deadline = int(now * 1000) + timeout_ms
+            pending.timeout_ms = timeout_ms
+        msg.deadline = pending.deadline
         if entry.model.arguments_form == "object":
             msg.payload = {"capability_name": name, "arguments": pending.arguments}
         else:
@@ -314,6 +320,11 @@ class Addressing:
         if pending.traceparent is not None:
             conversations.traces[key] = pending.traceparent
         target.serving += 1
+        # Kept one by one for CANCEL and deadlines, as `Conversations.request` does.
+        one = (target.agent_id, pending.message_id, pending.seq, pending.deadline)
+        waiting = conversations._waiting.setdefault((pending.requester, key[2]), one)
+        if waiting is not one or one[3] is not None:
+            conversations.deadlines.opened(pending.requester, key[2], one, pending.timeout_ms)
         if self.pending.setdefault(key, pending) is not pending:
             self.queued.setdefault(key, []).append(pending)
         return actions
@@ -361,6 +372,7 @@ class Addressing:
     ) -> list[Action]:
         state, conversations = self.state, self.conversations
         self._forget(key, pending)
+        conversations.deadlines.withdrawn(key, pending.message_id)
         count = conversations.open.get(key)
         if count is not None:
             self._moving = True

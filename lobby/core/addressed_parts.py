@@ -30,6 +30,7 @@ class Addressed:
         "arguments",
         "capability",
         "conversation_id",
+        "deadline",
         "filters",
         "message_id",
         "provider",
@@ -37,6 +38,7 @@ class Addressed:
         "refused_by",
         "requester",
         "seq",
+        "timeout_ms",
         "traceparent",
         "tried",
         "verdicts",
@@ -60,6 +62,9 @@ class Addressed:
         self.filters = filters
         self.traceparent = traceparent
         self.provider = ""
+        self.deadline: int | None = None
+        """Its deadline (Unix ms, the lobby's clock), kept by every provider it goes to."""
+        self.timeout_ms = 0
         self.seq: int | None = None
         """The `seq` of the copy given to `provider` (None: forwarded to another node)."""
         self.tried: set[str] | None = None

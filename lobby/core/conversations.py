@@ -15,6 +15,7 @@ from typing import Any
 
 import structlog
 
+from lobby.core.deadlines import Deadlines
 from lobby.core.records import Effect, Snapshot
 from lobby.core.refusal import Refusal, unknown_receiver
 from lobby.core.session import Action, AgentRecord, Send, Session
@@ -47,6 +48,9 @@ class Conversations:
         """Open conversations of capability-addressed REQUESTs (`Addressing.pending`, the same
         dict): their final RESPONSE is told to `answered`."""
         self.answered: Callable[[ConversationKey], None] = _nothing
+        self.deadlines = Deadlines(state, self.ended, self.traces)
+        """The open REQUESTs one by one: deadlines and CANCEL (lobby/core/deadlines.py)."""
+        self._waiting = self.deadlines.open  # its common case, inlined below
 
     # The rule, used live and at restore: a REQUEST opens (requester, responder,
     # conversation_id) once more; a final RESPONSE closes it once.
@@ -69,6 +73,15 @@ class Conversations:
             responder.serving -= 1
         if self.addressed and key in self.addressed:
             self.answered(key)
+
+    def ended(self, key: ConversationKey) -> None:
+        """The lobby ended one REQUEST of `key` (a deadline, a CANCEL): close it once."""
+        count = self.open.get(key)
+        if count is not None:
+            self._closes(key, count)
+            requester = self.state.registry.agents.get(key[0])
+            if requester is not None:
+                requester.open_requests = max(0, requester.open_requests - 1)
 
     def restore(self, snapshot: Snapshot) -> None:
         """The open conversations after a restart: the snapshot's checkpoint, then the effect
@@ -98,6 +111,7 @@ class Conversations:
             responder = agents.get(responder_id)
             if responder is not None:
                 responder.serving += count
+        self.deadlines.restore(snapshot, self.open)
 
     def request(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
         """Authorize by capability (and its `authorized_requester_ids`), forward, and open
@@ -161,6 +175,11 @@ class Conversations:
             msg.payload = {"capability_name": name, "arguments": arguments}
         elif nested is not None:
             msg.payload = flat
+        timeout_ms = msg.timeout_ms
+        if timeout_ms is not None:
+            # Forwarded as the lobby's deadline; a REQUEST relayed by another node has it.
+            msg.timeout_ms = None
+            msg.deadline = int(now * 1000) + timeout_ms
         actions = state.deliver(target, msg, session, Effect.OPENS, now)
         key = (agent.agent_id, target.agent_id, conversation_id)
         self._opens(key)
@@ -168,6 +187,12 @@ class Conversations:
             self.traces[key] = msg.traceparent
         agent.open_requests += 1
         target.serving += 1
+        # Kept one by one for CANCEL and deadlines (lobby/core/deadlines.py); the common case,
+        # the only REQUEST open in its conversation and without a deadline, is this setdefault.
+        one = (target.agent_id, msg.message_id or "", msg.seq, msg.deadline)
+        pending = self._waiting.setdefault((agent.agent_id, conversation_id), one)
+        if pending is not one or one[3] is not None:
+            self.deadlines.opened(agent.agent_id, conversation_id, one, timeout_ms or 0)
         if state.trace:
             log.debug(
                 "REQUEST_AUTHORIZED",
@@ -209,6 +234,9 @@ class Conversations:
             effect = Effect.CLOSES if final else Effect.NONE
             actions = state.deliver(target, msg, session, effect, now)
         if final:
+            waiting = self._waiting.pop((key[0], key[2]), None)
+            if waiting is not None and (type(waiting) is list or waiting[0] != key[1]):
+                self.deadlines.answered(key, waiting, msg.in_reply_to)
             self._closes(key, open_requests, agent)
             target.open_requests = max(0, target.open_requests - 1)
         return actions

@@ -9,6 +9,7 @@ from protocol.models import MessageType
 
 ROUTED = {
     MessageType.REQUEST,  # serving
+    MessageType.CANCEL,
     MessageType.CFP,  # negotiation
     MessageType.PROPOSE,
     MessageType.ACCEPT,
