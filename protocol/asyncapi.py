@@ -62,6 +62,7 @@ BETWEEN_AGENTS: Final = (
     T.TEXT,
     T.ORDER_PROPOSAL,
     T.PAYMENT,
+    T.INPUT,
 )
 """Messages from one agent to another: checked by the lobby, then forwarded (or held)."""
 
@@ -75,7 +76,15 @@ REPLIES: Final[dict[MessageType, tuple[MessageType, ...]]] = {
 """What answers a message sent to the lobby; any other is answered only by an ERROR if refused
 (an agent-to-agent move is answered by the other agent, not the lobby)."""
 
-IN_CONVERSATION: Final = (T.REQUEST, T.CFP, T.PROPOSE, T.ACCEPT, T.DECLINE, T.MATCH_ACCEPT)
+IN_CONVERSATION: Final = (
+    T.REQUEST,
+    T.CFP,
+    T.PROPOSE,
+    T.ACCEPT,
+    T.DECLINE,
+    T.MATCH_ACCEPT,
+    T.INPUT,
+)
 """Messages the lobby refuses without a `conversation_id` (a call's, or a dialogue's id)."""
 
 _DIRECTION: Final = {
@@ -114,6 +123,7 @@ _SUMMARIES: Final = {
     T.PAYMENT_CONFIRMED: "The lobby recorded a payment (to both parties).",
     T.FETCH_MESSAGES: "Pull held messages after a cursor (and acknowledge up to it).",
     T.MESSAGES: "The answer to FETCH_MESSAGES.",
+    T.INPUT: "The requester's answer to a RESPONSE's `input_required` (multi-turn).",
 }
 
 

@@ -66,6 +66,7 @@ class MessageType(StrEnum):
     PAYMENT_CONFIRMED = "PAYMENT_CONFIRMED"
     FETCH_MESSAGES = "FETCH_MESSAGES"
     MESSAGES = "MESSAGES"
+    INPUT = "INPUT"
 
 
 class ErrorCode(StrEnum):

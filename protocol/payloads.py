@@ -254,6 +254,17 @@ class ResponsePayload(BaseModel):
         description="On the lobby's `invalid_input` RESPONSE: the JSON Pointer of the failing "
         "argument.",
     )
+    input_required: dict[str, Any] | None = Field(
+        default=None,
+        description="With status `in_progress` only: what the provider needs (free form, e.g. "
+        '`{"question": "Which size?"}`); the conversation then waits for the requester\'s INPUT.',
+    )
+
+
+class InputPayload(BaseModel):
+    """INPUT: the requester's answer to an `input_required`, free form."""
+
+    model_config = ConfigDict(extra="allow", frozen=True)
 
 
 class ErrorPayload(_Payload):
@@ -475,5 +486,6 @@ PAYLOAD_MODELS: Final[dict[MessageType, type[BaseModel]]] = {
     MessageType.PAYMENT_CONFIRMED: PaymentConfirmedPayload,
     MessageType.FETCH_MESSAGES: FetchMessagesPayload,
     MessageType.MESSAGES: MessagesPayload,
+    MessageType.INPUT: InputPayload,
 }
 """The payload model of each message type; `schema.py` and the tests walk this table."""

@@ -14,6 +14,7 @@ from typing import Any
 
 import structlog
 
+from lobby.core.multiturn import WAITING, Turns, asks_for_input
 from lobby.core.records import Effect, Snapshot
 from lobby.core.refusal import Refusal, unknown_receiver
 from lobby.core.session import Action, AgentRecord, Send, Session
@@ -39,6 +40,8 @@ class Conversations:
         self.traces: dict[ConversationKey, str] = {}
         """Open conversations whose REQUEST carried a traceparent -> it: a RESPONSE sent
         without one is put in its REQUEST's trace. Not kept across a restart."""
+        self.turns = Turns(state, self)
+        """Which open conversations wait for input (multi-turn); handles INPUT."""
 
     # The rule, used live and at restore: a REQUEST opens (requester, responder,
     # conversation_id) once more; a final RESPONSE closes it once.
@@ -53,6 +56,8 @@ class Conversations:
             del self.open[key]
             if self.traces:
                 self.traces.pop(key, None)
+            if self.turns.waiting:
+                self.turns.ended(key)
 
     def restore(self, snapshot: Snapshot) -> None:
         """The open conversations after a restart: the snapshot's checkpoint, then the effect
@@ -77,6 +82,7 @@ class Conversations:
             requester = agents.get(requester_id)
             if requester is not None:
                 requester.open_requests += count
+        self.turns.restore(snapshot.state.get(WAITING, ()))
 
     def request(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
         """Authorize by capability (and its `authorized_requester_ids`), forward, and open
@@ -171,16 +177,19 @@ class Conversations:
         if target is None:
             self._closes(key, 1)
             raise Refusal(ErrorCode.UNKNOWN_RECEIVER, unknown_receiver(msg.receiver_id))
+        final = status != ResponseStatus.IN_PROGRESS
+        asks = "input_required" in msg.payload and asks_for_input(msg.payload, final)
         now = state.clock()
         if state.is_duplicate(msg, session, now):
             return []
         if msg.traceparent is None and self.traces:
             msg.traceparent = self.traces.get(key)
-        final = status != ResponseStatus.IN_PROGRESS
         actions = state.deliver(target, msg, session, Effect.CLOSES if final else Effect.NONE, now)
         if final:
             self._closes(key, open_requests)
             target.open_requests = max(0, target.open_requests - 1)
+        elif asks:
+            self.turns.asked(key)
         return actions
 
     def _deny(
