@@ -12,6 +12,7 @@ from pydantic import BaseModel, ValidationError
 from agent_sdk.calls import Call
 from agent_sdk.core import AgentCore
 from agent_sdk.errors import LobbyError, PayloadError, RequestError, RequestTimeoutError
+from agent_sdk.turns import Answer, Conversation, OnInput, answering, input_payload
 from protocol.models import LOBBY_ID, Message, MessageType
 from protocol.payloads import MAX_DISCOVER_LIMIT, ServiceRecord, ServicesAvailablePayload
 
@@ -35,6 +36,7 @@ class Caller(AgentCore):
         timeout: float | None = None,
         output_type: type[M],
         on_progress: Progress | None = None,
+        on_input: OnInput | None = None,
     ) -> M: ...
 
     @overload
@@ -47,6 +49,7 @@ class Caller(AgentCore):
         timeout: float | None = None,
         output_type: None = None,
         on_progress: Progress | None = None,
+        on_input: OnInput | None = None,
     ) -> Any: ...
 
     async def request(
@@ -58,6 +61,7 @@ class Caller(AgentCore):
         timeout: float | None = None,
         output_type: type[M] | None = None,
         on_progress: Progress | None = None,
+        on_input: OnInput | None = None,
     ) -> Any:
         """Call `capability` on `agent_id`; return the success payload (without `status`), or
         an `output_type` instance. Raises a `RequestError` subclass on failure (a `RemoteError`
@@ -65,17 +69,24 @@ class Caller(AgentCore):
         caller's or the capability's), `PayloadError` if the answer does not fit
         `output_type`. `on_progress` is called (and awaited, if it is a coroutine function) with
         each `in_progress` update (its payload, `status` included) as it arrives, before the
-        final answer is returned."""
-        stream = on_progress is not None
+        final answer is returned. `on_input` answers a capability that asks for input mid-call
+        (multi-turn): it is called (and awaited, if a coroutine function) with each
+        `input_required` object, and what it returns (a dict or a model) is sent as the INPUT;
+        without it, an ask raises `InputRequiredError`. `timeout` covers the whole call."""
+        stream = on_progress is not None or on_input is not None
         conversation_id, call = await self._start_call(agent_id, capability, payload, stream)
         outstanding = self._outstanding
         outstanding.time_out(conversation_id, timeout or self.request_timeout)
         try:
             # Past the deadline, the shared timer fails the call with RequestTimeoutError.
-            if on_progress is None:
-                result = await call.result
-            else:
+            if on_input is not None:
+                progress = None if on_progress is None else _reporting(on_progress)
+                turns = answering(call, conversation_id, progress, on_input, self.send_input)
+                result = await _with_progress(call, turns)
+            elif on_progress is not None:
                 result = await _with_progress(call, on_progress)
+            else:
+                result = await call.result
         finally:
             outstanding.forget(conversation_id)
         return _result(result, output_type)
@@ -112,6 +123,33 @@ class Caller(AgentCore):
             ) from None
         finally:
             self._outstanding.forget(conversation_id)
+
+    async def converse(
+        self,
+        agent_id: str,
+        capability: str,
+        payload: dict[str, Any] | BaseModel | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> Conversation:
+        """Call `capability` on `agent_id` and return the call as a `Conversation`: iterate
+        it for each update (an ask carries `input_required`; answer it with
+        `conversation.send_input(...)`) and, last, the final success payload."""
+        conversation_id, call = await self._start_call(agent_id, capability, payload, True)
+        return Conversation(
+            call,
+            conversation_id,
+            self._outstanding,
+            self.send_input,
+            timeout or self.request_timeout,
+        )
+
+    async def send_input(self, agent_id: str, conversation_id: str, answer: Answer) -> None:
+        """Answer the ask of `agent_id` in `conversation_id`: an INPUT carrying `answer` (a
+        dict or a model). The lobby refuses it (`invalid_dialogue`) unless the capability asked."""
+        await self.send(
+            agent_id, MessageType.INPUT, input_payload(answer), conversation_id=conversation_id
+        )
 
     async def discover(
         self,
@@ -252,6 +290,13 @@ async def _with_progress(call: Call, on_progress: Progress) -> dict[str, Any]:
         while not call.updates.empty():
             await _report(on_progress, call.updates.get_nowait())
         return call.result.result()
+
+
+def _reporting(on_progress: Progress) -> Callable[[dict[str, Any]], Awaitable[None]]:
+    async def report(update: dict[str, Any]) -> None:
+        await _report(on_progress, update)
+
+    return report
 
 
 async def _report(on_progress: Progress, update: dict[str, Any]) -> None:

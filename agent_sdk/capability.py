@@ -21,6 +21,7 @@ from typing import Any, TypeVar, get_type_hints
 from pydantic import BaseModel
 
 from agent_sdk.policy import RateLimit
+from agent_sdk.turns import Inputs, ask
 from protocol.models import Message, MessageType, ResponseStatus
 from protocol.payloads import Capability
 
@@ -149,11 +150,22 @@ class RequestContext:
     message: Message
     _send: Callable[[Message], Awaitable[None]] = field(repr=False)
     _agent_id: str = field(repr=False)
+    _inputs: Inputs | None = field(default=None, repr=False)
 
     @property
     def traceparent(self) -> str | None:
         """The W3C trace of this call (what the handler sends carries it too), if any."""
         return self.message.traceparent
+
+    async def ask(
+        self, question: dict[str, Any] | BaseModel, *, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """Ask the requester for input and return its answer (the INPUT's payload): sends an
+        `in_progress` RESPONSE with `input_required` = `question` (free form, e.g.
+        `{"question": "Which size?"}`). Waits up to `timeout` seconds (None: as long as the
+        capability's own timeout allows), then raises `TimeoutError`."""
+        data = CapabilitySpec.dump_output(question)
+        return await ask(self._inputs, self._send, self.message, data, timeout)
 
     async def progress(self, update: dict[str, Any] | BaseModel) -> None:
         """Send an `in_progress` RESPONSE; the caller's `request_stream()` yields it."""

@@ -14,6 +14,7 @@ from agent_sdk.caller import Caller
 from agent_sdk.capability import RequestContext, error_response_to, response_to
 from agent_sdk.errors import AgentSDKError, CapabilityError
 from agent_sdk.logs import log
+from agent_sdk.turns import Inputs
 from protocol.models import ErrorCode, Message, MessageType, ResponseStatus
 
 
@@ -28,6 +29,8 @@ class CapabilityServer(Caller):
     def __init__(self, agent_id: str | None = None, **options: Any) -> None:
         super().__init__(agent_id, **options)
         self._routes[MessageType.REQUEST] = self._serve_request
+        self._inputs = Inputs(self.agent_id)
+        self._routes[MessageType.INPUT] = self._inputs.receive
         now = time.monotonic()
         self._buckets = {
             name: spec.rate_limit.bucket(now)
@@ -92,6 +95,7 @@ class CapabilityServer(Caller):
             message,
             self._sender.send,
             self.agent_id,
+            self._inputs,
         )
         try:
             if spec.timeout is None:  # no timeout scope to enter: about 2 us a REQUEST

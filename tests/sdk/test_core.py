@@ -9,6 +9,7 @@ from protocol.models import MessageType
 
 ROUTED = {
     MessageType.REQUEST,  # serving
+    MessageType.INPUT,  # serving: the answer to a handler's ask
     MessageType.CFP,  # negotiation
     MessageType.PROPOSE,
     MessageType.ACCEPT,

@@ -52,6 +52,7 @@ def test_public_api_is_exactly_the_documented_names() -> None:
         "DialogueEndedError",
         "DialogueError",
         "IllegalMoveError",
+        "InputRequiredError",
         "MessageRefusedError",
         "MoveTimeoutError",
         "PayloadError",
