@@ -11,13 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from pydantic import BaseModel
 
 from agent_sdk.calls import Call, Outstanding
-from agent_sdk.errors import RequestError, RequestTimeoutError
+from agent_sdk.errors import RequestTimeoutError
 from agent_sdk.logs import log
 from protocol.models import Message, MessageType, ResponseStatus
 
@@ -129,8 +129,10 @@ def answering(
 class Conversation:
     """A call whose updates are read one by one, answering asks by hand: iterate it for each
     `in_progress` update (an ask has `input_required`) and, last, the final success payload;
-    `send_input()` answers an ask. Made by `Agent.converse()`; the iteration ends the call
-    (an error RESPONSE raises as `request()` does)."""
+    `send_input()` answers an ask. Made by `Agent.converse()`; the final payload ends the
+    call (an error RESPONSE raises as `request()` does). Each step may be awaited from a
+    different task (a server that parks the call between turns): `timeout`, counted from the
+    REQUEST, covers every turn. `close()` stops awaiting a call given up on."""
 
     def __init__(
         self,
@@ -146,33 +148,42 @@ class Conversation:
         self._call = call
         self._outstanding = outstanding
         self._send_input = send_input
-        self._timeout = timeout
+        self._deadline = asyncio.get_running_loop().time() + timeout
+        self._ended = False
 
     async def send_input(self, answer: Answer) -> None:
         """Answer the capability's last ask (an INPUT in this conversation)."""
         await self._send_input(self.agent_id, self.conversation_id, answer)
 
-    async def __aiter__(self) -> AsyncIterator[dict[str, Any]]:
+    def close(self) -> None:
+        """Stop awaiting this call (its answers are then dropped)."""
+        self._ended = True
+        self._outstanding.forget(self.conversation_id)
+
+    def __aiter__(self) -> Conversation:
+        return self
+
+    async def __anext__(self) -> dict[str, Any]:
         call = self._call
-        assert call.updates is not None
-        try:
-            async with asyncio.timeout(self._timeout):
-                while True:
-                    update = asyncio.ensure_future(call.updates.get())
+        updates = call.updates
+        assert updates is not None
+        if self._ended:
+            raise StopAsyncIteration
+        if updates.empty() and not call.result.done():
+            update = asyncio.ensure_future(updates.get())
+            try:
+                async with asyncio.timeout_at(self._deadline):
                     await asyncio.wait({update, call.result}, return_when=asyncio.FIRST_COMPLETED)
-                    if update.done():
-                        yield update.result()
-                        continue
-                    update.cancel()
-                    while not call.updates.empty():
-                        yield call.updates.get_nowait()
-                    yield {k: v for k, v in call.result.result().items() if k != "status"}
-                    return
-        except RequestError:
-            raise
-        except TimeoutError:
-            raise RequestTimeoutError(
-                f"no final RESPONSE from {self.agent_id!r} for {self.capability!r} in time"
-            ) from None
-        finally:
-            self._outstanding.forget(self.conversation_id)
+            except TimeoutError:
+                self.close()
+                raise RequestTimeoutError(
+                    f"no final RESPONSE from {self.agent_id!r} for {self.capability!r} in time"
+                ) from None
+            finally:
+                update.cancel()
+            if update.done() and not update.cancelled():
+                return update.result()
+        if not updates.empty():
+            return updates.get_nowait()
+        self.close()
+        return {k: v for k, v in call.result.result().items() if k != "status"}

@@ -1,0 +1,133 @@
+"""The A2A gateway's executor: one A2A task is one lobby conversation, over as many turns as
+the lobby agent asks for.
+
+A task's first message is a REQUEST (`Agent.converse`); each `in_progress` RESPONSE is a status
+update (working, a data part); one that asks for input (`input_required`) parks the task in
+`input-required` with the question as its status message, and keeps the conversation open,
+by task id, in `LobbyExecutor.conversations`. A later message with the task's `taskId` is the
+answer: it goes to the agent as INPUT and the task works again. The final RESPONSE completes
+the task with the result as a data artifact; an error fails it with `{"code", "error"}`.
+`tasks/cancel` stops awaiting the conversation and cancels the task.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from a2a.helpers import new_task_from_user_message
+from a2a.server.agent_execution import AgentExecutor, RequestContext
+from a2a.server.events import EventQueue
+from a2a.server.tasks import TaskUpdater
+from a2a.types import Part, TaskState
+
+from agent_sdk.agent import Agent
+from agent_sdk.errors import RemoteError, RequestError, RequestRefusedError, UnknownReceiverError
+from agent_sdk.turns import Conversation, asks
+from bridges.a2a_parts import data_parts, payload_of
+from protocol.models import ErrorCode, ResponseStatus
+
+CALLER: Final = "lobby_caller"
+TARGET: Final = "lobby_target"
+CAPABILITY: Final = "lobby_capability"
+"""Keys of the call context's state: the caller's Agent, the lobby agent called, the capability."""
+
+DEFAULT_TASK_TIMEOUT: Final = 600.0
+"""Seconds a task may take, every turn included, before it fails with `timeout`."""
+
+
+class LobbyExecutor(AgentExecutor):
+    """Runs A2A tasks as lobby conversations through each caller's own lobby connection; owns
+    the conversations of the tasks waiting for input (`conversations`, at most `max_waiting`:
+    past that, the oldest is given up and its next message fails the task)."""
+
+    def __init__(
+        self, *, task_timeout: float = DEFAULT_TASK_TIMEOUT, max_waiting: int = 10_000
+    ) -> None:
+        self.task_timeout = task_timeout
+        self.max_waiting = max_waiting
+        self.conversations: dict[str, Conversation] = {}
+
+    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
+        caller: Agent = context.call_context.state[CALLER]
+        message = context.message
+        assert message is not None
+        assert context.task_id
+        assert context.context_id
+        task = TaskUpdater(event_queue, context.task_id, context.context_id)
+        payload = payload_of(list(message.parts))
+        conversation = self.conversations.pop(context.task_id, None)
+        try:
+            if conversation is not None:  # the answer to the agent's question
+                await conversation.send_input(payload)
+                await task.start_work()
+            elif _waiting(context):
+                await task.failed(
+                    task.new_agent_message(
+                        _error(
+                            ErrorCode.UNKNOWN_CONVERSATION,
+                            "the lobby conversation of this task is no longer held",
+                        )
+                    )
+                )
+                return
+            else:
+                if context.current_task is None:
+                    await event_queue.enqueue_event(new_task_from_user_message(message))
+                payload.pop("capability_name", None)
+                capability: str = context.call_context.state[CAPABILITY]
+                target: str = context.call_context.state[TARGET]
+                await task.start_work()
+                conversation = await caller.converse(
+                    target, capability, payload, timeout=self.task_timeout
+                )
+            await self._turn(context.task_id, conversation, task)
+        except RemoteError as exc:
+            await task.failed(task.new_agent_message(_error(exc.code, exc.message)))
+        except RequestRefusedError as exc:
+            await task.failed(task.new_agent_message(_error(exc.code, exc.message)))
+        except UnknownReceiverError as exc:
+            await task.failed(task.new_agent_message(_error(ErrorCode.UNKNOWN_RECEIVER, str(exc))))
+        except RequestError as exc:
+            await task.failed(task.new_agent_message(_error("timeout", str(exc))))
+
+    async def _turn(self, task_id: str, conversation: Conversation, task: TaskUpdater) -> None:
+        """Read the conversation until it ends (the task completes) or asks (it waits)."""
+        async for answer in conversation:
+            if answer.get("status") != ResponseStatus.IN_PROGRESS:
+                # The final RESPONSE's payload, its status already taken off.
+                await task.add_artifact(data_parts(answer), name="result")
+                await task.complete()
+                return
+            asked = asks(answer)
+            if asked is not None:
+                self._park(task_id, conversation)
+                await task.requires_input(task.new_agent_message(data_parts(asked)))
+                return
+            update = {k: v for k, v in answer.items() if k != "status"}
+            await task.update_status(
+                TaskState.TASK_STATE_WORKING, task.new_agent_message(data_parts(update))
+            )
+
+    def _park(self, task_id: str, conversation: Conversation) -> None:
+        self.conversations[task_id] = conversation
+        while len(self.conversations) > self.max_waiting:
+            oldest = next(iter(self.conversations))
+            self.conversations.pop(oldest).close()
+
+    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
+        assert context.task_id
+        assert context.context_id
+        conversation = self.conversations.pop(context.task_id, None)
+        if conversation is not None:
+            conversation.close()
+        await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
+
+
+def _waiting(context: RequestContext) -> bool:
+    """Whether the task the message continues waits for input (its conversation is gone)."""
+    current = context.current_task
+    return current is not None and current.status.state == TaskState.TASK_STATE_INPUT_REQUIRED
+
+
+def _error(code: str, error: str) -> list[Part]:
+    return data_parts({"code": code, "error": error})
