@@ -1,0 +1,147 @@
+"""A2A tasks over several turns through the gateway (bridges/a2a_tasks.py), with the official
+a2a-sdk client against a real lobby on 127.0.0.1: a lobby agent's ask parks the task in
+input-required, a message with the task's id answers it, and tasks/get, tasks/resubscribe and
+tasks/cancel see the task as it is."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+from a2a.client import Client, ClientConfig, create_client
+from a2a.helpers import get_data_parts
+from a2a.types import (
+    CancelTaskRequest,
+    GetTaskRequest,
+    Message,
+    Role,
+    SendMessageRequest,
+    StreamResponse,
+    SubscribeToTaskRequest,
+    Task,
+    TaskState,
+)
+
+from agent_sdk import Agent, RequestContext, capability
+from bridges.a2a import Gateway, base_url, bind, hashed_tokens, serving
+from bridges.a2a_parts import data_parts
+from lobby.server import LobbyServer
+
+TOKENS = {"friend-token": "my_client"}
+INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
+COMPLETED = TaskState.TASK_STATE_COMPLETED
+
+
+class Tailor(Agent):
+    """Asks for a size, then answers with it."""
+
+    agent_id = "tailor"
+
+    @capability("order")
+    async def order(self, request: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
+        await ctx.progress({"stage": "measuring"})
+        answer = await ctx.ask({"question": "Which size?"})
+        await ctx.progress({"stage": "cutting"})
+        return {"item": request.get("item"), "size": answer.get("size")}
+
+
+@asynccontextmanager
+async def client(lobby: LobbyServer) -> AsyncIterator[tuple[Client, Client, Tailor]]:
+    """A gateway in front of the lobby with the tailor behind it: a blocking and a streaming
+    client of the tailor's A2A endpoint, and the tailor."""
+    sock = bind("127.0.0.1", 0)
+    bridge = Gateway("a2a_gateway", tokens=hashed_tokens(TOKENS), lobby_url=lobby.url)
+    tailor = Tailor(lobby_url=lobby.url)
+    headers = {"Authorization": "Bearer friend-token"}
+    async with tailor, serving(bridge, sock), httpx.AsyncClient(headers=headers) as http:
+        url = f"{base_url(sock)}/agents/tailor"
+        blocking = await create_client(url, ClientConfig(httpx_client=http, streaming=False))
+        streaming = await create_client(url, ClientConfig(httpx_client=http, streaming=True))
+        yield blocking, streaming, tailor
+
+
+def message(payload: dict[str, Any], task: Task | None = None) -> SendMessageRequest:
+    msg = Message(message_id=uuid.uuid4().hex, role=Role.ROLE_USER, parts=data_parts(payload))
+    if task is not None:
+        msg.task_id = task.id
+        msg.context_id = task.context_id
+    return SendMessageRequest(message=msg)
+
+
+async def the_task(client: Client, request: SendMessageRequest) -> Task:
+    (event,) = [e async for e in client.send_message(request)]
+    assert event.HasField("task")
+    return event.task
+
+
+def states(events: list[StreamResponse]) -> list[int]:
+    return [e.status_update.status.state for e in events if e.HasField("status_update")]
+
+
+async def test_an_ask_parks_the_task_in_input_required_and_a_message_answers_it(
+    lobby: LobbyServer,
+) -> None:
+    async with client(lobby) as (blocking, _, _):
+        task = await the_task(blocking, message({"item": "shirt"}))
+        assert task.status.state == INPUT_REQUIRED
+        assert get_data_parts(task.status.message.parts) == [{"question": "Which size?"}]
+        got = await blocking.get_task(GetTaskRequest(id=task.id))
+        assert got.status.state == INPUT_REQUIRED
+        done = await the_task(blocking, message({"size": "M"}, task))
+        assert (done.id, done.status.state) == (task.id, COMPLETED)
+        assert get_data_parts(done.artifacts[0].parts) == [{"item": "shirt", "size": "M"}]
+        assert (await blocking.get_task(GetTaskRequest(id=task.id))).status.state == COMPLETED
+        assert lobby.router.conversations == {}
+
+
+async def test_streaming_turns_end_in_input_required_then_in_completed(
+    lobby: LobbyServer,
+) -> None:
+    async with client(lobby) as (_, streaming, _):
+        first = [e async for e in streaming.send_message(message({"item": "coat"}))]
+        assert states(first)[-1] == INPUT_REQUIRED
+        task = next(e.task for e in first if e.HasField("task"))
+        second = [e async for e in streaming.send_message(message({"size": "L"}, task))]
+        updates = [
+            get_data_parts(e.status_update.status.message.parts)
+            for e in second
+            if e.HasField("status_update") and e.status_update.status.message.parts
+        ]
+        assert [{"stage": "cutting"}] in updates
+        assert states(second)[-1] == COMPLETED
+        (artifact,) = [e.artifact_update.artifact for e in second if e.HasField("artifact_update")]
+        assert get_data_parts(artifact.parts) == [{"item": "coat", "size": "L"}]
+
+
+async def test_a_resubscribed_client_sees_every_event_after_the_answer(
+    lobby: LobbyServer,
+) -> None:
+    async with client(lobby) as (blocking, streaming, _):
+        task = await the_task(blocking, message({"item": "hat"}))
+        assert task.status.state == INPUT_REQUIRED
+        watcher = streaming.subscribe(SubscribeToTaskRequest(id=task.id))
+        first = await anext(watcher)  # the task as it is now: the stream is open
+        assert first.task.status.state == INPUT_REQUIRED
+        answered = asyncio.ensure_future(the_task(blocking, message({"size": "S"}, task)))
+        seen = [first] + [e async for e in watcher]
+        assert (await answered).status.state == COMPLETED
+        assert states(seen)[-1] == COMPLETED
+        assert TaskState.TASK_STATE_WORKING in states(seen)
+        (artifact,) = [e.artifact_update.artifact for e in seen if e.HasField("artifact_update")]
+        assert get_data_parts(artifact.parts) == [{"item": "hat", "size": "S"}]
+
+
+async def test_a_task_waiting_for_input_is_cancelled(lobby: LobbyServer) -> None:
+    async with client(lobby) as (blocking, _, _):
+        task = await the_task(blocking, message({"item": "scarf"}))
+        cancelled = await blocking.cancel_task(CancelTaskRequest(id=task.id))
+        assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+        got = await blocking.get_task(GetTaskRequest(id=task.id))
+        assert got.status.state == TaskState.TASK_STATE_CANCELED
+        with pytest.raises(Exception, match="terminal"):
+            await the_task(blocking, message({"size": "M"}, task))
