@@ -131,11 +131,15 @@ class Caller(AgentCore):
         payload: dict[str, Any] | BaseModel | None = None,
         *,
         timeout: float | None = None,
+        message_id: str | None = None,
     ) -> Conversation:
         """Call `capability` on `agent_id` and return the call as a `Conversation`: iterate
         it for each update (an ask carries `input_required`; answer it with
-        `conversation.send_input(...)`) and, last, the final success payload."""
-        conversation_id, call = await self._start_call(agent_id, capability, payload, True)
+        `conversation.send_input(...)`) and, last, the final success payload. `message_id`
+        (None: one is made) is the REQUEST's."""
+        conversation_id, call = await self._start_call(
+            agent_id, capability, payload, True, message_id
+        )
         return Conversation(
             call,
             conversation_id,
@@ -144,11 +148,23 @@ class Caller(AgentCore):
             timeout or self.request_timeout,
         )
 
-    async def send_input(self, agent_id: str, conversation_id: str, answer: Answer) -> None:
+    async def send_input(
+        self,
+        agent_id: str,
+        conversation_id: str,
+        answer: Answer,
+        *,
+        message_id: str | None = None,
+    ) -> None:
         """Answer the ask of `agent_id` in `conversation_id`: an INPUT carrying `answer` (a
-        dict or a model). The lobby refuses it (`invalid_dialogue`) unless the capability asked."""
+        dict or a model), with `message_id` if given. The lobby refuses it
+        (`invalid_dialogue`) unless the capability asked."""
         await self.send(
-            agent_id, MessageType.INPUT, input_payload(answer), conversation_id=conversation_id
+            agent_id,
+            MessageType.INPUT,
+            input_payload(answer),
+            conversation_id=conversation_id,
+            message_id=message_id,
         )
 
     async def discover(
@@ -258,6 +274,7 @@ class Caller(AgentCore):
         capability: str,
         payload: dict[str, Any] | BaseModel | None,
         stream: bool,
+        message_id: str | None = None,
     ) -> tuple[str, Call]:
         data = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
         conversation_id = self.new_id()
@@ -268,6 +285,7 @@ class Caller(AgentCore):
                 MessageType.REQUEST,
                 {**(data or {}), "capability_name": capability},
                 conversation_id=conversation_id,
+                message_id=message_id,
             )
         except BaseException:
             self._outstanding.forget(conversation_id)

@@ -151,6 +151,9 @@ class RequestContext:
     _send: Callable[[Message], Awaitable[None]] = field(repr=False)
     _agent_id: str = field(repr=False)
     _inputs: Inputs | None = field(default=None, repr=False)
+    answer: Message | None = None
+    """The INPUT that answered this handler's last `ask()` (its payload is what `ask()`
+    returned), if any."""
 
     @property
     def traceparent(self) -> str | None:
@@ -165,7 +168,8 @@ class RequestContext:
         `{"question": "Which size?"}`). Waits up to `timeout` seconds (None: as long as the
         capability's own timeout allows), then raises `TimeoutError`."""
         data = CapabilitySpec.dump_output(question)
-        return await ask(self._inputs, self._send, self.message, data, timeout)
+        self.answer = await ask(self._inputs, self._send, self.message, data, timeout)
+        return self.answer.payload
 
     async def progress(self, update: dict[str, Any] | BaseModel) -> None:
         """Send an `in_progress` RESPONSE; the caller's `request_stream()` yields it."""

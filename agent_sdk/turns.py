@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 
@@ -26,8 +26,19 @@ Answer = dict[str, Any] | BaseModel
 OnInput = Callable[[dict[str, Any]], Awaitable[Answer] | Answer]
 """What `request(on_input=...)` calls with each `input_required` object the capability sends:
 a coroutine function (awaited) or a plain function; what it returns is sent as the INPUT."""
-SendInput = Callable[[str, str, Answer], Awaitable[None]]
-"""Send an INPUT: (provider id, conversation id, the answer)."""
+
+
+class SendInput(Protocol):
+    """Send an INPUT (`Caller.send_input`)."""
+
+    async def __call__(
+        self,
+        agent_id: str,
+        conversation_id: str,
+        answer: Answer,
+        *,
+        message_id: str | None = None,
+    ) -> None: ...
 
 
 def input_payload(answer: Answer) -> dict[str, Any]:
@@ -46,9 +57,9 @@ class Inputs:
 
     def __init__(self, agent_id: str) -> None:
         self.agent_id = agent_id
-        self.waiting: dict[tuple[str, str], asyncio.Future[dict[str, Any]]] = {}
+        self.waiting: dict[tuple[str, str], asyncio.Future[Message]] = {}
 
-    def expect(self, requester_id: str, conversation_id: str) -> asyncio.Future[dict[str, Any]]:
+    def expect(self, requester_id: str, conversation_id: str) -> asyncio.Future[Message]:
         """Wait for the INPUT of `requester_id` in `conversation_id` (call before asking)."""
         future = asyncio.get_running_loop().create_future()
         self.waiting[(requester_id, conversation_id)] = future
@@ -70,7 +81,7 @@ class Inputs:
                 conversation_id=message.conversation_id,
             )
             return None
-        future.set_result(message.payload)
+        future.set_result(message)
         return None
 
 
@@ -80,8 +91,8 @@ async def ask(
     request: Message,
     question: dict[str, Any],
     timeout: float | None,
-) -> dict[str, Any]:
-    """`RequestContext.ask`: send `question` as `input_required`, return the INPUT's payload."""
+) -> Message:
+    """`RequestContext.ask`: send `question` as `input_required`, return the INPUT."""
     if inputs is None:
         raise RuntimeError("ask() needs the context of a capability handler the agent runs")
     conversation_id = request.conversation_id or ""
@@ -151,9 +162,10 @@ class Conversation:
         self._deadline = asyncio.get_running_loop().time() + timeout
         self._ended = False
 
-    async def send_input(self, answer: Answer) -> None:
-        """Answer the capability's last ask (an INPUT in this conversation)."""
-        await self._send_input(self.agent_id, self.conversation_id, answer)
+    async def send_input(self, answer: Answer, *, message_id: str | None = None) -> None:
+        """Answer the capability's last ask (an INPUT in this conversation, with `message_id`
+        if given)."""
+        await self._send_input(self.agent_id, self.conversation_id, answer, message_id=message_id)
 
     def close(self) -> None:
         """Stop awaiting this call (its answers are then dropped)."""

@@ -7,11 +7,14 @@ update (working, a data part); one that asks for input (`input_required`) parks 
 by task id, in `LobbyExecutor.conversations`. A later message with the task's `taskId` is the
 answer: it goes to the agent as INPUT and the task works again. The final RESPONSE completes
 the task with the result as a data artifact; an error fails it with `{"code", "error"}`.
-`tasks/cancel` stops awaiting the conversation and cancels the task.
+`tasks/cancel` stops awaiting the conversation and cancels the task. The REQUEST and each INPUT
+carry the A2A message's `messageId` at the start of their `message_id` (`lobby_message_id`), so
+an agent, and the lobby's log, can tell which A2A message each came from.
 """
 
 from __future__ import annotations
 
+import uuid
 from typing import Final
 
 from a2a.helpers import new_task_from_user_message
@@ -57,8 +60,9 @@ class LobbyExecutor(AgentExecutor):
         payload = payload_of(list(message.parts))
         conversation = self.conversations.pop(context.task_id, None)
         try:
+            message_id = lobby_message_id(message.message_id)
             if conversation is not None:  # the answer to the agent's question
-                await conversation.send_input(payload)
+                await conversation.send_input(payload, message_id=message_id)
                 await task.start_work()
             elif _waiting(context):
                 await task.failed(
@@ -78,7 +82,7 @@ class LobbyExecutor(AgentExecutor):
                 target: str = context.call_context.state[TARGET]
                 await task.start_work()
                 conversation = await caller.converse(
-                    target, capability, payload, timeout=self.task_timeout
+                    target, capability, payload, timeout=self.task_timeout, message_id=message_id
                 )
             await self._turn(context.task_id, conversation, task)
         except RemoteError as exc:
@@ -121,6 +125,13 @@ class LobbyExecutor(AgentExecutor):
         if conversation is not None:
             conversation.close()
         await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
+
+
+def lobby_message_id(a2a_message_id: str) -> str:
+    """The lobby `message_id` of what an A2A message becomes: its `messageId` (at most 200
+    characters of it) and a unique suffix, since A2A clients reuse a messageId (the TCK does,
+    within a run) where the lobby would take the second message for a resend of the first."""
+    return f"{a2a_message_id[:200]}.{uuid.uuid4().hex}"
 
 
 def _waiting(context: RequestContext) -> bool:

@@ -102,7 +102,8 @@ def verdict(report: dict[str, object], tests: str) -> int:
 
 @contextlib.contextmanager
 def sut(scratch: Path) -> Iterator[str]:
-    """A lobby, the echo agent and the A2A gateway, each its own process: the gateway's URL."""
+    """A lobby, the echo agent (asking for input as the TCK expects: tests/conformance/a2a_agent.py)
+    and the A2A gateway, each its own process: the gateway's URL."""
     python = sys.executable
     logs = scratch / "logs"
     logs.mkdir()
@@ -119,7 +120,9 @@ def sut(scratch: Path) -> Iterator[str]:
         wait_for(f"http://127.0.0.1:{lobby_port}/healthz", logs / "lobby.log")
         env = {"LOBBY_URL": lobby_url}
         stack.enter_context(
-            process([python, "-m", "examples.echo.echo_agent"], [], log=logs / "echo.log", env=env)
+            process(
+                [python, "-m", "tests.conformance.a2a_agent"], [], log=logs / "echo.log", env=env
+            )
         )
         gateway = stack.enter_context(
             process(

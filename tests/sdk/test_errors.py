@@ -56,6 +56,8 @@ ALLOWED_OUTSIDE_THE_TREE = {
     "SystemExit",
     # connection.py's signal to back off and register again; caught where it is raised.
     "_RetryLater",
+    # turns.Conversation is an async iterator: the end of its iteration.
+    "StopAsyncIteration",
 }
 
 
