@@ -38,14 +38,6 @@ EXCLUDED: Final = {
     "DM-ART-001": "artifacts of text, file and fixed data parts: the gateway's artifact is "
     "the lobby agent's RESPONSE, one data part",
     "DM-MSG-001": "a direct Message answer: every message is a REQUEST, answered as a task",
-    "CORE-CANCEL-001": "needs a task held in input-required: a capability has no such state",
-    "CORE-HIST-002": "needs a task held in input-required: a capability has no such state",
-    "CORE-MULTI-005": "needs a task held in input-required: a capability has no such state",
-    "STREAM-ORDER-002": "needs a task held in input-required: a capability has no such state",
-    "STREAM-ORDER-003": "needs a task held in input-required: a capability has no such state",
-    "STREAM-ORDER-004": "needs a task held in input-required: a capability has no such state",
-    "STREAM-SUB-001": "needs a task held in input-required: a capability has no such state",
-    "STREAM-SUB-002": "needs a task held in input-required: a capability has no such state",
 }
 """MUST requirements the gateway fails by design, each with why (docs/conformance.md)."""
 
