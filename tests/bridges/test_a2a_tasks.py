@@ -6,12 +6,14 @@ tasks/cancel see the task as it is."""
 from __future__ import annotations
 
 import asyncio
+import os
 import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Any
 
 import httpx
+import orjson
 import pytest
 from a2a.client import Client, ClientConfig, create_client
 from a2a.helpers import get_data_parts
@@ -31,8 +33,10 @@ from agent_sdk import Agent, RequestContext, capability
 from bridges.a2a import Gateway, base_url, bind, hashed_tokens, serving
 from bridges.a2a_parts import data_parts
 from lobby.server import LobbyServer
+from tests.nodejs import ROOT, node, npm_installed
 
 TOKENS = {"friend-token": "my_client"}
+A2A_NODE = ROOT / "tests" / "bridges" / "a2a_node"
 INPUT_REQUIRED = TaskState.TASK_STATE_INPUT_REQUIRED
 COMPLETED = TaskState.TASK_STATE_COMPLETED
 
@@ -145,3 +149,32 @@ async def test_a_task_waiting_for_input_is_cancelled(lobby: LobbyServer) -> None
         assert got.status.state == TaskState.TASK_STATE_CANCELED
         with pytest.raises(Exception, match="terminal"):
             await the_task(blocking, message({"size": "M"}, task))
+
+
+async def test_a_generic_a2a_js_client_answers_input_required(lobby: LobbyServer) -> None:
+    npm_installed(A2A_NODE)
+    sock = bind("127.0.0.1", 0)
+    bridge = Gateway("a2a_gateway", tokens=hashed_tokens(TOKENS), lobby_url=lobby.url)
+    async with Tailor(lobby_url=lobby.url), serving(bridge, sock):
+        client = await asyncio.create_subprocess_exec(
+            *(node(), str(A2A_NODE / "multiturn.mjs"), f"{base_url(sock)}/agents/tailor/"),
+            "friend-token",
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            env={**os.environ, "NODE_NO_WARNINGS": "1"},
+        )
+        out, err = await asyncio.wait_for(client.communicate(), 60)
+    assert client.returncode == 0, err.decode()[-2000:]
+    seen = orjson.loads(out)
+    assert seen["asked"] == {
+        "state": "TASK_STATE_INPUT_REQUIRED",
+        "question": [{"question": "Which size?"}],
+    }
+    assert seen["got"] == "TASK_STATE_INPUT_REQUIRED"
+    assert seen["answered"] == {
+        "sameTask": True,
+        "state": "TASK_STATE_COMPLETED",
+        "artifacts": [[{"item": "shirt", "size": "M"}]],
+    }
+    assert seen["streamedTurns"] == ["TASK_STATE_INPUT_REQUIRED", "TASK_STATE_COMPLETED"]
+    assert seen["cancelled"] == "TASK_STATE_CANCELED"
