@@ -34,6 +34,7 @@ TO_LOBBY: Final = (
     T.ACK,
     T.FETCH_MESSAGES,
     T.LIST_TRANSACTIONS,
+    T.CANCEL,
 )
 """Messages an agent addresses to the lobby (`receiver_id: "global_lobby"`)."""
 
@@ -48,8 +49,10 @@ FROM_LOBBY: Final = (
     T.TRANSACTIONS,
     T.PAYMENT_CONFIRMED,
     T.MESSAGES,
+    T.CANCEL,
 )
-"""Messages only the lobby sends; an agent that sends one gets ERROR `malformed`."""
+"""Messages the lobby sends; an agent that sends one of them gets ERROR `malformed` (but
+CANCEL, which goes both ways: a requester's to the lobby, the lobby's to a provider)."""
 
 BETWEEN_AGENTS: Final = (
     T.REQUEST,
@@ -93,6 +96,7 @@ _DIRECTION: Final = {
     **dict.fromkeys(
         BETWEEN_AGENTS, "Agent to agent: checked by the lobby, then forwarded without auth_token."
     ),
+    T.CANCEL: "Requester to lobby, and lobby to provider.",
 }
 
 _SUMMARIES: Final = {
@@ -123,6 +127,7 @@ _SUMMARIES: Final = {
     T.PAYMENT_CONFIRMED: "The lobby recorded a payment (to both parties).",
     T.FETCH_MESSAGES: "Pull held messages after a cursor (and acknowledge up to it).",
     T.MESSAGES: "The answer to FETCH_MESSAGES.",
+    T.CANCEL: "End the sender's open REQUESTs in a conversation; to a provider: stop working.",
     T.INPUT: "The requester's answer to a RESPONSE's `input_required` (multi-turn).",
 }
 
@@ -140,7 +145,8 @@ def sent_name(message_type: MessageType) -> str:
 def delivered_name(message_type: MessageType) -> str:
     """The frame the lobby delivers: `RegisterAck`; for a message between agents, as its
     receiver gets it: `RequestDelivered`."""
-    return _camel(message_type) + ("Delivered" if message_type in BETWEEN_AGENTS else "")
+    delivered = message_type in BETWEEN_AGENTS or message_type in TO_LOBBY
+    return _camel(message_type) + ("Delivered" if delivered else "")
 
 
 def _plain(schema: Any) -> Any:
@@ -195,7 +201,7 @@ def _frame(
         required.append("conversation_id")
         properties["conversation_id"] = {**properties["conversation_id"], "type": "string"}
     if sent:
-        for lobby_only in ("seq", "redelivered"):
+        for lobby_only in ("seq", "redelivered", "deadline"):
             del properties[lobby_only]
         # The agent id it registers (or registered) under, as the lobby checks it.
         properties["sender_id"] = {**properties["sender_id"], "pattern": AGENT_ID_PATTERN}
@@ -204,13 +210,14 @@ def _frame(
             properties["auth_token"] = {**properties["auth_token"], "type": "string"}
     else:
         del properties["auth_token"]
+        del properties["timeout_ms"]  # the lobby forwards it as `deadline`
         if message_type is not T.ACCEPTED:  # a bare confirmation, numbered by nothing
             required.append("message_id")
             properties["message_id"] = {**properties["message_id"], "type": "string"}
     to_lobby = message_type in TO_LOBBY
     from_lobby = message_type in FROM_LOBBY
-    if to_lobby or from_lobby:
-        properties["receiver_id" if to_lobby else "sender_id"] = {"$ref": _SCHEMAS + "LobbyId"}
+    if (to_lobby and sent) or (from_lobby and not sent):
+        properties["receiver_id" if sent else "sender_id"] = {"$ref": _SCHEMAS + "LobbyId"}
     return {
         "title": title,
         "description": f"{_DIRECTION[message_type]} {_SUMMARIES[message_type]}",

@@ -12,7 +12,7 @@ from typing import Any, Final
 import orjson
 
 from protocol.errors import DecodeError
-from protocol.limits import MAX_AGENT_ID_LENGTH, MAX_ID_LENGTH, clip
+from protocol.limits import MAX_AGENT_ID_LENGTH, MAX_ID_LENGTH, MAX_TIMEOUT_MS, clip
 from protocol.models import Message, MessageType
 from protocol.tracecontext import problem as traceparent_problem
 
@@ -30,6 +30,8 @@ _JSON_NAMES: Final[dict[type, str]] = {
     int: "an integer",
     bool: "a boolean",
 }
+
+_REQUEST: Final = MessageType.REQUEST
 
 _loads = orjson.loads
 _dumps = orjson.dumps
@@ -62,6 +64,8 @@ def decode(data: str | bytes) -> Message:
     seq = get("seq")
     redelivered = get("redelivered")
     traceparent = get("traceparent")
+    timeout_ms = get("timeout_ms")
+    deadline = get("deadline")
     if (
         type(sender_id) is not str
         or len(sender_id) > MAX_AGENT_ID_LENGTH
@@ -94,6 +98,15 @@ def decode(data: str | bytes) -> Message:
                 or traceparent_problem(traceparent) is not None
             )
         )
+        or (
+            timeout_ms is not None
+            and (
+                type(timeout_ms) is not int
+                or not 1 <= timeout_ms <= MAX_TIMEOUT_MS
+                or message_type is not _REQUEST
+            )
+        )
+        or (deadline is not None and type(deadline) is not int)
     ):
         raise _explain(obj)
     return Message(
@@ -108,6 +121,8 @@ def decode(data: str | bytes) -> Message:
         seq,
         redelivered,
         traceparent,
+        timeout_ms,
+        deadline,
     )
 
 
@@ -133,6 +148,10 @@ def to_dict(message: Message) -> dict[str, Any]:
         out["redelivered"] = message.redelivered
     if message.traceparent is not None:
         out["traceparent"] = message.traceparent
+    if message.timeout_ms is not None:
+        out["timeout_ms"] = message.timeout_ms
+    if message.deadline is not None:
+        out["deadline"] = message.deadline
     return out
 
 
@@ -179,7 +198,12 @@ def _explain(obj: dict[str, Any]) -> DecodeError:
             return DecodeError(
                 f"field {name!r} must be a string or null, not {_json_kind(value)}", **context
             )
-    lobby_set: tuple[tuple[str, type], ...] = (("seq", int), ("redelivered", bool))
+    lobby_set: tuple[tuple[str, type], ...] = (
+        ("seq", int),
+        ("redelivered", bool),
+        ("timeout_ms", int),
+        ("deadline", int),
+    )
     for name, kind in lobby_set:
         value = obj.get(name)
         if value is not None and type(value) is not kind:
@@ -192,6 +216,18 @@ def _explain(obj: dict[str, Any]) -> DecodeError:
         if value is not None and len(value) > limit:
             return DecodeError(
                 f"field {name!r} has {len(value)} characters; at most {limit} are allowed",
+                **context,
+            )
+    timeout_ms = obj.get("timeout_ms")
+    if timeout_ms is not None:
+        if raw_type != _REQUEST:
+            return DecodeError(
+                f"field 'timeout_ms' is for a REQUEST only, not {raw_type}", **context
+            )
+        if not 1 <= timeout_ms <= MAX_TIMEOUT_MS:
+            return DecodeError(
+                f"field 'timeout_ms' is {timeout_ms}; it must be 1 to {MAX_TIMEOUT_MS} "
+                "(milliseconds)",
                 **context,
             )
     traceparent = obj.get("traceparent")

@@ -23,6 +23,12 @@ MAX_ID_LENGTH: Final = 256
 MAX_NAME_LENGTH: Final = 256
 """Capability names, keywords and attribute keys."""
 
+MAX_TIMEOUT_MS: Final = 86_400_000
+"""A REQUEST's `timeout_ms` is 1..this (24 h: the dedupe horizon's default, so the REQUEST's
+stored frame, which carries its deadline, outlives it)."""
+MAX_REASON_LENGTH: Final = 1_000
+"""Characters of a CANCEL's `reason`."""
+
 CLIP_LENGTH: Final = 128
 """Characters of a wire string kept when it is quoted in an ERROR sentence or a log field."""
 MAX_SENTENCE_LENGTH: Final = 1024

@@ -16,7 +16,7 @@ from typing import Annotated, Any, Final
 
 from pydantic import Field
 
-from protocol.limits import MAX_AGENT_ID_LENGTH, MAX_ID_LENGTH, MAX_NAME_LENGTH
+from protocol.limits import MAX_AGENT_ID_LENGTH, MAX_ID_LENGTH, MAX_NAME_LENGTH, MAX_TIMEOUT_MS
 
 LOBBY_ID: Final = "global_lobby"
 """The lobby's own id: the `receiver_id` of every message addressed to the lobby."""
@@ -66,6 +66,7 @@ class MessageType(StrEnum):
     PAYMENT_CONFIRMED = "PAYMENT_CONFIRMED"
     FETCH_MESSAGES = "FETCH_MESSAGES"
     MESSAGES = "MESSAGES"
+    CANCEL = "CANCEL"
     INPUT = "INPUT"
 
 
@@ -92,6 +93,8 @@ class ErrorCode(StrEnum):
     INTERNAL = "internal"
     LIMIT_EXCEEDED = "limit_exceeded"
     NODE_UNAVAILABLE = "node_unavailable"
+    TIMEOUT = "timeout"
+    CANCELLED = "cancelled"
 
 
 class CloseCode:
@@ -218,5 +221,21 @@ class Message:
             json_schema_extra={"pattern": TRACEPARENT_PATTERN},
             description="W3C Trace Context: the trace this message belongs to. Kept on "
             "everything the lobby forwards, with a new parent-id per hop.",
+        ),
+    ] = None
+    timeout_ms: Annotated[
+        int | None,
+        Field(
+            ge=1,
+            le=MAX_TIMEOUT_MS,
+            description="REQUEST only: how long the requester waits for the final RESPONSE, "
+            "counted from when the lobby accepts it. Not forwarded: the receiver gets `deadline`.",
+        ),
+    ] = None
+    deadline: Annotated[
+        int | None,
+        Field(
+            description="Set by the lobby only, on a REQUEST sent with `timeout_ms`: when the "
+            "requester stops waiting (Unix time in milliseconds, the lobby's clock).",
         ),
     ] = None

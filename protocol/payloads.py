@@ -11,8 +11,9 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from protocol.fipa import MAX_ROUND_REPLY_BY
-from protocol.limits import MAX_NAME_LENGTH
+from protocol.limits import MAX_NAME_LENGTH, MAX_REASON_LENGTH
 from protocol.models import LOBBY_ID, AgentIdRef, ErrorCode, MessageType, Name, RegisterStatus
+from protocol.multiturn import InputPayload
 
 
 class _Payload(BaseModel):
@@ -255,16 +256,8 @@ class ResponsePayload(BaseModel):
         "argument.",
     )
     input_required: dict[str, Any] | None = Field(
-        default=None,
-        description="With status `in_progress` only: what the provider needs (free form, e.g. "
-        '`{"question": "Which size?"}`); the conversation then waits for the requester\'s INPUT.',
+        default=None, description="With status `in_progress` only: what the provider asks (§5.3)."
     )
-
-
-class InputPayload(BaseModel):
-    """INPUT: the requester's answer to an `input_required`, free form."""
-
-    model_config = ConfigDict(extra="allow", frozen=True)
 
 
 class ErrorPayload(_Payload):
@@ -458,6 +451,20 @@ class MessagesPayload(_Payload):
     cursor: int
 
 
+class CancelPayload(_Payload):
+    """From a requester: stop waiting for its open REQUESTs in the conversation. From the
+    lobby, to a provider: stop working on the REQUEST `in_reply_to` names."""
+
+    reason: str | None = Field(
+        default=None,
+        max_length=MAX_REASON_LENGTH,
+        description="Why; to the provider: 'cancelled', 'deadline' or the requester's reason.",
+    )
+    requester_id: AgentIdRef | None = Field(
+        default=None, description="Set by the lobby, on the CANCEL a provider receives."
+    )
+
+
 PAYLOAD_MODELS: Final[dict[MessageType, type[BaseModel]]] = {
     MessageType.REGISTER: RegisterPayload,
     MessageType.REGISTER_ACK: RegisterAckPayload,
@@ -486,6 +493,7 @@ PAYLOAD_MODELS: Final[dict[MessageType, type[BaseModel]]] = {
     MessageType.PAYMENT_CONFIRMED: PaymentConfirmedPayload,
     MessageType.FETCH_MESSAGES: FetchMessagesPayload,
     MessageType.MESSAGES: MessagesPayload,
+    MessageType.CANCEL: CancelPayload,
     MessageType.INPUT: InputPayload,
 }
 """The payload model of each message type; `schema.py` and the tests walk this table."""

@@ -67,7 +67,8 @@ async def recording_proxy(lobby_url: str, recording: Recording) -> AsyncIterator
 
 async def _raw_exchanges(url: str) -> None:
     """What the examples do not send: a pull of held messages, the ledger, a capability
-    update, a refused frame, an idle dialogue the lobby ends, and an unregister."""
+    update, a REQUEST with a timeout and its CANCEL, a refused frame, an idle dialogue the
+    lobby ends, and an unregister."""
     async with (
         websockets.asyncio.client.connect(url) as a,
         websockets.asyncio.client.connect(url) as b,
@@ -78,6 +79,22 @@ async def _raw_exchanges(url: str) -> None:
         assert (await reply(a))["message_type"] == "MESSAGES"
         await a.send(frame("rec_a", "LIST_TRANSACTIONS", {}, auth_token=token_a))
         assert (await reply(a))["message_type"] == "TRANSACTIONS"
+        await a.send(
+            frame(
+                "rec_a",
+                "REQUEST",
+                {"capability_name": "echo"},
+                auth_token=token_a,
+                receiver_id="rec_b",
+                conversation_id="r",
+                timeout_ms=60_000,
+            )
+        )
+        assert (await reply(b))["message_type"] == "REQUEST"  # with its deadline
+        cancel = {"reason": "recorded"}
+        await a.send(frame("rec_a", "CANCEL", cancel, auth_token=token_a, conversation_id="r"))
+        assert (await reply(b))["message_type"] == "CANCEL"
+        assert (await reply(a))["payload"]["code"] == "cancelled"
         caps = {"capabilities": [{"name": "echo2", "description": "y"}]}
         await b.send(frame("rec_b", "UPDATE_CAPABILITIES", caps, auth_token=token_b))
         await a.send(frame("rec_a", "TEXT", {"content": "hi"}, auth_token="wrong"))

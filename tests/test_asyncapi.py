@@ -121,8 +121,16 @@ def _frames_of(union: dict[str, Any]) -> list[str]:
 
 def test_every_frame_has_a_named_schema_per_direction_with_its_named_payload() -> None:
     document = asyncapi_document()
-    assert sorted((*TO_LOBBY, *FROM_LOBBY, *BETWEEN_AGENTS)) == sorted(MessageType)
-    assert set(FROM_LOBBY) == _LOBBY_ONLY, "the lobby-only types are those the router refuses"
+    assert sorted({*TO_LOBBY, *FROM_LOBBY, *BETWEEN_AGENTS}) == sorted(MessageType)
+    # CANCEL goes both ways: a requester's to the lobby, the lobby's to a provider.
+    assert set(TO_LOBBY) & set(FROM_LOBBY) == {MessageType.CANCEL}
+    assert set(FROM_LOBBY) - set(TO_LOBBY) == _LOBBY_ONLY, (
+        "the lobby-only types are those the router refuses"
+    )
+    assert (sent_name(MessageType.CANCEL), delivered_name(MessageType.CANCEL)) == (
+        "Cancel",
+        "CancelDelivered",
+    )
     assert document["asyncapi"] == "3.0.0"
     (channel,) = document["channels"].values()
     assert channel["address"] == "/"
@@ -209,7 +217,8 @@ def test_the_official_parser_accepts_the_committed_documents(parser_run: ParserR
         report = parser_run.reports[name]
         assert report["errors"] == []
         assert report["valid"] is True
-        assert report["messages"] == len(MessageType) + len(BETWEEN_AGENTS)
+        both_ways = len(set(TO_LOBBY) & set(FROM_LOBBY))  # CANCEL
+        assert report["messages"] == len(MessageType) + len(BETWEEN_AGENTS) + both_ways
         assert report["operations"] == len(asyncapi_document()["operations"])
 
 

@@ -14,6 +14,7 @@ from typing import Any
 
 import structlog
 
+from lobby.core.deadlines import Deadlines
 from lobby.core.multiturn import WAITING, Turns, asks_for_input
 from lobby.core.records import Effect, Snapshot
 from lobby.core.refusal import Refusal, unknown_receiver
@@ -40,6 +41,8 @@ class Conversations:
         self.traces: dict[ConversationKey, str] = {}
         """Open conversations whose REQUEST carried a traceparent -> it: a RESPONSE sent
         without one is put in its REQUEST's trace. Not kept across a restart."""
+        self.deadlines = Deadlines(state, self.ended)
+        """The open REQUESTs one by one: deadlines and CANCEL (lobby/core/deadlines.py)."""
         self.turns = Turns(state, self)
         """Which open conversations wait for input (multi-turn); handles INPUT."""
 
@@ -58,6 +61,15 @@ class Conversations:
                 self.traces.pop(key, None)
             if self.turns.waiting:
                 self.turns.ended(key)
+
+    def ended(self, key: ConversationKey) -> None:
+        """The lobby ended one REQUEST of `key` (a deadline, a CANCEL): close it once."""
+        count = self.open.get(key)
+        if count is not None:
+            self._closes(key, count)
+            requester = self.state.registry.agents.get(key[0])
+            if requester is not None:
+                requester.open_requests = max(0, requester.open_requests - 1)
 
     def restore(self, snapshot: Snapshot) -> None:
         """The open conversations after a restart: the snapshot's checkpoint, then the effect
@@ -82,6 +94,7 @@ class Conversations:
             requester = agents.get(requester_id)
             if requester is not None:
                 requester.open_requests += count
+        self.deadlines.restore(snapshot, self.open)
         self.turns.restore(snapshot.state.get(WAITING, ()))
 
     def request(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
@@ -144,12 +157,18 @@ class Conversations:
             msg.payload = {"capability_name": name, "arguments": arguments}
         elif nested is not None:
             msg.payload = flat
+        timeout_ms = msg.timeout_ms
+        if timeout_ms is not None:
+            # Forwarded as the lobby's deadline; a REQUEST relayed by another node has it.
+            msg.timeout_ms = None
+            msg.deadline = int(now * 1000) + timeout_ms
         actions = state.deliver(target, msg, session, Effect.OPENS, now)
         key = (agent.agent_id, target.agent_id, conversation_id)
         self._opens(key)
         if msg.traceparent is not None:
             self.traces[key] = msg.traceparent
         agent.open_requests += 1
+        self.deadlines.opened(msg, agent.agent_id, target.agent_id, timeout_ms or 0)
         if state.trace:
             log.debug(
                 "REQUEST_AUTHORIZED",
@@ -186,6 +205,7 @@ class Conversations:
             msg.traceparent = self.traces.get(key)
         actions = state.deliver(target, msg, session, Effect.CLOSES if final else Effect.NONE, now)
         if final:
+            self.deadlines.answered(key[0], key[1], key[2], msg.in_reply_to)
             self._closes(key, open_requests)
             target.open_requests = max(0, target.open_requests - 1)
         elif asks:

@@ -35,6 +35,7 @@ from lobby.core.records import (
     DELIVERED,
     Acked,
     Batch,
+    Effect,
     MessageStored,
     Record,
     Snapshot,
@@ -50,6 +51,7 @@ DEFAULT_DELIVERY_WINDOW: Final = 1024 * 1024
 _REDELIVERED: Final = b',"redelivered":true}'
 _REQUEST: Final = MessageType.REQUEST
 _RESPONSE: Final = MessageType.RESPONSE
+_ENDS: Final = Effect.ENDS
 RECHECKED: Final = frozenset({MessageType.REQUEST, MessageType.RESPONSE, MessageType.TEXT})
 """What the receiver's home checks again when another node forwards it (`Router.relayed`).
 Everything else a node forwards it decided itself (a dialogue move, an order proposal, a
@@ -188,7 +190,8 @@ class Delivery:
                 msg.message_id,  # type: ignore[arg-type]  # set just above
                 msg.conversation_id,
                 effect,
-                frame if held or target.acks else DELIVERED,
+                # A deadline's REQUEST and the lobby's answer ending one are read at restore.
+                frame if held or target.acks or effect == _ENDS or msg.deadline else DELIVERED,
                 now,
             )
         )

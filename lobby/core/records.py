@@ -44,6 +44,10 @@ class Effect:
     """A REQUEST: opens (sender, receiver, conversation_id)."""
     CLOSES = 2
     """A final RESPONSE: closes (receiver, sender, conversation_id)."""
+    ENDS = 3
+    """A final RESPONSE the lobby made (`timeout`, `cancelled`; sender `global_lobby`): closes
+    the REQUEST its frame's `in_reply_to` names, sent by its receiver. Its frame is always
+    kept (`lobby.core.deadlines`)."""
 
 
 DELIVERED: Final = b"null"

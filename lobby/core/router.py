@@ -133,6 +133,7 @@ class Router(BetweenNodes):
             MessageType.DISCOVER_SERVICES: to_lobby.discover_services,
             MessageType.UPDATE_CAPABILITIES: to_lobby.update_capabilities,
             MessageType.UNREGISTER: to_lobby.unregister,
+            MessageType.CANCEL: self.requests.deadlines.cancel,
             MessageType.REGISTER: _already_registered,
             **dict.fromkeys(_LOBBY_ONLY, _sent_by_the_lobby_only),
         }
@@ -370,6 +371,10 @@ class Router(BetweenNodes):
             )
             refused.append(Pause(session, pause_after(bucket)))
             return refused
+        if msg.deadline is not None:
+            return state.error(
+                session, msg, ErrorCode.MALFORMED, "field 'deadline' is set by the lobby only"
+            )
         if self._parked and msg.receiver_id in self._parked and self._park(session, msg):
             return []  # behind earlier messages to the same receiver, still being looked up
         try:
@@ -399,10 +404,13 @@ class Router(BetweenNodes):
 
     def tick(self) -> list[Action]:
         """Time passed: end the dialogues whose deadline is gone, forget those that ended
-        longer ago than the dedupe horizon. Call about once a second."""
+        longer ago than the dedupe horizon, end the REQUESTs whose deadline passed. Call about
+        once a second."""
         now = self.state.clock()
         self.negotiations.forget_ended(now)
-        return self.negotiations.expire_due(now)
+        actions = self.negotiations.expire_due(now)
+        actions += self.requests.deadlines.expire_due(now)
+        return actions
 
     # -- refusals -------------------------------------------------------------------------
 
