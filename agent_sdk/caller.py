@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
+import math
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any, TypeVar, overload
 
@@ -11,12 +13,21 @@ from pydantic import BaseModel, ValidationError
 
 from agent_sdk.calls import Call
 from agent_sdk.core import AgentCore
-from agent_sdk.errors import LobbyError, PayloadError, RequestError, RequestTimeoutError
+from agent_sdk.errors import (
+    AgentSDKError,
+    LobbyError,
+    PayloadError,
+    RequestError,
+    RequestTimeoutError,
+)
 from agent_sdk.turns import Answer, Conversation, OnInput, answering, input_payload
 from protocol.models import LOBBY_ID, Message, MessageType
 from protocol.payloads import MAX_DISCOVER_LIMIT, ServiceRecord, ServicesAvailablePayload
 
 M = TypeVar("M", bound=BaseModel)
+LOBBY_GRACE = 1.0
+"""Seconds a call with a `timeout` waits past it for the lobby's `timeout` answer (the lobby
+checks deadlines twice a second) before its own timer fails it."""
 Progress = Callable[[dict[str, Any]], Awaitable[None] | None]
 """What `request(on_progress=...)` calls with each `in_progress` update: a coroutine function
 (awaited) or a plain function."""
@@ -36,6 +47,7 @@ class Caller(AgentCore):
         timeout: float | None = None,
         output_type: type[M],
         on_progress: Progress | None = None,
+        conversation_id: str | None = None,
         on_input: OnInput | None = None,
     ) -> M: ...
 
@@ -49,6 +61,7 @@ class Caller(AgentCore):
         timeout: float | None = None,
         output_type: None = None,
         on_progress: Progress | None = None,
+        conversation_id: str | None = None,
         on_input: OnInput | None = None,
     ) -> Any: ...
 
@@ -61,6 +74,7 @@ class Caller(AgentCore):
         timeout: float | None = None,
         output_type: type[M] | None = None,
         on_progress: Progress | None = None,
+        conversation_id: str | None = None,
         on_input: OnInput | None = None,
     ) -> Any:
         """Call `capability` on `agent_id`; return the success payload (without `status`), or
@@ -72,11 +86,24 @@ class Caller(AgentCore):
         final answer is returned. `on_input` answers a capability that asks for input mid-call
         (multi-turn): it is called (and awaited, if a coroutine function) with each
         `input_required` object, and what it returns (a dict or a model) is sent as the INPUT;
-        without it, an ask raises `InputRequiredError`. `timeout` covers the whole call."""
+        without it, an ask raises `InputRequiredError`.
+
+        A `timeout` given here is the REQUEST's deadline at the lobby too (`timeout_ms`), over
+        every turn: past it the lobby stops the provider (CANCEL) and answers `timeout`, raised as
+        `RemoteTimeoutError`; the agent's own timer fails the call a little later if that
+        answer never comes. Without it, only the local `request_timeout` applies. Cancelling
+        the awaiting task cancels the REQUEST at the lobby too, as does `cancel()` with the
+        call's `conversation_id` (yours, or one drawn by the agent), which raises
+        `RequestCancelled` here."""
         stream = on_progress is not None or on_input is not None
-        conversation_id, call = await self._start_call(agent_id, capability, payload, stream)
+        timeout_ms = None if timeout is None else max(1, math.ceil(timeout * 1000))
+        conversation_id, call = await self._start_call(
+            agent_id, capability, payload, stream, conversation_id, timeout_ms
+        )
         outstanding = self._outstanding
-        outstanding.time_out(conversation_id, timeout or self.request_timeout)
+        outstanding.time_out(
+            conversation_id, self.request_timeout if timeout is None else timeout + LOBBY_GRACE
+        )
         try:
             # Past the deadline, the shared timer fails the call with RequestTimeoutError.
             if on_input is not None:
@@ -87,9 +114,26 @@ class Caller(AgentCore):
                 result = await _with_progress(call, on_progress)
             else:
                 result = await call.result
+        except asyncio.CancelledError:
+            self._handlers.spawn(self._cancel_quietly(conversation_id))
+            raise
         finally:
             outstanding.forget(conversation_id)
         return _result(result, output_type)
+
+    async def cancel(self, conversation_id: str, reason: str | None = None) -> None:
+        """Cancel this agent's open REQUESTs in `conversation_id` (CANCEL): the lobby stops
+        their providers and ends each call with `RequestCancelled`. Returns once CANCEL is
+        sent; one with nothing open is refused by the lobby (`unknown_conversation`), quietly."""
+        self._dispatcher.ended(conversation_id)
+        payload = {} if reason is None else {"reason": reason}
+        await self.send(LOBBY_ID, MessageType.CANCEL, payload, conversation_id=conversation_id)
+
+    async def _cancel_quietly(self, conversation_id: str) -> None:
+        """CANCEL for a call whose awaiting task was cancelled (it may be answered already)."""
+        # Not connected: the deadline, if any, ends it at the lobby.
+        with contextlib.suppress(AgentSDKError):
+            await self.cancel(conversation_id, "the requester stopped waiting")
 
     async def request_stream(
         self,
@@ -99,11 +143,17 @@ class Caller(AgentCore):
         *,
         timeout: float | None = None,
     ) -> AsyncIterator[dict[str, Any]]:
-        """Yield each `in_progress` update, then the final success payload."""
-        conversation_id, call = await self._start_call(agent_id, capability, payload, True)
+        """Yield each `in_progress` update, then the final success payload. A `timeout` given
+        is the REQUEST's deadline at the lobby too, as in `request()`."""
+        timeout_ms = None if timeout is None else max(1, math.ceil(timeout * 1000))
+        conversation_id, call = await self._start_call(
+            agent_id, capability, payload, True, None, timeout_ms
+        )
         assert call.updates is not None
         try:
-            async with asyncio.timeout(timeout or self.request_timeout):
+            async with asyncio.timeout(
+                self.request_timeout if timeout is None else timeout + LOBBY_GRACE
+            ):
                 while True:
                     update = asyncio.ensure_future(call.updates.get())
                     await asyncio.wait({update, call.result}, return_when=asyncio.FIRST_COMPLETED)
@@ -136,16 +186,20 @@ class Caller(AgentCore):
         """Call `capability` on `agent_id` and return the call as a `Conversation`: iterate
         it for each update (an ask carries `input_required`; answer it with
         `conversation.send_input(...)`) and, last, the final success payload. `message_id`
-        (None: one is made) is the REQUEST's."""
+        (None: one is made) is the REQUEST's. A `timeout` given is its deadline at the lobby
+        too, over every turn, as in `request()`; `cancel()` with the conversation's
+        `conversation_id` ends it."""
+        timeout_ms = None if timeout is None else max(1, math.ceil(timeout * 1000))
         conversation_id, call = await self._start_call(
-            agent_id, capability, payload, True, message_id
+            agent_id, capability, payload, True, None, timeout_ms, message_id
         )
         return Conversation(
             call,
             conversation_id,
             self._outstanding,
             self.send_input,
-            timeout or self.request_timeout,
+            self.request_timeout if timeout is None else timeout + LOBBY_GRACE,
+            self.cancel,
         )
 
     async def send_input(
@@ -274,10 +328,15 @@ class Caller(AgentCore):
         capability: str,
         payload: dict[str, Any] | BaseModel | None,
         stream: bool,
+        conversation_id: str | None = None,
+        timeout_ms: int | None = None,
         message_id: str | None = None,
     ) -> tuple[str, Call]:
         data = payload.model_dump(mode="json") if isinstance(payload, BaseModel) else payload
-        conversation_id = self.new_id()
+        if conversation_id is None:
+            conversation_id = self.new_id()
+        elif conversation_id in self._outstanding.calls:
+            raise ValueError(f"a call in conversation {conversation_id!r} is already awaited")
         call = self._outstanding.call(conversation_id, agent_id, capability, stream=stream)
         try:
             await self.send(
@@ -285,6 +344,7 @@ class Caller(AgentCore):
                 MessageType.REQUEST,
                 {**(data or {}), "capability_name": capability},
                 conversation_id=conversation_id,
+                timeout_ms=timeout_ms,
                 message_id=message_id,
             )
         except BaseException:

@@ -12,6 +12,7 @@ and becomes the capability's `input_schema`; the return annotation becomes its
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import inspect
 from collections.abc import Awaitable, Callable, Sequence
@@ -154,6 +155,17 @@ class RequestContext:
     answer: Message | None = None
     """The INPUT that answered this handler's last `ask()` (its payload is what `ask()`
     returned), if any."""
+    cancelled: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
+    """Set when the lobby tells this agent to stop (CANCEL: the requester cancelled, or the
+    deadline passed); the handler's task is cancelled at the same moment, so a handler sees
+    it only in cleanup (`finally`) or in work it shields. No RESPONSE is sent after it."""
+
+    @property
+    def deadline(self) -> float | None:
+        """When the requester stops waiting (Unix time in seconds, the lobby's clock), if the
+        REQUEST has a deadline: the handler is cancelled soon after it."""
+        deadline = self.message.deadline
+        return None if deadline is None else deadline / 1000
 
     @property
     def traceparent(self) -> str | None:

@@ -305,10 +305,12 @@ class AgentCore:
         in_reply_to: str | None = None,
         message_id: str | None = None,
         traceparent: str | None = None,
+        timeout_ms: int | None = None,
     ) -> None:
         """Send one raw message (this agent's id and token are filled in). Waits for the
         connection while reconnecting, up to `request_timeout`. Without a `traceparent` it
-        carries the trace of the message being handled, if any."""
+        carries the trace of the message being handled, if any. `timeout_ms`: a REQUEST's
+        deadline, from when the lobby accepts it (PROTOCOL.md §5.2)."""
         message = Message(
             self.agent_id,
             receiver_id,
@@ -318,6 +320,7 @@ class AgentCore:
             message_id=message_id,
             in_reply_to=in_reply_to,
             traceparent=traceparent,
+            timeout_ms=timeout_ms,
         )
         await self._sender.send(message)
 

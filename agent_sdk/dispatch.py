@@ -17,6 +17,9 @@ For each frame, in this order:
     the lobby's reply to a question   -> Reply (delivered instead if it was answered already)
     lobby ERROR naming an awaited call
       in `original_conversation_id`   -> Refusal
+    the lobby's RESPONSE, or its ERROR
+      `unknown_conversation`, in a
+      conversation this agent ended   -> nothing (`ended`: cancelled or past its deadline)
     other lobby ERROR                 -> LobbyComplaint, then Deliver
     anything else                     -> Deliver
 
@@ -38,7 +41,7 @@ from agent_sdk.delivery import Inbound, Outbound
 from agent_sdk.stats import AgentStats
 from protocol.codec import decode
 from protocol.errors import DecodeError
-from protocol.models import LOBBY_ID, Message, MessageType
+from protocol.models import LOBBY_ID, ErrorCode, Message, MessageType
 
 
 @dataclass(slots=True)
@@ -93,6 +96,9 @@ class RoomFreed:
     """The lobby settled sends: wake whoever waits for room to send (or for all confirmed)."""
 
 
+ENDED_REMEMBERED = 1_000
+"""Conversations ended by this agent (or for it) remembered, to stay quiet about them."""
+
 # Plain slotted classes, not frozen: a frozen dataclass costs about 1 us more to build, and one
 # is built for most frames received.
 Action = Deliver | Answer | Refusal | Reply | LobbyComplaint | Unreadable | RoomFreed
@@ -125,6 +131,9 @@ class SeenMessages:
             self._seen.popitem(last=False)
         return False
 
+    def seen(self, sender_id: str, message_id: str) -> bool:
+        return (sender_id, message_id) in self._seen
+
     def forget(self, sender_id: str, message_id: str) -> None:
         """Take a message out of the window: its redelivery is to be handled after all."""
         self._seen.pop((sender_id, message_id), None)
@@ -153,6 +162,13 @@ class Dispatcher:
         self._seen = SeenMessages(dedupe_window)
         self._calls = calls
         self._questions = questions
+        self._ended = SeenMessages(ENDED_REMEMBERED)
+        """Conversations this agent cancelled, or was told to stop serving (CANCEL): what
+        the lobby says of them afterwards is expected, not worth a warning."""
+
+    def ended(self, conversation_id: str) -> None:
+        """This agent cancelled `conversation_id`, or stopped serving a REQUEST in it."""
+        self._ended.check_and_add(LOBBY_ID, conversation_id)
 
     # -- the read side ---------------------------------------------------------------------
 
@@ -189,6 +205,8 @@ class Dispatcher:
             if call is not None and message.sender_id in (call.receiver_id, LOBBY_ID):
                 self.settle(seq)
                 actions.append(Answer(conversation_id, message.payload))
+            elif from_lobby and self._ended.seen(LOBBY_ID, conversation_id):
+                self.settle(seq)  # the `cancelled` answer to a call no longer awaited
             else:
                 actions.append(Deliver(message))
             return actions
@@ -204,6 +222,9 @@ class Dispatcher:
                 if original in self._calls:
                     self.settle(seq)
                     actions.append(Refusal(original, str(code), str(error)))
+                    return actions
+                if code == ErrorCode.UNKNOWN_CONVERSATION and self._ended.seen(LOBBY_ID, original):
+                    self.settle(seq)  # a late RESPONSE (or CANCEL) in a conversation ended
                     return actions
                 actions.append(LobbyComplaint(code, error))
         actions.append(Deliver(message))

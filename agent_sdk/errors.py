@@ -18,6 +18,7 @@
      │    │    ├── InvalidInputError         code `invalid_input`
      │    │    ├── RateLimitedError          code `rate_limited`
      │    │    ├── RemoteTimeoutError        code `timeout` (also a RequestTimeoutError)
+     │    │    ├── RequestCancelled          code `cancelled`: the requester cancelled it
      │    │    └── (yours)                   `class OutOfStock(RemoteError, code="out_of_stock")`
      │    ├── UnknownReceiverError           the lobby knows no such agent
      │    ├── RequestRefusedError            the lobby refused the REQUEST itself (an ERROR)
@@ -170,6 +171,11 @@ class RequestTimeoutError(RequestError, TimeoutError):
 
 class RemoteTimeoutError(RemoteError, RequestTimeoutError, code="timeout"):
     """The capability's own `timeout` passed before its handler finished (code `timeout`)."""
+
+
+class RequestCancelled(RemoteError, code="cancelled"):
+    """The REQUEST was cancelled by its requester (`Agent.cancel`, or the awaiting task was
+    cancelled): the lobby's final RESPONSE, code `cancelled`."""
 
 
 class MessageRefusedError(AgentSDKError):

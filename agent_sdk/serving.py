@@ -17,6 +17,10 @@ from agent_sdk.logs import log
 from agent_sdk.turns import Inputs
 from protocol.models import ErrorCode, Message, MessageType, ResponseStatus
 
+DEADLINE_GRACE = 1.0
+"""Seconds a handler may run past its REQUEST's deadline, waiting for the lobby's CANCEL
+(the lobby checks deadlines twice a second), before the agent stops it itself."""
+
 
 class CapabilityServer(Caller):
     """Answers each REQUEST with the handler of its capability (`self.capabilities`); mixed
@@ -29,6 +33,9 @@ class CapabilityServer(Caller):
     def __init__(self, agent_id: str | None = None, **options: Any) -> None:
         super().__init__(agent_id, **options)
         self._routes[MessageType.REQUEST] = self._serve_request
+        self._routes[MessageType.CANCEL] = self._cancel_serving
+        self._serving: dict[tuple[str, str | None], tuple[RequestContext, asyncio.Task[Any]]] = {}
+        """(requester, REQUEST message_id) -> the handler serving it and its task, for CANCEL."""
         self._inputs = Inputs(self.agent_id)
         self._routes[MessageType.INPUT] = self._inputs.receive
         now = time.monotonic()
@@ -97,16 +104,31 @@ class CapabilityServer(Caller):
             self.agent_id,
             self._inputs,
         )
+        timeout = spec.timeout
+        if message.deadline is not None:
+            # The lobby CANCELs it at its deadline; this bound is for a CANCEL that never comes.
+            left = message.deadline / 1000 - time.time() + DEADLINE_GRACE
+            timeout = left if timeout is None else min(timeout, left)
+        key = (message.sender_id, message.message_id)
+        self._serving[key] = (ctx, asyncio.current_task())  # type: ignore[assignment]
         try:
-            if spec.timeout is None:  # no timeout scope to enter: about 2 us a REQUEST
+            if timeout is None:  # no timeout scope to enter: about 2 us a REQUEST
                 result = await spec.handler(self, argument, ctx)
             else:
-                async with asyncio.timeout(spec.timeout):
+                async with asyncio.timeout(timeout):
                     result = await spec.handler(self, argument, ctx)
             output = {**spec.dump_output(result), "status": ResponseStatus.SUCCESS}
+        except asyncio.CancelledError:
+            if not ctx.cancelled.is_set():
+                raise  # the agent stops
+            asyncio.current_task().uncancel()  # type: ignore[union-attr]
+            return  # the lobby ended the REQUEST and answered its requester
         except CapabilityError as exc:
             output = {"status": ResponseStatus.ERROR, "code": exc.code, "error": exc.message}
         except TimeoutError:
+            if timeout != spec.timeout:
+                self._dispatcher.ended(ctx.conversation_id)
+                return  # its deadline: the lobby answers the requester `timeout`
             output = {
                 "status": ResponseStatus.ERROR,
                 "code": "timeout",
@@ -120,11 +142,32 @@ class CapabilityServer(Caller):
                 "code": ErrorCode.INTERNAL,
                 "error": f"capability '{name}' failed with an internal error",
             }
+        finally:
+            self._serving.pop(key, None)
         # `send_quietly`, inlined: one coroutine less on every REQUEST.
         try:
             await self._sender.send(response_to(message, output))
         except AgentSDKError as exc:
             log.warning("RESPONSE_NOT_SENT", agent_id=self.agent_id, error=str(exc))
+
+    def _cancel_serving(self, message: Message) -> None:
+        """CANCEL from the lobby: stop the handler serving the REQUEST it names (set its
+        `ctx.cancelled`, cancel its task); what the lobby says of it afterwards is quiet."""
+        requester = message.payload.get("requester_id")
+        self._dispatcher.ended(message.conversation_id or "")
+        serving = self._serving.pop((str(requester), message.in_reply_to), None)
+        log.info(
+            "REQUEST_CANCELLED",
+            agent_id=self.agent_id,
+            requester=requester,
+            conversation_id=message.conversation_id,
+            reason=message.payload.get("reason"),
+            serving=serving is not None,
+        )
+        if serving is not None:
+            ctx, task = serving
+            ctx.cancelled.set()
+            task.cancel()
 
 
 def _summary(exc: ValidationError) -> str:

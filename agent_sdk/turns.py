@@ -143,7 +143,8 @@ class Conversation:
     `send_input()` answers an ask. Made by `Agent.converse()`; the final payload ends the
     call (an error RESPONSE raises as `request()` does). Each step may be awaited from a
     different task (a server that parks the call between turns): `timeout`, counted from the
-    REQUEST, covers every turn. `close()` stops awaiting a call given up on."""
+    REQUEST, covers every turn. `cancel()` ends the call at the lobby; `close()` only stops
+    awaiting it."""
 
     def __init__(
         self,
@@ -152,6 +153,7 @@ class Conversation:
         outstanding: Outstanding,
         send_input: SendInput,
         timeout: float,
+        cancel: Callable[[str, str | None], Awaitable[None]],
     ) -> None:
         self.conversation_id = conversation_id
         self.agent_id = call.receiver_id
@@ -159,6 +161,7 @@ class Conversation:
         self._call = call
         self._outstanding = outstanding
         self._send_input = send_input
+        self._cancel = cancel
         self._deadline = asyncio.get_running_loop().time() + timeout
         self._ended = False
 
@@ -166,6 +169,12 @@ class Conversation:
         """Answer the capability's last ask (an INPUT in this conversation, with `message_id`
         if given)."""
         await self._send_input(self.agent_id, self.conversation_id, answer, message_id=message_id)
+
+    async def cancel(self, reason: str | None = None) -> None:
+        """Cancel the call at the lobby (CANCEL: the provider is told to stop) and stop
+        awaiting it."""
+        self.close()
+        await self._cancel(self.conversation_id, reason)
 
     def close(self) -> None:
         """Stop awaiting this call (its answers are then dropped)."""

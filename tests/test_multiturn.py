@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from websockets.asyncio.client import connect
 
-from agent_sdk import Agent, InputRequiredError, RequestContext, capability
+from agent_sdk import Agent, InputRequiredError, RemoteTimeoutError, RequestContext, capability
 from lobby.server import LobbyServer
 from tests.wsclient import Client, frame, reply, running, token_of
 
@@ -62,6 +62,18 @@ async def test_a_call_that_cannot_answer_an_ask_raises_input_required(lobby: Lob
         with pytest.raises(InputRequiredError) as raised:
             await me.request("tailor", "order", {"item": "shirt"})
         assert raised.value.asked["question"] == "Which size?"
+
+
+async def test_the_deadline_covers_every_turn(lobby: LobbyServer) -> None:
+    async with Tailor("tailor", lobby_url=lobby.url), Agent("buyer", lobby_url=lobby.url) as me:
+        talk = await me.converse("tailor", "order", {"item": "shirt"}, timeout=0.5)
+        first = await anext(talk)
+        assert first["input_required"]["question"] == "Which size?"
+        await talk.send_input({"size": "M"})
+        with pytest.raises(RemoteTimeoutError):  # the lobby's `timeout`, waiting for a colour
+            async for _ in talk:
+                pass
+        assert lobby.router.conversations == {}
 
 
 async def test_input_refusals(lobby: LobbyServer) -> None:

@@ -42,14 +42,22 @@ COMPLETED = TaskState.TASK_STATE_COMPLETED
 
 
 class Tailor(Agent):
-    """Asks for a size, then answers with it."""
+    """Asks for a size, then answers with it; `stopped` is set when the lobby cancels a call."""
 
     agent_id = "tailor"
+
+    def __init__(self, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.stopped = asyncio.Event()
 
     @capability("order")
     async def order(self, request: dict[str, Any], ctx: RequestContext) -> dict[str, Any]:
         await ctx.progress({"stage": "measuring"})
-        answer = await ctx.ask({"question": "Which size?"})
+        try:
+            answer = await ctx.ask({"question": "Which size?"})
+        finally:
+            if ctx.cancelled.is_set():
+                self.stopped.set()
         await ctx.progress({"stage": "cutting"})
         return {"item": request.get("item"), "size": answer.get("size")}
 
@@ -140,11 +148,14 @@ async def test_a_resubscribed_client_sees_every_event_after_the_answer(
         assert get_data_parts(artifact.parts) == [{"item": "hat", "size": "S"}]
 
 
-async def test_a_task_waiting_for_input_is_cancelled(lobby: LobbyServer) -> None:
-    async with client(lobby) as (blocking, _, _):
+async def test_a_task_waiting_for_input_is_cancelled_at_the_lobby_too(lobby: LobbyServer) -> None:
+    async with client(lobby) as (blocking, _, tailor):
         task = await the_task(blocking, message({"item": "scarf"}))
+        assert len(lobby.router.conversations) == 1
         cancelled = await blocking.cancel_task(CancelTaskRequest(id=task.id))
         assert cancelled.status.state == TaskState.TASK_STATE_CANCELED
+        await asyncio.wait_for(tailor.stopped.wait(), 5)  # the lobby's CANCEL reached it
+        assert lobby.router.conversations == {}
         got = await blocking.get_task(GetTaskRequest(id=task.id))
         assert got.status.state == TaskState.TASK_STATE_CANCELED
         with pytest.raises(Exception, match="terminal"):

@@ -9,7 +9,7 @@ from typing import Any
 from lobby.core import Router
 from lobby.core.records import StateRemoved, StateSaved
 from lobby.store.journal import Folded
-from tests.routerkit import Peer, join, make_router, pair, raw, request, world
+from tests.routerkit import Clock, Peer, cap, join, make_router, pair, raw, request, world
 
 ASK = {"status": "in_progress", "input_required": {"question": "Which size?"}}
 
@@ -169,3 +169,30 @@ def test_input_for_an_offline_provider_is_held_and_delivered_on_resume() -> None
     bob = _resume(router, "bob", bob.token)
     held: list[dict[str, Any]] = [f for f in bob.take() if f["message_type"] == "INPUT"]
     assert [(f["message_id"], f["payload"]) for f in held] == [("i1", {"size": "M"})]
+
+
+def test_a_deadline_covers_every_turn_and_a_cancel_ends_the_wait() -> None:
+    clock = Clock()
+    router = make_router(clock)
+    alice = join(router, "alice")
+    bob = join(router, "bob", capabilities=[cap("c")])
+    payload = {"capability_name": "c"}
+    alice.to("bob", "REQUEST", payload, conversation_id="k1", message_id="m1", timeout_ms=5000)
+    alice.to("bob", "REQUEST", payload, conversation_id="k2", message_id="m2")
+    for conversation in ("k1", "k2"):
+        bob.to("alice", "RESPONSE", ASK, conversation_id=conversation)
+    alice.to("bob", "INPUT", {"size": "M"}, conversation_id="k1")
+    bob.to("alice", "RESPONSE", ASK, conversation_id="k1")  # a second turn
+    assert router.requests.turns.waiting == {("alice", "bob", "k1"), ("alice", "bob", "k2")}
+    alice.take()
+    clock.now += 5.1
+    world.deliver(router.tick())
+    (timeout,) = [f for f in alice.take() if f["message_type"] == "RESPONSE"]
+    assert timeout["payload"]["code"] == "timeout"
+    alice.to("global_lobby", "CANCEL", {}, conversation_id="k2")
+    (cancelled,) = [f for f in alice.take() if f["message_type"] == "RESPONSE"]
+    assert cancelled["payload"]["code"] == "cancelled"
+    assert router.requests.turns.waiting == set()
+    assert router.conversations == {}
+    alice.to("bob", "INPUT", {"size": "M"}, conversation_id="k2")
+    assert refusal(alice)[0] == "unknown_conversation"

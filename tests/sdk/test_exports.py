@@ -58,6 +58,7 @@ def test_public_api_is_exactly_the_documented_names() -> None:
         "PayloadError",
         "RateLimitedError",
         "RemoteTimeoutError",
+        "RequestCancelled",
         "Transaction",
         "Policy",
         "RateLimit",
