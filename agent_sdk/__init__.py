@@ -55,6 +55,7 @@ from agent_sdk.identity import EnvTokenStore, FileTokenStore, MemoryTokenStore, 
 from agent_sdk.market import Order
 from agent_sdk.negotiation import DialogueHandle, Move, Round, RoundBid, Transaction
 from agent_sdk.policy import Policy, RateLimit
+from agent_sdk.turns import Conversation
 from protocol.models import Message, MessageType
 from protocol.payloads import Capability, ServiceRecord
 
@@ -70,6 +71,7 @@ __all__ = [
     "CapabilityError",
     "CapabilityNotFoundError",
     "CapabilitySpec",
+    "Conversation",
     "DialogueEndedError",
     "DialogueError",
     "DialogueHandle",

@@ -4,8 +4,10 @@ A REQUEST is forwarded only to a capability its receiver declares, only for a re
 capability authorizes, and only with arguments its input schema accepts; it then opens
 (requester, responder, conversation_id). A RESPONSE is forwarded only to the requester of such
 an open conversation, and a final one (any status but `in_progress`) closes it. Refused REQUESTs
-get the seed's error RESPONSE; refused RESPONSEs an ERROR. This is the hot path: dict lookups,
-one `deliver`, and a schema check only for a capability that declares a schema.
+get the seed's error RESPONSE; refused RESPONSEs an ERROR. An `in_progress` RESPONSE carrying
+`input_required` leaves the conversation waiting for the requester's INPUT (multiturn.py).
+This is the hot path: dict lookups, one `deliver`, and a schema check only for a capability that
+declares a schema.
 """
 
 from __future__ import annotations

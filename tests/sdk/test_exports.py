@@ -25,6 +25,7 @@ def test_public_api_is_exactly_the_documented_names() -> None:
         "CapabilityError",
         "CapabilityNotFoundError",
         "CapabilitySpec",
+        "Conversation",
         "DialogueHandle",
         "Round",
         "RoundBid",
