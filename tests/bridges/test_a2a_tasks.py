@@ -189,3 +189,64 @@ async def test_a_generic_a2a_js_client_answers_input_required(lobby: LobbyServer
     }
     assert seen["streamedTurns"] == ["TASK_STATE_INPUT_REQUIRED", "TASK_STATE_COMPLETED"]
     assert seen["cancelled"] == "TASK_STATE_CANCELED"
+
+
+def rpc(method: str, params: dict[str, Any]) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": 1, "method": method, "params": params}
+
+
+def v03_message(data: dict[str, Any], task: dict[str, Any] | None = None) -> dict[str, Any]:
+    """message/send's params in A2A 0.3's words, continuing `task` if given."""
+    message: dict[str, Any] = {
+        "kind": "message",
+        "messageId": uuid.uuid4().hex,
+        "role": "user",
+        "parts": [{"kind": "data", "data": data}],
+    }
+    if task is not None:
+        message |= {"taskId": task["id"], "contextId": task["contextId"]}
+    return {"message": message}
+
+
+async def test_a2a_0_3_tasks_get_resubscribe_and_cancel(lobby: LobbyServer) -> None:
+    sock = bind("127.0.0.1", 0)
+    bridge = Gateway("a2a_gateway", tokens=hashed_tokens(TOKENS), lobby_url=lobby.url)
+    headers = {"Authorization": "Bearer friend-token"}
+    async with (
+        Tailor(lobby_url=lobby.url),
+        serving(bridge, sock),
+        httpx.AsyncClient(headers=headers, timeout=10) as http,
+    ):
+        url = f"{base_url(sock)}/agents/tailor/"
+
+        async def call(method: str, params: dict[str, Any]) -> dict[str, Any]:
+            result: dict[str, Any] = (await http.post(url, json=rpc(method, params))).json()[
+                "result"
+            ]
+            return result
+
+        task = await call("message/send", v03_message({"item": "shirt"}))
+        assert task["status"]["state"] == "input-required"
+        assert task["status"]["message"]["parts"][0]["data"] == {"question": "Which size?"}
+        assert (await call("tasks/get", {"id": task["id"]}))["status"]["state"] == "input-required"
+        events: list[dict[str, Any]] = []
+        async with http.stream(
+            "POST", url, json=rpc("tasks/resubscribe", {"id": task["id"]})
+        ) as sse:
+            lines = sse.aiter_lines()
+            async for line in lines:
+                if line.startswith("data: "):
+                    events.append(orjson.loads(line.removeprefix("data: "))["result"])
+                    break  # subscribed: the task as it is now
+            answered = asyncio.ensure_future(call("message/send", v03_message({"size": "M"}, task)))
+            async for line in lines:
+                if line.startswith("data: "):
+                    events.append(orjson.loads(line.removeprefix("data: "))["result"])
+        assert (await answered)["status"]["state"] == "completed"
+        assert events[0]["status"]["state"] == "input-required"
+        states = [e["status"]["state"] for e in events if e["kind"] == "status-update"]
+        assert (states[0], states[-1]) == ("working", "completed")
+        (artifact,) = [e["artifact"] for e in events if e["kind"] == "artifact-update"]
+        assert artifact["parts"][0]["data"] == {"item": "shirt", "size": "M"}
+        waiting = await call("message/send", v03_message({"item": "hat"}))
+        assert (await call("tasks/cancel", {"id": waiting["id"]}))["status"]["state"] == "canceled"
