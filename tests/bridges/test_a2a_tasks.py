@@ -220,9 +220,8 @@ async def test_a2a_0_3_tasks_get_resubscribe_and_cancel(lobby: LobbyServer) -> N
         url = f"{base_url(sock)}/agents/tailor/"
 
         async def call(method: str, params: dict[str, Any]) -> dict[str, Any]:
-            result: dict[str, Any] = (await http.post(url, json=rpc(method, params))).json()[
-                "result"
-            ]
+            answer = await http.post(url, json=rpc(method, params))
+            result: dict[str, Any] = answer.json()["result"]
             return result
 
         task = await call("message/send", v03_message({"item": "shirt"}))
