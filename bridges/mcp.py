@@ -21,8 +21,12 @@ that does not fit the output schema (the lobby does not check answers) is the to
 Offline agents' tools are not listed: a REQUEST to them would be held until they connect, and
 a client (or a model) has no use for a tool that cannot answer now. A call to one is answered
 at once with the tool error `agent_offline: ...`, no REQUEST sent; a call waiting for an agent
-that a reading finds offline meanwhile ends with the same code (the lobby still holds the
-REQUEST: nothing withdraws one).
+that a reading finds offline meanwhile ends with the same code, and its REQUEST is cancelled
+(CANCEL: the lobby drops the copy it holds). Every REQUEST carries a deadline (`timeout_ms`,
+`--call-timeout`, 30 s by default: an MCP request carries no timeout of its own), so a call to
+an agent gone offline since the last reading ends at its deadline at the latest, with the tool
+error `timeout: ...`. A client's `notifications/cancelled` for a tool call cancels its REQUEST
+the same way: the provider is told to stop (CANCEL).
 
 The tools follow the registry: the server rereads it (DISCOVER_SERVICES, which says who is
 online) every `refresh` seconds, on every `tools/list` and before calling a tool it does not
@@ -79,6 +83,9 @@ INVALID_OUTPUT = "invalid_output"
 BACKTRACK_LIMIT = 10_000
 """Backtracking steps an output schema's pattern may take on one value (as the lobby's limit
 for input schemas)."""
+
+DEFAULT_CALL_TIMEOUT = 30.0
+"""Seconds a tool call waits for its agent's answer (the REQUEST's deadline at the lobby)."""
 
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 """Hosts whose HTTP server refuses requests for other host names (DNS rebinding)."""
@@ -202,10 +209,16 @@ class LobbyTools:
     `call()` to run one."""
 
     def __init__(
-        self, agent: Agent, *, on_change: Callable[[], Awaitable[None]] | None = None
+        self,
+        agent: Agent,
+        *,
+        on_change: Callable[[], Awaitable[None]] | None = None,
+        call_timeout: float = DEFAULT_CALL_TIMEOUT,
     ) -> None:
         self._agent = agent
         self._on_change = on_change
+        self.call_timeout = call_timeout
+        """Each call's deadline (its REQUEST's `timeout_ms`), in seconds."""
         self.tools: list[types.Tool] = []
         self._targets: dict[str, tuple[str, str]] = {}
         self._outputs: dict[str, jsonschema_rs.Validator] = {}
@@ -253,7 +266,8 @@ class LobbyTools:
         """Send tool `name`'s REQUEST with `arguments`; its answer as a tool result. A name not
         listed is looked up again first (the agent may have come or gone since the last
         reading); one of an agent still unknown is tried: the lobby's answer says why it fails.
-        A call to an agent offline, or found offline while the call waits, fails at once."""
+        A call to an agent offline, or found offline while the call waits, fails at once; one
+        cancelled (the client's `notifications/cancelled`) cancels its REQUEST (CANCEL)."""
         target = self._targets.get(name)
         if target is None:
             target = lobby_target(name)
@@ -271,7 +285,13 @@ class LobbyTools:
         waiting = self._waiting.setdefault(agent_id, set())
         waiting.add(gone)
         request = asyncio.ensure_future(
-            self._agent.request(agent_id, capability, arguments, on_progress=on_progress)
+            self._agent.request(
+                agent_id,
+                capability,
+                arguments,
+                on_progress=on_progress,
+                timeout=self.call_timeout,
+            )
         )
         try:
             await asyncio.wait({request, gone}, return_when=asyncio.FIRST_COMPLETED)
@@ -280,14 +300,13 @@ class LobbyTools:
             if not waiting:
                 del self._waiting[agent_id]
             if not request.done():
-                request.cancel()
+                request.cancel()  # the request sends CANCEL: the lobby drops its REQUEST
                 with contextlib.suppress(asyncio.CancelledError):
                     await request
         if request.cancelled():  # the agent went offline while the call waited
             return tool_error(
                 AGENT_OFFLINE,
-                f"agent {agent_id!r} went offline before answering; the lobby holds the "
-                "REQUEST for it, but this call no longer waits for the answer",
+                f"agent {agent_id!r} went offline before answering; its REQUEST is cancelled",
             )
         return _answer(request, self._outputs.get(name), agent_id, capability)
 
@@ -393,12 +412,13 @@ async def serve(
     http: int | None = None,
     host: str = "127.0.0.1",
     refresh: float = 2.0,
+    call_timeout: float = DEFAULT_CALL_TIMEOUT,
 ) -> None:
     """Run `lobby mcp`: on stdio until the client closes it, or (`http`: a port, 0 for any)
     over streamable HTTP at `http://HOST:PORT/mcp` until SIGINT or SIGTERM."""
     agent = Agent(agent_id, lobby_url=lobby_url)
     sessions = Sessions()
-    tools = LobbyTools(agent, on_change=sessions.tools_changed)
+    tools = LobbyTools(agent, on_change=sessions.tools_changed, call_timeout=call_timeout)
     server = mcp_server(tools, sessions)
     options = server.create_initialization_options(NotificationOptions(tools_changed=True))
     async with agent:

@@ -17,6 +17,10 @@ gives one, else `{"content": [...]}` (its content blocks as MCP writes them). A 
 the tool's text as `error`; refusals before the tool runs are the lobby's own
 (`unauthorized`, `invalid_input`, ...).
 
+A REQUEST's deadline bounds its `tools/call` (the SDK stops the handler); a REQUEST cancelled
+(CANCEL from the lobby: its requester cancelled it, or its deadline passed) or stopped at its
+deadline sends the server `notifications/cancelled` for that call.
+
 The capabilities follow the server's tools: on its `notifications/tools/list_changed` the bridge
 lists them again and sends UPDATE_CAPABILITIES, so a tool added, changed or removed by the server
 is offered, changed or withdrawn in the lobby a moment later.
@@ -118,13 +122,29 @@ class McpToolAgent(Agent):
                 update = {"progress": progress, "total": total, "message": message}
                 await ctx.progress({k: v for k, v in update.items() if v is not None})
 
+            session = self._session
+            # The id `call_tool` is about to give its request (nothing runs in between): the
+            # session keeps no other handle on a call in flight.
+            request_id = session._request_id
             try:
-                result = await self._session.call_tool(name, arguments, progress_callback=report)
+                result = await session.call_tool(name, arguments, progress_callback=report)
             except McpError as exc:
                 raise CapabilityError(exc.error.message, code=TOOL_ERROR) from None
+            except asyncio.CancelledError:
+                reason = "cancelled in the lobby" if ctx.cancelled.is_set() else "deadline"
+                await _cancel_call(session, request_id, reason)
+                raise
             return tool_output(result)
 
         return call
+
+
+async def _cancel_call(session: ClientSession, request_id: int, reason: str) -> None:
+    """Tell the server to stop the call `request_id` (`notifications/cancelled`)."""
+    params = types.CancelledNotificationParams(requestId=request_id, reason=reason)
+    notice = types.ClientNotification(types.CancelledNotification(params=params))
+    with contextlib.suppress(Exception):  # a server gone meanwhile: nothing to stop
+        await session.send_notification(notice)
 
 
 async def list_tools(session: ClientSession) -> list[types.Tool]:

@@ -46,6 +46,13 @@ def add_commands(commands: argparse._SubParsersAction[Any], parser_class: type[A
         metavar="SECONDS",
         help="how often to reread the registry for new tools (%(default)s)",
     )
+    serve.add_argument(
+        "--call-timeout",
+        type=positive_seconds,
+        default=30.0,
+        metavar="SECONDS",
+        help="how long a tool call waits for its agent: its REQUEST's deadline (%(default)s)",
+    )
 
     bridge = commands.add_parser("bridge", help="join another protocol's agent to the lobby")
     kinds = bridge.add_subparsers(dest="bridge", required=True, parser_class=parser_class)
@@ -95,6 +102,7 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
                     http=args.http,
                     host=args.host,
                     refresh=args.refresh,
+                    call_timeout=args.call_timeout,
                 )
             )
         else:

@@ -181,6 +181,23 @@ class Deadlines:
         now = self.state.clock()
         actions: list[Action] = []
         cancelled = list(waiting)
+        agents = self.state.registry.agents
+        homes: set[str] = set()
+        for request in cancelled:
+            provider = agents.get(request.responder)
+            if provider is not None and provider.home is not None and provider.home not in homes:
+                # Cluster: the provider's home ends its side (its copy, its CANCEL) when it
+                # routes this CANCEL as its own; this node answers the requester.
+                homes.add(provider.home)
+                relayed = Message(
+                    msg.sender_id,
+                    LOBBY_ID,
+                    MessageType.CANCEL,
+                    msg.payload,
+                    conversation_id,
+                    traceparent=msg.traceparent,
+                )
+                self.state.delivery.forward(provider, relayed, session)
         for request in cancelled:
             sentence = (
                 f"REQUEST {clip(request.message_id)!r} was cancelled by {agent.agent_id!r}"
@@ -201,7 +218,8 @@ class Deadlines:
         """Close `request`'s conversation; withdraw its held copy, or CANCEL it at the provider
         if it had been given it; answer the requester with the final RESPONSE `code`. In a
         cluster each node does its own agents' side (both nodes track a REQUEST between them):
-        a CANCEL is forwarded to a provider on another node, a deadline is its node's too."""
+        the requester's CANCEL is routed again by the provider's home (`cancel`), and a deadline
+        passes there too."""
         request.ended = True
         key = (request.requester, request.conversation_id)
         waiting = self.open.get(key)
@@ -214,9 +232,9 @@ class Deadlines:
         agents = state.registry.agents
         actions: list[Action] = []
         provider = agents.get(request.responder)
-        if provider is not None and (provider.home is None or code is ErrorCode.CANCELLED):
+        if provider is not None and provider.home is None:
             given = True
-            if provider.home is None and request.seq is not None:
+            if request.seq is not None:
                 given = withdraw(provider, request.seq)
             if given:
                 notice = Message(

@@ -224,14 +224,13 @@ async def test_offline_agents_tools_are_hidden_and_calls_to_them_end_at_once(
                 assert not waiting.done()
         assert changes == [["sleeper.nap"], []]
         assert error_text(await waiting) == (  # ended by the reading that found it offline
-            "agent_offline: agent 'sleeper' went offline before answering; the lobby holds the "
-            "REQUEST for it, but this call no longer waits for the answer"
+            "agent_offline: agent 'sleeper' went offline before answering; its REQUEST is cancelled"
         )
         offline = (
             "agent_offline: agent 'sleeper' is offline (not connected to the lobby); its tools "
             "are listed again when it connects"
         )
-        held = len(lobby.router.registry.agents["sleeper"].mailbox)  # the first call's REQUEST
+        held = len(lobby.router.registry.agents["sleeper"].mailbox)  # the first call's CANCEL
         assert error_text(await tools.call("sleeper.nap", {})) == offline
         unread = LobbyTools(me)  # a name it never listed: it reads the registry first
         assert error_text(await unread.call("sleeper.nap", {})) == offline
