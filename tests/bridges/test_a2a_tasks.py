@@ -31,6 +31,7 @@ from a2a.types import (
 
 from agent_sdk import Agent, RequestContext, capability
 from bridges.a2a import Gateway, base_url, bind, hashed_tokens, serving
+from bridges.a2a_join import A2AAgent, fetch_card
 from bridges.a2a_parts import data_parts
 from lobby.server import LobbyServer
 from tests.nodejs import ROOT, node, npm_installed
@@ -249,3 +250,32 @@ async def test_a2a_0_3_tasks_get_resubscribe_and_cancel(lobby: LobbyServer) -> N
         assert artifact["parts"][0]["data"] == {"item": "shirt", "size": "M"}
         waiting = await call("message/send", v03_message({"item": "hat"}))
         assert (await call("tasks/cancel", {"id": waiting["id"]}))["status"]["state"] == "canceled"
+
+
+async def test_a_joined_a2a_agent_that_asks_for_input_asks_the_lobby_requester(
+    lobby: LobbyServer,
+) -> None:
+    """Lobby -> `lobby a2a join` -> the gateway -> the lobby's tailor, and the question back the
+    same way: the joined agent's task stops in input-required, so it asks its requester."""
+    sock = bind("127.0.0.1", 0)
+    bridge = Gateway("a2a_gateway", tokens=hashed_tokens(TOKENS), lobby_url=lobby.url)
+    headers = {"Authorization": "Bearer friend-token"}
+    asked: list[dict[str, Any]] = []
+
+    def answer(question: dict[str, Any]) -> dict[str, Any]:
+        asked.append(question)
+        return {"size": "XL"}
+
+    async with (
+        Tailor(lobby_url=lobby.url),
+        serving(bridge, sock),
+        httpx.AsyncClient(headers=headers) as http,
+    ):
+        card = await fetch_card(f"{base_url(sock)}/agents/tailor/", http)
+        async with (
+            A2AAgent("tailor_via_a2a", card, http, lobby_url=lobby.url),
+            Agent("buyer", lobby_url=lobby.url) as me,
+        ):
+            result = await me.request("tailor_via_a2a", "order", {"item": "cape"}, on_input=answer)
+    assert asked == [{"question": "Which size?"}]
+    assert result == {"item": "cape", "size": "XL"}
