@@ -4,7 +4,8 @@ The serving side: a handler's `await ctx.ask({...})` sends an `in_progress` RESP
 `input_required` and waits in `Inputs` for the requester's INPUT in that conversation (INPUT is
 routed to `Inputs.receive`, which completes it at once, never as a task, so a busy agent still
 takes its answers). The calling side: `request(on_input=...)` answers each ask with what the
-callback returns; `converse()` gives a `Conversation` to iterate and `send_input()` to by hand.
+callback returns; `converse()` gives a `Conversation` to iterate, answering with its
+`send_input()` by hand.
 """
 
 from __future__ import annotations
