@@ -30,6 +30,7 @@ from agent_sdk.errors import (
     DialogueEndedError,
     DialogueError,
     IllegalMoveError,
+    InputRequiredError,
     InvalidInputError,
     LobbyError,
     LobbyUnreachableError,
@@ -56,6 +57,7 @@ from agent_sdk.market import Order
 from agent_sdk.negotiation import DialogueHandle, Move, Round, RoundBid, Transaction
 from agent_sdk.policy import Policy, RateLimit
 from agent_sdk.presence import PresenceChange, PresenceEvent, Watch
+from agent_sdk.turns import Conversation
 from protocol.models import Message, MessageType
 from protocol.payloads import Capability, ServiceRecord
 
@@ -71,12 +73,14 @@ __all__ = [
     "CapabilityError",
     "CapabilityNotFoundError",
     "CapabilitySpec",
+    "Conversation",
     "DialogueEndedError",
     "DialogueError",
     "DialogueHandle",
     "EnvTokenStore",
     "FileTokenStore",
     "IllegalMoveError",
+    "InputRequiredError",
     "InvalidInputError",
     "LobbyError",
     "LobbyUnreachableError",

@@ -14,7 +14,13 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
-from agent_sdk.errors import AgentSDKError, RequestTimeoutError, refused_error, remote_error
+from agent_sdk.errors import (
+    AgentSDKError,
+    InputRequiredError,
+    RequestTimeoutError,
+    refused_error,
+    remote_error,
+)
 from protocol.models import LOBBY_ID, Message, ResponseStatus
 
 PROGRESS_QUEUE_SIZE = 256
@@ -60,6 +66,14 @@ class Call:
                     self.updates.get_nowait()
                     self.dropped_updates += 1
                 self.updates.put_nowait(payload)
+            elif "input_required" in payload and not self.result.done():
+                self.result.set_exception(
+                    InputRequiredError(
+                        f"{self.receiver_id!r} asked for input for {self.capability!r}; "
+                        "answer it with request(on_input=...) or converse()",
+                        payload["input_required"],
+                    )
+                )
             return False
         if not self.result.done():
             if status == ResponseStatus.SUCCESS:

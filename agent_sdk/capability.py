@@ -22,6 +22,7 @@ from typing import Any, TypeVar, get_type_hints
 from pydantic import BaseModel
 
 from agent_sdk.policy import RateLimit
+from agent_sdk.turns import Inputs, ask
 from protocol.models import Message, MessageType, ResponseStatus
 from protocol.payloads import Capability
 
@@ -156,6 +157,10 @@ class RequestContext:
     message: Message
     _send: Callable[[Message], Awaitable[None]] = field(repr=False)
     _agent_id: str = field(repr=False)
+    _inputs: Inputs | None = field(default=None, repr=False)
+    answer: Message | None = None
+    """The INPUT that answered this handler's last `ask()` (its payload is what `ask()`
+    returned), if any."""
     cancelled: asyncio.Event = field(default_factory=asyncio.Event, repr=False)
     """Set when the lobby tells this agent to stop (CANCEL: the requester cancelled, or the
     deadline passed); the handler's task is cancelled at the same moment, so a handler sees
@@ -172,6 +177,17 @@ class RequestContext:
     def traceparent(self) -> str | None:
         """The W3C trace of this call (what the handler sends carries it too), if any."""
         return self.message.traceparent
+
+    async def ask(
+        self, question: dict[str, Any] | BaseModel, *, timeout: float | None = None
+    ) -> dict[str, Any]:
+        """Ask the requester for input and return its answer (the INPUT's payload): sends an
+        `in_progress` RESPONSE with `input_required` = `question` (free form, e.g.
+        `{"question": "Which size?"}`). Waits up to `timeout` seconds (None: as long as the
+        capability's own timeout allows), then raises `TimeoutError`."""
+        data = CapabilitySpec.dump_output(question)
+        self.answer = await ask(self._inputs, self._send, self.message, data, timeout)
+        return self.answer.payload
 
     async def progress(self, update: dict[str, Any] | BaseModel) -> None:
         """Send an `in_progress` RESPONSE; the caller's `request_stream()` yields it."""

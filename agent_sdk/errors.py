@@ -23,7 +23,8 @@
      │    │    └── (yours)                   `class OutOfStock(RemoteError, code="out_of_stock")`
      │    ├── UnknownReceiverError           the lobby knows no such agent
      │    ├── RequestRefusedError            the lobby refused the REQUEST itself (an ERROR)
-     │    └── RequestTimeoutError            no final RESPONSE in time (also a `TimeoutError`)
+     │    ├── RequestTimeoutError            no final RESPONSE in time (also a `TimeoutError`)
+     │    └── InputRequiredError             the capability asked for input; no `on_input=`
      ├── DialogueError            a FIPA dialogue did not go as asked
      │    ├── IllegalMoveError    the move breaks a rule of `protocol.fipa` (`rule` names it)
      │    ├── MoveTimeoutError    no move arrived in time (also a `TimeoutError`)
@@ -256,3 +257,13 @@ def refused_error(code: str, message: str) -> RequestError:
     if code == ErrorCode.UNKNOWN_RECEIVER:
         return UnknownReceiverError(f"{code}: {message}")
     return RequestRefusedError(code, message)
+
+
+class InputRequiredError(RequestError):
+    """The capability asked for input (`input_required`, which `asked` holds) and the call had
+    no way to answer: `request()` without `on_input=`. The conversation stays open at the
+    lobby, waiting for an INPUT, until the provider's own timeout ends it."""
+
+    def __init__(self, message: str, asked: dict[str, Any]) -> None:
+        super().__init__(message)
+        self.asked = asked

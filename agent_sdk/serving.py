@@ -14,6 +14,7 @@ from agent_sdk.caller import Caller
 from agent_sdk.capability import RequestContext, error_response_to, response_to
 from agent_sdk.errors import AgentSDKError, CapabilityError
 from agent_sdk.logs import log
+from agent_sdk.turns import Inputs
 from protocol.models import ErrorCode, Message, MessageType, ResponseStatus
 
 DEADLINE_GRACE = 1.0
@@ -35,6 +36,8 @@ class CapabilityServer(Caller):
         self._routes[MessageType.CANCEL] = self._cancel_serving
         self._serving: dict[tuple[str, str | None], tuple[RequestContext, asyncio.Task[Any]]] = {}
         """(requester, REQUEST message_id) -> the handler serving it and its task, for CANCEL."""
+        self._inputs = Inputs(self.agent_id)
+        self._routes[MessageType.INPUT] = self._inputs.receive
         now = time.monotonic()
         self._buckets = {
             name: spec.rate_limit.bucket(now)
@@ -99,6 +102,7 @@ class CapabilityServer(Caller):
             message,
             self._sender.send,
             self.agent_id,
+            self._inputs,
         )
         timeout = spec.timeout
         if message.deadline is not None:

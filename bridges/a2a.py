@@ -11,11 +11,14 @@ message naming none calls the agent's sole capability, and an agent with several
 JSON-RPC Invalid params error naming them); each `in_progress` RESPONSE becomes a task status
 update (state working, a data part), the final RESPONSE a completed task with the result as a
 data artifact, an error a failed task whose status message carries `{"code": ..., "error": ...}`
-(the lobby's code). A caller authenticates with `Authorization: Bearer <token>`; the tokens file
-maps each token to a lobby agent id, and the gateway calls the lobby as that agent (one SDK
-connection each), so the lobby's own authorization decides. A missing or unknown token is
-answered 401 before anything is sent, unless the gateway names an agent for callers without a
-token (`anonymous`). Every error the gateway answers itself is a JSON-RPC error object
+(the lobby's code). A RESPONSE asking for input (`input_required`) leaves the task in
+`input-required`, and a message naming the task (`taskId`) answers it with INPUT
+(`a2a_tasks`); `tasks/get`, `tasks/resubscribe` and `tasks/cancel` act on tasks as A2A says.
+A caller authenticates with `Authorization: Bearer <token>`; the tokens file maps each token
+to a lobby agent id, and the gateway calls the lobby as that agent (one SDK connection each),
+so the lobby's own authorization decides. A missing or unknown token is answered 401 before
+anything is sent, unless the gateway names an agent for callers without a token
+(`anonymous`). Every error the gateway answers itself is a JSON-RPC error object
 (`a2a_card.rpc_error`).
 """
 
@@ -34,15 +37,12 @@ from typing import Any
 
 import uvicorn
 from a2a.auth.user import User
-from a2a.helpers import new_task_from_user_message
-from a2a.server.agent_execution import AgentExecutor, RequestContext
 from a2a.server.context import ServerCallContext
-from a2a.server.events import EventQueue
 from a2a.server.request_handlers import DefaultRequestHandler
 from a2a.server.routes import DefaultServerCallContextBuilder
 from a2a.server.routes.jsonrpc_dispatcher import JsonRpcDispatcher
-from a2a.server.tasks import InMemoryTaskStore, TaskUpdater
-from a2a.types import Message, SendMessageRequest, Task, TaskState
+from a2a.server.tasks import InMemoryTaskStore
+from a2a.types import Message, SendMessageRequest, Task
 from a2a.utils.errors import InternalError, InvalidParamsError
 from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
@@ -53,10 +53,6 @@ from starlette.routing import Route
 from agent_sdk.agent import Agent
 from agent_sdk.errors import (
     AgentSDKError,
-    RemoteError,
-    RequestError,
-    RequestRefusedError,
-    UnknownReceiverError,
 )
 from bridges.a2a_card import (
     CARD_PATH,
@@ -67,13 +63,9 @@ from bridges.a2a_card import (
     is_json,
     rpc_error,
 )
-from bridges.a2a_parts import data_parts, named_capability, payload_of
-from protocol.models import ErrorCode, ResponseStatus
+from bridges.a2a_parts import named_capability
+from bridges.a2a_tasks import CALLER, CAPABILITY, DEFAULT_TASK_TIMEOUT, TARGET, LobbyExecutor
 from protocol.payloads import Capability
-
-_CALLER = "lobby_caller"
-_TARGET = "lobby_target"
-_CAPABILITY = "lobby_capability"
 
 
 class TokensFileError(AgentSDKError, ValueError):
@@ -118,61 +110,13 @@ class _Caller(User):
 class _ContextBuilder(DefaultServerCallContextBuilder):
     def build(self, request: Request) -> ServerCallContext:
         context = super().build(request)
-        context.state[_CALLER] = request.scope[_CALLER]
-        context.state[_TARGET] = request.scope[_TARGET]
+        context.state[CALLER] = request.scope[CALLER]
+        context.state[TARGET] = request.scope[TARGET]
         return context
 
     def build_user(self, request: Request) -> User:
-        caller: Agent = request.scope[_CALLER]
+        caller: Agent = request.scope[CALLER]
         return _Caller(caller.agent_id)
-
-
-class LobbyExecutor(AgentExecutor):
-    """Runs one A2A message as a REQUEST through the caller's own lobby connection."""
-
-    async def execute(self, context: RequestContext, event_queue: EventQueue) -> None:
-        caller: Agent = context.call_context.state[_CALLER]
-        target: str = context.call_context.state[_TARGET]
-        message = context.message
-        assert message is not None
-        assert context.task_id
-        assert context.context_id
-        if context.current_task is None:
-            await event_queue.enqueue_event(new_task_from_user_message(message))
-        task = TaskUpdater(event_queue, context.task_id, context.context_id)
-        payload = payload_of(list(message.parts))
-        payload.pop("capability_name", None)
-        capability: str = context.call_context.state[_CAPABILITY]
-        await task.start_work()
-        result: dict[str, Any] = {}
-        try:
-            async for answer in caller.request_stream(target, capability, payload):
-                if answer.get("status") == ResponseStatus.IN_PROGRESS:
-                    update = {k: v for k, v in answer.items() if k != "status"}
-                    await task.update_status(
-                        TaskState.TASK_STATE_WORKING, task.new_agent_message(data_parts(update))
-                    )
-                else:  # the final RESPONSE's payload, its status already taken off
-                    result = answer
-        except RemoteError as exc:
-            await task.failed(task.new_agent_message(_error(exc.code, exc.message)))
-            return
-        except RequestRefusedError as exc:
-            await task.failed(task.new_agent_message(_error(exc.code, exc.message)))
-            return
-        except UnknownReceiverError as exc:
-            await task.failed(task.new_agent_message(_error(ErrorCode.UNKNOWN_RECEIVER, str(exc))))
-            return
-        except RequestError as exc:
-            await task.failed(task.new_agent_message(_error("timeout", str(exc))))
-            return
-        await task.add_artifact(data_parts(result), name="result")
-        await task.complete()
-
-    async def cancel(self, context: RequestContext, event_queue: EventQueue) -> None:
-        assert context.task_id
-        assert context.context_id
-        await TaskUpdater(event_queue, context.task_id, context.context_id).cancel()
 
 
 class BoundedTaskStore(InMemoryTaskStore):
@@ -196,20 +140,17 @@ class BoundedTaskStore(InMemoryTaskStore):
         await super().delete(task_id, context)
 
 
-def _error(code: str, error: str) -> list[Any]:
-    return data_parts({"code": code, "error": error})
-
-
 class _LobbyRequestHandler(DefaultRequestHandler):
     """The SDK's request handler, which first settles the capability a message calls (see
     `Gateway.capability_for`), so a message that names none and has no default is refused as
     a JSON-RPC error before a task exists."""
 
-    def __init__(self, gateway: Gateway, max_tasks: int) -> None:
+    def __init__(self, gateway: Gateway, max_tasks: int, task_timeout: float) -> None:
         # The handler reads one card for what it checks (streaming is on); each agent's own
         # card is built per request from the registry.
         generic = agent_card("lobby", [Capability(name="any")], "/")
-        super().__init__(LobbyExecutor(), BoundedTaskStore(max_tasks), generic)
+        executor = LobbyExecutor(task_timeout=task_timeout, max_waiting=max_tasks)
+        super().__init__(executor, BoundedTaskStore(max_tasks), generic)
         self._gateway = gateway
 
     async def on_message_send(
@@ -229,8 +170,8 @@ class _LobbyRequestHandler(DefaultRequestHandler):
     async def _name_capability(
         self, params: SendMessageRequest, context: ServerCallContext
     ) -> None:
-        context.state[_CAPABILITY] = await self._gateway.capability_for(
-            context.state[_TARGET], params.message
+        context.state[CAPABILITY] = await self._gateway.capability_for(
+            context.state[TARGET], params.message
         )
 
 
@@ -240,7 +181,8 @@ class Gateway:
     (if any) the one a caller without an Authorization header acts as (else such a caller is
     refused 401); `default_agent` (if any) is served at the origin too (its card at
     `/.well-known/agent-card.json`, JSON-RPC at `/`); at most `max_tasks` A2A tasks are kept
-    for `tasks/get`; what the registry says is read again after `registry_ttl` seconds. Enter
+    for `tasks/get`; a task fails with `timeout` after `task_timeout` seconds, its turns
+    included; what the registry says is read again after `registry_ttl` seconds. Enter
     it (`async with`) to connect the agents, then serve `app`."""
 
     def __init__(
@@ -253,6 +195,7 @@ class Gateway:
         lobby_url: str | None = None,
         max_tasks: int = 10_000,
         registry_ttl: float = 1.0,
+        task_timeout: float = DEFAULT_TASK_TIMEOUT,
     ) -> None:
         self.agent = Agent(agent_id, lobby_url=lobby_url)
         # Cards and messages naming no skill read the registry: a DISCOVER reads every agent's
@@ -268,7 +211,7 @@ class Gateway:
         callers = set(tokens.values()) | ({anonymous} if anonymous else set())
         self._callers = {caller: Agent(caller, lobby_url=lobby_url) for caller in callers}
         self._dispatcher = JsonRpcDispatcher(
-            _LobbyRequestHandler(self, max_tasks),
+            _LobbyRequestHandler(self, max_tasks, task_timeout),
             context_builder=_ContextBuilder(),
             enable_v0_3_compat=True,
         )
@@ -369,8 +312,8 @@ class Gateway:
                 f"the body must be JSON-RPC as application/json, not {content_type}",
                 code=CONTENT_TYPE_NOT_SUPPORTED,
             )
-        request.scope[_CALLER] = self._callers[caller_id]
-        request.scope[_TARGET] = target
+        request.scope[CALLER] = self._callers[caller_id]
+        request.scope[TARGET] = target
         return await self._dispatcher.handle_requests(request)
 
 

@@ -5,7 +5,9 @@ The REQUEST's payload (without `capability_name`) goes as one data part, with th
 `metadata.skill`; status updates that carry parts become `in_progress` RESPONSEs; a completed
 task's artifacts (or a direct message reply) become the success payload (`a2a_parts.payload_of`);
 a failed or rejected task becomes status `error` with the code its status message carries in a
-data part, else `a2a_failed`.
+data part, else `a2a_failed`. A task that stops in input-required asks the requester (`ctx.ask`,
+PROTOCOL.md §5.3) what its status message says, and the INPUT's payload goes back to the task as
+the next message (its `taskId`), as many times as the A2A agent asks.
 """
 
 from __future__ import annotations
@@ -94,15 +96,36 @@ class A2AAgent(Agent):
 
     async def _send(self, message: Message, ctx: RequestContext) -> dict[str, Any]:
         result: list[Part] = []
+        while True:
+            asked = await self._turn(message, ctx, result)
+            if asked is None:
+                return payload_of(result) if result else {}
+            question, task_id, context_id = asked
+            answer = await ctx.ask(question)
+            message = Message(
+                message_id=uuid.uuid4().hex,
+                role=Role.ROLE_USER,
+                parts=data_parts(answer),
+                task_id=task_id,
+                context_id=context_id,
+            )
+
+    async def _turn(
+        self, message: Message, ctx: RequestContext, result: list[Part]
+    ) -> tuple[dict[str, Any], str, str] | None:
+        """Send one message and read the task's events, gathering its artifacts in `result`:
+        None once it is done, or what it asks (and its task and context ids) when it stops in
+        input-required."""
         async for event in self._client.send_message(SendMessageRequest(message=message)):
             if event.HasField("message"):
-                return payload_of(list(event.message.parts))
+                result[:] = list(event.message.parts)
+                return None
             if event.HasField("artifact_update"):
                 result.extend(event.artifact_update.artifact.parts)
                 continue
             status = event.task.status if event.HasField("task") else event.status_update.status
             if event.HasField("task"):
-                result = [part for art in event.task.artifacts for part in art.parts] or result
+                result[:] = [part for art in event.task.artifacts for part in art.parts] or result
             said = list(status.message.parts)
             if status.state in _FAILED_STATES:
                 answer = payload_of(said) if said else {}
@@ -113,4 +136,10 @@ class A2AAgent(Agent):
                 )
             if status.state == TaskState.TASK_STATE_WORKING and said:
                 await ctx.progress(payload_of(said))
-        return payload_of(result) if result else {}
+            if status.state == TaskState.TASK_STATE_INPUT_REQUIRED:
+                if event.HasField("task"):
+                    ids = event.task.id, event.task.context_id
+                else:
+                    ids = event.status_update.task_id, event.status_update.context_id
+                return (payload_of(said) if said else {}), *ids
+        return None

@@ -68,6 +68,7 @@ BETWEEN_AGENTS: Final = (
     T.TEXT,
     T.ORDER_PROPOSAL,
     T.PAYMENT,
+    T.INPUT,
 )
 """Messages from one agent to another: checked by the lobby, then forwarded (or held)."""
 
@@ -91,6 +92,7 @@ IN_CONVERSATION: Final = (
     T.MATCH_ACCEPT,
     T.WATCH,
     T.UNWATCH,
+    T.INPUT,
 )
 """Messages the lobby refuses without a `conversation_id` (a call's, or a dialogue's id)."""
 
@@ -135,6 +137,7 @@ _SUMMARIES: Final = {
     T.UNWATCH: "End the watch the conversation_id names.",
     T.PRESENCE: "An agent as it is (snapshot) or as it changed; never stored or replayed.",
     T.CANCEL: "End the sender's open REQUESTs in a conversation; to a provider: stop working.",
+    T.INPUT: "The requester's answer to a RESPONSE's `input_required` (multi-turn).",
 }
 
 

@@ -70,6 +70,7 @@ class MessageType(StrEnum):
     UNWATCH = "UNWATCH"
     PRESENCE = "PRESENCE"
     CANCEL = "CANCEL"
+    INPUT = "INPUT"
 
 
 class ErrorCode(StrEnum):

@@ -11,9 +11,11 @@ from typing import Annotated, Any, Final, Literal
 from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from protocol.cancel import CancelPayload
+from protocol.filters import FILTER_SCHEMA
 from protocol.fipa import MAX_ROUND_REPLY_BY
 from protocol.limits import MAX_NAME_LENGTH
 from protocol.models import LOBBY_ID, AgentIdRef, ErrorCode, MessageType, Name, RegisterStatus
+from protocol.multiturn import InputPayload
 from protocol.presence import PresencePayload, UnwatchPayload, WatchPayload
 
 
@@ -92,47 +94,6 @@ class RegisterAckPayload(_Payload):
         "lobby. The handshake response's Agent-Lobby-Id header carries it too.",
     )
 
-
-FILTER_OPS: Final = ("eq", "ne", "lt", "le", "gt", "ge", "in", "contains")
-_SCALAR: Final = {"type": ["string", "number", "boolean"]}
-_BOOLEAN: Final = {"type": "boolean"}
-_NOT_IN: Final = {"not": {"const": "in"}}
-FILTER_SCHEMA: Final[dict[str, Any]] = {
-    "title": "Filter",
-    "description": "One constraint on a capability attribute (lobby/core/discovery/filters.py): "
-    "`in` takes a list of values, `lt`/`le`/`gt`/`ge` a number or a string, the others one value.",
-    "type": "object",
-    "properties": {
-        "attribute": {"type": "string", "minLength": 1},
-        "op": {"title": "FilterOp", "type": "string", "enum": list(FILTER_OPS), "default": "eq"},
-        "value": {
-            "title": "FilterValue",
-            "description": "A string, a number or a boolean; a list of them for `in`.",
-            "not": {
-                "anyOf": [
-                    {"type": ["object", "null"]},
-                    {"type": "array", "contains": {"type": ["object", "array", "null"]}},
-                ]
-            },
-        },
-    },
-    "required": ["attribute", "value"],
-    "additionalProperties": False,
-    # The rules between `op` and `value` as one `not` (no combination of them may hold):
-    # generators take `if`/`then` or `oneOf` into the model's types, `not` they leave alone.
-    "not": {
-        "anyOf": [
-            {"required": ["op", "value"], "properties": {"op": {"const": "in"}, "value": _SCALAR}},
-            {"required": ["value"], "properties": {"op": _NOT_IN, "value": {"type": "array"}}},
-            {
-                "required": ["op", "value"],
-                "properties": {"op": {"enum": ["lt", "le", "gt", "ge"]}, "value": _BOOLEAN},
-            },
-        ]
-    },
-}
-"""The schema of a DISCOVER_SERVICES filter; the lobby parses filters itself (`parse_filters`)
-and refuses with `malformed` exactly what this refuses."""
 
 DISCOVER_LIMIT: Final = 100
 """Capabilities in one DISCOVER_SERVICES answer when `limit` is not given (a lookup)."""
@@ -267,6 +228,9 @@ class ResponsePayload(BaseModel):
         default=None,
         description="On the lobby's `invalid_input` RESPONSE: the JSON Pointer of the failing "
         "argument.",
+    )
+    input_required: dict[str, Any] | None = Field(
+        default=None, description="With status `in_progress` only: what the provider asks (§5.3)."
     )
 
 
@@ -493,5 +457,6 @@ PAYLOAD_MODELS: Final[dict[MessageType, type[BaseModel]]] = {
     MessageType.UNWATCH: UnwatchPayload,
     MessageType.PRESENCE: PresencePayload,
     MessageType.CANCEL: CancelPayload,
+    MessageType.INPUT: InputPayload,
 }
 """The payload model of each message type; `schema.py` and the tests walk this table."""

@@ -67,8 +67,9 @@ async def recording_proxy(lobby_url: str, recording: Recording) -> AsyncIterator
 
 async def _raw_exchanges(url: str) -> None:
     """What the examples do not send: a pull of held messages, the ledger, a REQUEST with a
-    timeout and its CANCEL, a watch and the capability update it sees, a refused frame, an idle
-    dialogue the lobby ends, and an unregister."""
+    timeout, its provider's question and the INPUT answering it, and its CANCEL, a watch and the
+    capability update it sees, a refused frame, an idle dialogue the lobby ends, and an
+    unregister."""
     async with (
         websockets.asyncio.client.connect(url) as a,
         websockets.asyncio.client.connect(url) as b,
@@ -91,6 +92,29 @@ async def _raw_exchanges(url: str) -> None:
             )
         )
         assert (await reply(b))["message_type"] == "REQUEST"  # with its deadline
+        ask = {"status": "in_progress", "input_required": {"question": "which?"}}
+        await b.send(
+            frame(
+                "rec_b",
+                "RESPONSE",
+                ask,
+                auth_token=token_b,
+                receiver_id="rec_a",
+                conversation_id="r",
+            )
+        )
+        assert (await reply(a))["payload"] == ask
+        await a.send(
+            frame(
+                "rec_a",
+                "INPUT",
+                {"pick": 1},
+                auth_token=token_a,
+                receiver_id="rec_b",
+                conversation_id="r",
+            )
+        )
+        assert (await reply(b))["message_type"] == "INPUT"
         cancel = {"reason": "recorded"}
         await a.send(frame("rec_a", "CANCEL", cancel, auth_token=token_a, conversation_id="r"))
         assert (await reply(b))["message_type"] == "CANCEL"

@@ -181,6 +181,7 @@ CORPUS = [
         conversation_id="k4",
     ),
     bad("request: no conversation_id", "REQUEST", {"capability_name": "c"}, receiver_id="bob"),
+    bad("input: no conversation_id", "INPUT", {"size": "M"}, receiver_id="bob"),
     bad(
         "request: no capability_name", "REQUEST", {"x": 1}, receiver_id="bob", conversation_id="k2"
     ),

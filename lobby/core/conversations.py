@@ -4,8 +4,10 @@ A REQUEST is forwarded only to a capability its receiver declares, only for a re
 capability authorizes, and only with arguments its input schema accepts; it then opens
 (requester, responder, conversation_id). A RESPONSE is forwarded only to the requester of such
 an open conversation, and a final one (any status but `in_progress`) closes it. Refused REQUESTs
-get the seed's error RESPONSE; refused RESPONSEs an ERROR. This is the hot path: dict lookups,
-one `deliver`, and a schema check only for a capability that declares a schema.
+get the seed's error RESPONSE; refused RESPONSEs an ERROR. An `in_progress` RESPONSE carrying
+`input_required` leaves the conversation waiting for the requester's INPUT (multiturn.py).
+This is the hot path: dict lookups, one `deliver`, and a schema check only for a capability that
+declares a schema.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from typing import Any
 import structlog
 
 from lobby.core.deadlines import Deadlines
+from lobby.core.multiturn import WAITING, Turns, asks_for_input
 from lobby.core.records import Effect, Snapshot
 from lobby.core.refusal import Refusal, unknown_receiver
 from lobby.core.session import Action, AgentRecord, Send, Session
@@ -51,6 +54,8 @@ class Conversations:
         self.deadlines = Deadlines(state, self.ended, self.traces)
         """The open REQUESTs one by one: deadlines and CANCEL (lobby/core/deadlines.py)."""
         self._waiting = self.deadlines.open  # its common case, inlined below
+        self.turns = Turns(state, self)
+        """Which open conversations wait for input (multi-turn); handles INPUT."""
 
     # The rule, used live and at restore: a REQUEST opens (requester, responder,
     # conversation_id) once more; a final RESPONSE closes it once.
@@ -67,6 +72,8 @@ class Conversations:
             del self.open[key]
             if self.traces:
                 self.traces.pop(key, None)
+            if self.turns.waiting:
+                self.turns.ended(key)
         if responder is None:
             responder = self.state.registry.agents.get(key[1])
         if responder is not None and responder.serving:
@@ -112,6 +119,7 @@ class Conversations:
             if responder is not None:
                 responder.serving += count
         self.deadlines.restore(snapshot, self.open)
+        self.turns.restore(snapshot.state.get(WAITING, ()))
 
     def request(self, session: Session, agent: AgentRecord, msg: Message) -> list[Action]:
         """Authorize by capability (and its `authorized_requester_ids`), forward, and open
@@ -220,12 +228,13 @@ class Conversations:
         if target is None:
             self._closes(key, 1, agent)
             raise Refusal(ErrorCode.UNKNOWN_RECEIVER, unknown_receiver(msg.receiver_id))
+        final = status != ResponseStatus.IN_PROGRESS
+        asks = "input_required" in msg.payload and asks_for_input(msg.payload, final)
         now = state.clock()
         if state.is_duplicate(msg, session, now):
             return []
         if msg.traceparent is None and self.traces:
             msg.traceparent = self.traces.get(key)
-        final = status != ResponseStatus.IN_PROGRESS
         if target.home is not None and self.addressed and key in self.addressed:
             # A capability-addressed REQUEST from another node: decided here, where it was
             # dispatched; the requester's node only delivers (`lobby.core.addressed`).
@@ -239,6 +248,8 @@ class Conversations:
                 self.deadlines.answered(key, waiting, msg.in_reply_to)
             self._closes(key, open_requests, agent)
             target.open_requests = max(0, target.open_requests - 1)
+        elif asks:
+            self.turns.asked(key)
         return actions
 
     def _deny(

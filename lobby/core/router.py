@@ -126,6 +126,7 @@ class Router(BetweenNodes):
         self._handlers: dict[MessageType, Handler] = {
             MessageType.REQUEST: self.requests.request,
             MessageType.RESPONSE: self.requests.response,
+            MessageType.INPUT: self.requests.turns.input,
             MessageType.CFP: move,
             MessageType.PROPOSE: move,
             MessageType.ACCEPT: move,

@@ -26,8 +26,8 @@ ITEM = {"id": "i1", "name": "pizza", "price": 4, "quantity": 1}
 
 
 def busy_node() -> tuple[Router, Peer, Peer]:
-    """Node a: alice sent bob two REQUESTs, he acknowledged none; bob started a dialogue with
-    alice and made her an order proposal."""
+    """Node a: alice sent bob two REQUESTs, he acknowledged none and asked her for input in the
+    first; bob started a dialogue with alice and made her an order proposal."""
     a = make_router()
     a.share("a")
     bob = join_shared(a, "bob", capabilities=[cap("c")], acks=True)
@@ -36,6 +36,8 @@ def busy_node() -> tuple[Router, Peer, Peer]:
         alice.to(
             "bob", "REQUEST", {"capability_name": "c"}, conversation_id=f"k{n}", message_id=f"m{n}"
         )
+    ask = {"status": "in_progress", "input_required": {"question": "which?"}}
+    bob.to("alice", "RESPONSE", ask, conversation_id="k1")
     bob.to("alice", "CFP", {"query": {}}, conversation_id="d1", message_id="cfp")
     bob.to("alice", "ORDER_PROPOSAL", {"items": [ITEM], "total_price": 4}, message_id="o1")
     a.take_journal()
@@ -121,8 +123,10 @@ def test_the_new_node_adopts_the_handover_and_the_resume_replays_it_in_order() -
     assert b.negotiations.open["d1"].initiator == "bob"
     assert b.market.proposals["o1"].sender_id == "bob"
     assert ("alice", "bob", "k2") in b.conversations
+    assert b.requests.turns.waiting == {("alice", "bob", "k1")}  # bob asked alice in k1
     saved = {(r.kind, r.key) for r in b.take_journal().records if isinstance(r, StateSaved)}
     assert {("dialogue", "d1"), ("proposal", "o1")} <= saved
+    assert ("waiting", '["alice","bob","k1"]') in saved
     # A resend of m2 from alice's node is recognised here.
     relay = b.open("node a")
     relay.agent = b.registry.get("alice")

@@ -10,6 +10,7 @@ from protocol.models import MessageType
 ROUTED = {
     MessageType.REQUEST,  # serving
     MessageType.CANCEL,
+    MessageType.INPUT,  # serving: the answer to a handler's ask
     MessageType.CFP,  # negotiation
     MessageType.PROPOSE,
     MessageType.ACCEPT,

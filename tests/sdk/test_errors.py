@@ -57,6 +57,7 @@ ALLOWED_OUTSIDE_THE_TREE = {
     # connection.py's signal to back off and register again; caught where it is raised.
     "_RetryLater",
     # The end of an `async for` over a watch that was closed (the iterator protocol).
+    # turns.Conversation is an async iterator: the end of its iteration.
     "StopAsyncIteration",
 }
 

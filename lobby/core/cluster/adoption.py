@@ -86,6 +86,8 @@ def adopt(router: RouterParts, snapshot: Snapshot, dead: str) -> list[str]:
         requester = registry.get(key[0])
         if requester is not None:
             requester.open_requests += count
+    for key in conversations.turns.waiting:
+        router.requests.turns.asked(key)  # journaled: a restart here keeps the wait
     return list(adopted)
 
 

@@ -6,8 +6,8 @@ agent's connection there with 4001, gives up what it held for the agent and deci
 journals that, and answers, once that is committed, with a `Snapshot` of the agent alone:
 - its registration, sequence numbers and the messages it has not acknowledged (their
   (sender, message_id) go along, so a resend of one is still recognised);
-- the open REQUEST conversations it is a party to (copied: the old home may still hold the
-  other party);
+- the open REQUEST conversations it is a party to, and which of them wait for input (copied:
+  the old home may still hold the other party);
 - the dialogues and sealed rounds it started, the order proposals it made (the old home
   forgets them: they are decided by their initiator's or proposer's home) and its trades.
 The new node adopts it as a failover adopts a dead node's agents (`lobby.core.cluster.adoption`),
@@ -34,6 +34,7 @@ import structlog
 
 from lobby.core.cluster.adoption import adopt
 from lobby.core.commerce.sealed import KIND
+from lobby.core.multiturn import WAITING
 from lobby.core.records import (
     Acked,
     AgentSaved,
@@ -98,6 +99,7 @@ def release(router: RouterParts, agent_id: str, to_node: str) -> tuple[bytes, li
                 KIND: [r.to_dict() for r in rounds],
                 "proposal": [p.to_dict() for p in proposals],
                 "transaction": trades,
+                WAITING: [key for key in router.requests.turns.waiting if agent_id in key[:2]],
             },
         }
     )
