@@ -50,6 +50,7 @@ import signal
 import socket
 import string
 import sys
+import uuid
 import weakref
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
@@ -70,6 +71,8 @@ from agent_sdk.errors import (
     UnknownReceiverError,
     with_code,
 )
+from agent_sdk.turns import OnInput
+from bridges.mcp_input import elicitor, elicits, unanswered_ask
 from protocol.models import ErrorCode
 from protocol.payloads import Capability
 
@@ -262,12 +265,14 @@ class LobbyTools:
         arguments: dict[str, Any],
         *,
         on_progress: Progress | None = None,
+        on_input: OnInput | None = None,
     ) -> types.CallToolResult:
         """Send tool `name`'s REQUEST with `arguments`; its answer as a tool result. A name not
         listed is looked up again first (the agent may have come or gone since the last
         reading); one of an agent still unknown is tried: the lobby's answer says why it fails.
         A call to an agent offline, or found offline while the call waits, fails at once; one
-        cancelled (the client's `notifications/cancelled`) cancels its REQUEST (CANCEL)."""
+        cancelled (the client's `notifications/cancelled`) cancels its REQUEST (CANCEL), as
+        does an ask for input that `on_input` does not answer (`bridges.mcp_input`)."""
         target = self._targets.get(name)
         if target is None:
             target = lobby_target(name)
@@ -284,6 +289,7 @@ class LobbyTools:
         gone = asyncio.get_running_loop().create_future()
         waiting = self._waiting.setdefault(agent_id, set())
         waiting.add(gone)
+        conversation_id = uuid.uuid4().hex  # to cancel a call left waiting for input
         request = asyncio.ensure_future(
             self._agent.request(
                 agent_id,
@@ -291,6 +297,8 @@ class LobbyTools:
                 arguments,
                 on_progress=on_progress,
                 timeout=self.call_timeout,
+                conversation_id=conversation_id,
+                on_input=on_input,
             )
         )
         try:
@@ -308,6 +316,10 @@ class LobbyTools:
                 AGENT_OFFLINE,
                 f"agent {agent_id!r} went offline before answering; its REQUEST is cancelled",
             )
+        if (unanswered := unanswered_ask(request, agent_id, capability)) is not None:
+            with contextlib.suppress(AgentSDKError):  # offline: its deadline ends it
+                await self._agent.cancel(conversation_id, "the MCP client gave no input")
+            return unanswered
         return _answer(request, self._outputs.get(name), agent_id, capability)
 
 
@@ -378,8 +390,11 @@ def mcp_server(tools: LobbyTools, sessions: Sessions) -> Server[Any, Any]:
         context = server.request_context
         sessions.add(context.session)
         token = context.meta.progressToken if context.meta is not None else None
+        on_input = None
+        if elicits(context.session):
+            on_input = elicitor(context.session, context.request_id, tools.call_timeout)
         if token is None:
-            return await tools.call(name, arguments)
+            return await tools.call(name, arguments, on_input=on_input)
         updates = 0
 
         async def progress(update: dict[str, Any]) -> None:
@@ -393,7 +408,7 @@ def mcp_server(tools: LobbyTools, sessions: Sessions) -> Server[Any, Any]:
                 related_request_id=str(context.request_id),
             )
 
-        return await tools.call(name, arguments, on_progress=progress)
+        return await tools.call(name, arguments, on_progress=progress, on_input=on_input)
 
     return server
 

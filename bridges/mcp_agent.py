@@ -24,6 +24,9 @@ deadline sends the server `notifications/cancelled` for that call.
 The capabilities follow the server's tools: on its `notifications/tools/list_changed` the bridge
 lists them again and sends UPDATE_CAPABILITIES, so a tool added, changed or removed by the server
 is offered, changed or withdrawn in the lobby a moment later.
+
+The server's elicitation during a call (`elicitation/create`) is the provider's ask for input
+(`input_required`) to the call's requester, whose INPUT answers it (`bridges.mcp_input`).
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ from mcp.shared.session import RequestResponder
 from agent_sdk.agent import Agent
 from agent_sdk.capability import CapabilitySpec, Handler, RequestContext
 from agent_sdk.errors import AgentSDKError, CapabilityError
+from bridges.mcp_input import Elicitations
 from protocol.payloads import Capability
 
 TOOL_ERROR = "tool_error"
@@ -82,10 +86,12 @@ class McpToolAgent(Agent):
         tools: Sequence[types.Tool],
         *,
         authorized: Sequence[str] | None = None,
+        elicitations: Elicitations | None = None,
         **options: Any,
     ) -> None:
         super().__init__(agent_id, **options)
         self._session = session
+        self._elicitations = elicitations or Elicitations()
         self._tools: dict[str, types.Tool] = {}
         self._authorized = tuple(authorized) if authorized else None
         self.ready = asyncio.Event()
@@ -127,7 +133,8 @@ class McpToolAgent(Agent):
             # session keeps no other handle on a call in flight.
             request_id = session._request_id
             try:
-                result = await session.call_tool(name, arguments, progress_callback=report)
+                async with self._elicitations.calling(ctx):
+                    result = await session.call_tool(name, arguments, progress_callback=report)
             except McpError as exc:
                 raise CapabilityError(exc.error.message, code=TOOL_ERROR) from None
             except asyncio.CancelledError:
@@ -177,10 +184,15 @@ def tools_changed_handler(changed: asyncio.Event) -> MessageHandlerFnT:
 
 @contextlib.asynccontextmanager
 async def mcp_session(
-    command: Sequence[str], url: str | None, *, tools_changed: asyncio.Event | None = None
+    command: Sequence[str],
+    url: str | None,
+    *,
+    tools_changed: asyncio.Event | None = None,
+    elicitations: Elicitations | None = None,
 ) -> AsyncIterator[ClientSession]:
     """An initialized client session with the MCP server `command` starts (stdio), or the one
-    at `url` (streamable HTTP); `tools_changed` is set whenever the server's tools change."""
+    at `url` (streamable HTTP); `tools_changed` is set whenever the server's tools change; the
+    session answers elicitation through `elicitations` (declared only then)."""
     handler = tools_changed_handler(tools_changed) if tools_changed is not None else None
     async with contextlib.AsyncExitStack() as stack:
         if url is not None:
@@ -193,7 +205,12 @@ async def mcp_session(
             server = StdioServerParameters(command=command[0], args=list(command[1:]))
             read, write = await stack.enter_async_context(stdio_client(server))
         session = await stack.enter_async_context(
-            ClientSession(read, write, message_handler=handler)
+            ClientSession(
+                read,
+                write,
+                message_handler=handler,
+                elicitation_callback=elicitations.elicit if elicitations is not None else None,
+            )
         )
         await session.initialize()
         yield session
@@ -210,9 +227,19 @@ async def bridge(
     """Run `lobby bridge mcp` until SIGINT or SIGTERM (or the lobby unregisters the agent);
     once registered, say so in one line on stderr: "lobby bridge mcp: agent 'ID' offers ..."."""
     tools_changed = asyncio.Event()
-    async with mcp_session(command, url, tools_changed=tools_changed) as session:
+    elicitations = Elicitations()
+    async with mcp_session(
+        command, url, tools_changed=tools_changed, elicitations=elicitations
+    ) as session:
         tools = await list_tools(session)
-        agent = McpToolAgent(agent_id, session, tools, authorized=authorized, lobby_url=lobby_url)
+        agent = McpToolAgent(
+            agent_id,
+            session,
+            tools,
+            authorized=authorized,
+            elicitations=elicitations,
+            lobby_url=lobby_url,
+        )
         stopping = asyncio.Event()
         loop = asyncio.get_running_loop()
         for signum in (signal.SIGINT, signal.SIGTERM):
