@@ -6,6 +6,8 @@ lobby requester."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import os
 import sys
 from collections.abc import AsyncIterator
@@ -25,7 +27,9 @@ from bridges.mcp import LobbyTools, Sessions, mcp_server
 from bridges.mcp_agent import McpToolAgent, list_tools
 from bridges.mcp_input import Elicitations, elicitation_form, form_answer
 from lobby.server import LobbyServer
+from tests.bridges.test_mcp import NODE_DIR, lobby_mcp_http
 from tests.conftest import make_lobby
+from tests.nodejs import node, npm_installed
 from tests.waiting import until
 
 ASK = {"question": "Which size?", "choices": ["S", "M", "L"]}
@@ -231,3 +235,41 @@ async def test_an_elicitation_whose_call_is_cancelled_is_answered_cancel(
                 "shop", "order", {"item": "cap"}, on_input=lambda _: {"size": "S"}
             )
     assert result == {"ordered": "cap", "size": "S"}
+
+
+async def test_the_typescript_sdk_client_answers_a_providers_asks(lobby: LobbyServer) -> None:
+    """Over streamable HTTP, each elicitation goes on the tool call's own response stream
+    (`related_request_id`)."""
+    answers = [{"action": "accept", "content": {"answer": "L"}}]
+    answers.append({"action": "accept", "content": {"sleeves": True}})
+    async with Tailor(lobby_url=lobby.url), lobby_mcp_http(lobby.url, "node_user") as url:
+        process = await asyncio.create_subprocess_exec(
+            node(),
+            str(npm_installed(NODE_DIR) / "elicit_client.mjs"),
+            *(url, "tailor.fit", *map(json.dumps, answers)),
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await asyncio.wait_for(process.communicate(), 30)
+    assert process.returncode == 0, err.decode()
+    report = json.loads(out)
+    assert report["result"]["structuredContent"] == {"size": "L", "sleeves": True}
+    assert report["asked"] == [
+        {"message": "Which size?", "schema": SIZE_FORM},
+        {"message": "Sleeves?", "schema": SLEEVES},
+    ]
+
+
+async def test_the_bridge_refuses_an_elicitation_it_cannot_place() -> None:
+    """Outside any call (or during several) nobody can be asked; nor by URL."""
+    form = types.ElicitRequestFormParams(message="Size?", requestedSchema=SLEEVES)
+    refused = await Elicitations().elicit(None, form)
+    assert isinstance(refused, types.ErrorData)
+    assert refused.message == (
+        "the lobby bridge has 0 tool calls in flight, not one, and cannot tell whose requester "
+        "to ask"
+    )
+    by_url = types.ElicitRequestURLParams(message="Pay", url="https://x.test/", elicitationId="e")
+    refused = await Elicitations().elicit(None, by_url)
+    assert isinstance(refused, types.ErrorData)
+    assert "form mode only" in refused.message
