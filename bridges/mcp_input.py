@@ -5,8 +5,9 @@
 client `elicitation/create` (form mode), related to the tool call; the form's answer
 (`accept`) is sent to the provider as INPUT, its `content` the payload. `decline` or `cancel`
 ends the call: its REQUEST is cancelled (CANCEL) and the tool call answered with the tool error
-`input_declined: ...`. A client that declared no form elicitation cannot be asked: the REQUEST
-is cancelled and the tool error is `input_required: ...`, quoting what the provider asked.
+`input_declined: ...` (so does a client that answers the elicitation with an error). A client
+that declared no form elicitation cannot be asked: the REQUEST is cancelled and the tool error
+is `input_required: ...`, quoting what the provider asked.
 
 The form (`elicitation_form()`): its message is the ask's `question` when that is a string,
 else the ask as JSON; its schema is the ask's `schema` when that is a form MCP allows (an
@@ -33,6 +34,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import mcp.types as types
+from mcp import McpError
 from mcp.server.session import ServerSession
 
 from agent_sdk.capability import RequestContext
@@ -48,11 +50,11 @@ _FORM_TYPES = frozenset({"string", "number", "integer", "boolean"})
 
 
 class InputDeclined(Exception):
-    """The MCP client declined (or cancelled) the elicitation of a provider's ask."""
+    """The MCP client declined or cancelled the elicitation of a provider's ask, or answered it
+    with an error; `answer` says which, in words."""
 
-    def __init__(self, action: str) -> None:
-        super().__init__(f"the MCP client answered the elicitation {action!r}")
-        self.action = action
+    def __init__(self, answer: str) -> None:
+        super().__init__(f"the MCP client answered the elicitation {answer}")
 
 
 def elicits(session: ServerSession) -> bool:
@@ -102,10 +104,13 @@ def elicitor(
 
     async def on_input(asked: dict[str, Any]) -> dict[str, Any]:
         message, schema = elicitation_form(asked)
-        async with asyncio.timeout_at(deadline):
-            result = await session.elicit_form(message, schema, related_request_id=request_id)
+        try:
+            async with asyncio.timeout_at(deadline):
+                result = await session.elicit_form(message, schema, related_request_id=request_id)
+        except McpError as exc:  # a client that refuses the form: no answer is coming
+            raise InputDeclined(f"with the error {exc.error.message!r}") from None
         if result.action != "accept":
-            raise InputDeclined(result.action)
+            raise InputDeclined(repr(result.action))
         return dict(result.content or {})
 
     return on_input

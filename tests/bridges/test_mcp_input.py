@@ -93,7 +93,7 @@ def test_an_input_is_a_forms_answer_when_its_values_are_form_values() -> None:
 class Form:
     """An MCP client's elicitation callback answering from `answers`, noting what it is asked."""
 
-    def __init__(self, *answers: types.ElicitResult) -> None:
+    def __init__(self, *answers: types.ElicitResult | types.ErrorData) -> None:
         self.answers = list(answers)
         self.asked: list[tuple[str, dict[str, Any]]] = []
 
@@ -144,14 +144,24 @@ async def call_in_process(
         return result, tailor
 
 
-async def test_a_declined_elicitation_cancels_the_call(lobby: LobbyServer) -> None:
-    result, tailor = await call_in_process(lobby, Form(types.ElicitResult(action="decline")))
+@pytest.mark.parametrize(
+    ("answer", "said"),
+    [
+        (types.ElicitResult(action="decline"), "'decline'"),
+        (types.ElicitResult(action="cancel"), "'cancel'"),
+        (types.ErrorData(code=-32600, message="no forms"), "with the error 'no forms'"),
+    ],
+)
+async def test_a_declined_elicitation_cancels_the_call(
+    lobby: LobbyServer, answer: types.ElicitResult | types.ErrorData, said: str
+) -> None:
+    result, tailor = await call_in_process(lobby, Form(answer))
     assert result.isError
     (text,) = result.content
     assert isinstance(text, types.TextContent)
     assert text.text == (
         "input_declined: capability 'fit' on agent 'tailor' asked for input and the MCP client "
-        "answered the elicitation 'decline'; the call is cancelled"
+        f"answered the elicitation {said}; the call is cancelled"
     )
     assert tailor.contexts[0].cancelled.is_set()
 
