@@ -17,6 +17,8 @@ tool error (`isError`) whose one text block is "<code>: <sentence>" (`unauthoriz
 no `structuredContent`, which MCP clients check against the tool's output schema. An answer
 that does not fit the output schema (the lobby does not check answers) is the tool error
 `invalid_output: ...`, not a result the client would refuse.
+A provider's ask for input mid-call (`input_required`) is an elicitation to the client, its
+answer the INPUT (`bridges.mcp_input`).
 
 Offline agents' tools are not listed: a REQUEST to them would be held until they connect, and
 a client (or a model) has no use for a tool that cannot answer now. A call to one is answered
