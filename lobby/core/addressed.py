@@ -22,7 +22,7 @@ direct one would.
 
 On a cluster, candidates are this node's connections first; with none, the REQUEST goes on,
 still addressed to the lobby, to the node of a provider connected elsewhere (the shared
-registry says where each agent last connected, not whether it still is: `_choose_elsewhere`),
+registry says where each agent last connected, not whether it still is: `choose_elsewhere`),
 which chooses among its own connections, fails over and answers there; its RESPONSEs reach the
 requester's node decided (`Conversations.response`). A failover with nobody left on its node
 passes the REQUEST on the same way, redelivered. A node that received one never passes it on
@@ -39,14 +39,19 @@ import structlog
 
 from lobby.core.addressed_parts import (
     Addressed,
+    Candidate,
+    Ranked,
+    choose_elsewhere,
     drop_held,
     mark_redelivered,
     no_candidate,
     parse_payload,
+    rank,
+    scan,
+    verdict,
 )
 from lobby.core.conversations import ConversationKey, Conversations
 from lobby.core.discovery.filters import Filter
-from lobby.core.discovery.schemas import CapabilityEntry, InvalidInput
 from lobby.core.records import Effect, Snapshot, StateRemoved, StateSaved
 from lobby.core.refusal import Refusal
 from lobby.core.session import Action, AgentRecord, Session
@@ -60,9 +65,6 @@ log = structlog.get_logger("lobby")
 DROPPED: Final = "dropped_request"
 """The kind of state saved for each copy of a REQUEST failed over that is still stored: the
 provider it was held for, its seq, and where its conversation was closed (`Addressing.restore`)."""
-
-
-Candidate = tuple[AgentRecord, CapabilityEntry]
 
 
 class Addressing:
@@ -126,7 +128,7 @@ class Addressing:
         chosen = self._choose(pending)
         if chosen is None:
             if here and state.shared is not None:
-                away = self._choose_elsewhere(pending)
+                away = choose_elsewhere(self.state.registry.providers, self.last, pending)
                 if away is not None:
                     return self._pass_on(pending, away, msg, session)
             if not here:  # the requester is on another node: answered there, and stored
@@ -145,104 +147,41 @@ class Addressing:
         """The candidate to give `pending` to: not yet tried, the least served, then the next
         in turn after the last chosen (it last); passing over those whose input schema refuses
         the arguments (the first refusal is kept in `pending`). None when none is left."""
-        ranked: list[tuple[tuple[int, int], Candidate]] = []
-        best = self._scan(pending, ranked)
-        if best is None or best[1].input_check is None or self._verdict(pending, best[1]) is None:
+        name = pending.capability
+        offering = self.state.registry.providers.get(name)
+        if not offering:
+            return None
+        if len(offering) == 1:  # one provider: no ranks to compare, one pass inlined
+            for agent_id, record in offering.items():
+                requester, tried, filters = pending.requester, pending.tried, pending.filters
+                if (
+                    agent_id == requester
+                    or record.session is None
+                    or (tried is not None and agent_id in tried)
+                ):
+                    return None
+                entry = record.capabilities[name]
+                if entry.allowed is not None and requester not in entry.allowed:
+                    return None
+                if filters and not all(f.test(entry.model.attributes or {}) for f in filters):
+                    return None
+                best: Candidate | None = (record, entry)
+        else:
+            best = scan(offering, self.last.get(name), pending, None)
+        if best is None or best[1].input_check is None or verdict(pending, best[1]) is None:
             return best  # the usual case: one pass
-        ranked.sort(key=_rank)
-        for _, candidate in ranked or [((0, 0), best)]:
-            invalid = self._verdict(pending, candidate[1])
+        ranked: list[Ranked] = []
+        scan(offering, self.last.get(name), pending, ranked)
+        ranked.sort(key=rank)
+        for _, candidate in ranked:
+            invalid = verdict(pending, candidate[1])
             if invalid is None:
                 return candidate
             if pending.refusal is None:
                 pending.refusal, pending.refused_by = invalid, candidate[0].agent_id
         return None
 
-    def _scan(
-        self, pending: Addressed, ranked: list[tuple[tuple[int, int], Candidate]]
-    ) -> Candidate | None:
-        """One pass over the providers of the capability: the best candidate, each candidate
-        with its rank (serving, turn) appended to `ranked` when there are several."""
-        name = pending.capability
-        offering = self.state.registry.providers.get(name)
-        if not offering:
-            return None
-        requester, tried, filters = pending.requester, pending.tried, pending.filters
-        last = self.last.get(name)
-        after_last = last is None
-        size = len(offering)
-        best: Candidate | None = None
-        best_rank = (0, 0)
-        for position, (agent_id, record) in enumerate(offering.items()):
-            turn = position if after_last else size + position
-            if agent_id == last:
-                after_last = True
-            if (
-                agent_id == requester
-                or record.session is None  # offline (or on another node: see the doc)
-                or (tried is not None and agent_id in tried)
-            ):
-                continue
-            entry = record.capabilities[name]
-            if entry.allowed is not None and requester not in entry.allowed:
-                continue
-            if filters:
-                attributes = entry.model.attributes or {}
-                if not all(f.test(attributes) for f in filters):
-                    continue
-            rank = (record.serving, turn)
-            if size > 1:
-                ranked.append((rank, (record, entry)))
-            if best is None or rank < best_rank:
-                best, best_rank = (record, entry), rank
-        return best
-
-    def _verdict(self, pending: Addressed, entry: CapabilityEntry) -> InvalidInput | None:
-        check = entry.input_check
-        if check is None:
-            return None
-        verdicts = pending.verdicts
-        if verdicts is None:
-            verdicts = pending.verdicts = {}
-        key = check.key
-        if key in verdicts:
-            return verdicts[key]
-        invalid = check.invalid({"capability_name": pending.capability, **pending.arguments})
-        verdicts[key] = invalid
-        return invalid
-
     # -- other nodes ------------------------------------------------------------------------
-
-    def _choose_elsewhere(self, pending: Addressed) -> AgentRecord | None:
-        """Cluster only, when no agent connected here can take `pending`: a provider connected
-        to another node (as far as the shared registry says: its home), in turn. Its node
-        chooses among its own connected agents (`_pass_on`)."""
-        name = pending.capability
-        offering = self.state.registry.providers.get(name)
-        if not offering:
-            return None
-        requester, tried, filters = pending.requester, pending.tried, pending.filters
-        last = self.last.get(name)
-        after_last = last is None
-        size = len(offering)
-        best: AgentRecord | None = None
-        best_turn = 0
-        for position, (agent_id, record) in enumerate(offering.items()):
-            turn = position if after_last else size + position
-            if agent_id == last:
-                after_last = True
-            if record.home is None or agent_id == requester or (tried and agent_id in tried):
-                continue
-            entry = record.capabilities[name]
-            if entry.allowed is not None and requester not in entry.allowed:
-                continue
-            if filters and not all(f.test(entry.model.attributes or {}) for f in filters):
-                continue
-            if self._verdict(pending, entry) is not None:
-                continue
-            if best is None or turn < best_turn:
-                best, best_turn = record, turn
-        return best
 
     def _pass_on(
         self, pending: Addressed, away: AgentRecord, msg: Message | None, sender: Session | None
@@ -332,9 +271,11 @@ class Addressing:
     def answered(self, key: ConversationKey) -> None:
         """The conversation `key` of an addressed REQUEST was closed (its final RESPONSE):
         forget the oldest addressed REQUEST in it."""
-        if self._moving:
+        if self.queued or self._moving:
+            if not self._moving:
+                self._forget(key, self.pending[key])
             return
-        self._forget(key, self.pending[key])
+        del self.pending[key]  # the usual case: `_forget` with nothing queued, inlined
 
     def _forget(self, key: ConversationKey, done: Addressed) -> None:
         later = self.queued.get(key) if self.queued else None
@@ -416,7 +357,7 @@ class Addressing:
             chosen = self._choose(pending)
             if chosen is None:
                 if state.shared is not None:  # a provider on another node, if any
-                    away = self._choose_elsewhere(pending)
+                    away = choose_elsewhere(self.state.registry.providers, self.last, pending)
                     if away is not None:
                         requester.open_requests = max(0, requester.open_requests - 1)
                         return self._pass_on(pending, away, None, None)
@@ -484,7 +425,3 @@ class Addressing:
                 requester = agents.get(key[0])
                 if requester is not None and requester.open_requests:
                     requester.open_requests -= 1
-
-
-def _rank(found: tuple[tuple[int, int], Candidate]) -> tuple[int, int]:
-    return found[0]
