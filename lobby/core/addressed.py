@@ -116,8 +116,9 @@ class Addressing:
                 f"agent {agent.agent_id!r} already has {limit} REQUESTs waiting for a final "
                 "RESPONSE; this one was not routed",
             )
+        requester = agent.agent_id
         pending = Addressed(
-            agent.agent_id,
+            requester,
             msg.conversation_id,  # type: ignore[arg-type]  # checked by the caller
             msg.message_id or "",
             name,
@@ -125,7 +126,22 @@ class Addressing:
             filters,
             msg.traceparent,
         )
-        chosen = self._choose(pending)
+        chosen: Candidate | None = None
+        offering = state.registry.providers.get(name)
+        if offering is not None and len(offering) == 1 and not filters:
+            # The usual case, one provider, no filters: taken if it may be (else `_choose`
+            # says why not). No ranks to compare, no schema: one look.
+            (record,) = offering.values()
+            entry = record.capabilities[name]
+            if (
+                record.session is not None
+                and record.agent_id != requester
+                and entry.input_check is None
+                and (entry.allowed is None or requester in entry.allowed)
+            ):
+                chosen = (record, entry)
+        if chosen is None:
+            chosen = self._choose(pending)
         if chosen is None:
             if here and state.shared is not None:
                 away = choose_elsewhere(self.state.registry.providers, self.last, pending)
@@ -151,23 +167,7 @@ class Addressing:
         offering = self.state.registry.providers.get(name)
         if not offering:
             return None
-        if len(offering) == 1:  # one provider: no ranks to compare, one pass inlined
-            for agent_id, record in offering.items():
-                requester, tried, filters = pending.requester, pending.tried, pending.filters
-                if (
-                    agent_id == requester
-                    or record.session is None
-                    or (tried is not None and agent_id in tried)
-                ):
-                    return None
-                entry = record.capabilities[name]
-                if entry.allowed is not None and requester not in entry.allowed:
-                    return None
-                if filters and not all(f.test(entry.model.attributes or {}) for f in filters):
-                    return None
-                best: Candidate | None = (record, entry)
-        else:
-            best = scan(offering, self.last.get(name), pending, None)
+        best = scan(offering, self.last.get(name), pending, None)
         if best is None or best[1].input_check is None or verdict(pending, best[1]) is None:
             return best  # the usual case: one pass
         ranked: list[Ranked] = []
