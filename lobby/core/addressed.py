@@ -233,14 +233,14 @@ class Addressing:
         to it: in its capability's arguments form, opening (requester, provider, conversation).
         `sender` None: a re-dispatch (nothing to confirm; marked redelivered)."""
         target, entry = chosen
-        name = pending.capability
-        msg.receiver_id = target.agent_id
+        name, provider = pending.capability, target.agent_id
+        msg.receiver_id = provider
         timeout_ms = msg.timeout_ms
         if timeout_ms is not None:  # the first dispatch: forwarded as the lobby's deadline
             msg.timeout_ms = None
             pending.deadline = int(now * 1000) + timeout_ms
             pending.timeout_ms = timeout_ms
-        msg.deadline = pending.deadline
+        deadline = msg.deadline = pending.deadline
         if entry.model.arguments_form == "object":
             msg.payload = {"capability_name": name, "arguments": pending.arguments}
         else:
@@ -248,11 +248,12 @@ class Addressing:
         actions = self.state.deliver(target, msg, sender, Effect.OPENS, now)
         if sender is None:
             actions = mark_redelivered(target, msg.seq, actions)
-        pending.message_id = msg.message_id  # type: ignore[assignment]  # set by deliver
-        pending.provider = target.agent_id
-        pending.seq = msg.seq if target.home is None else None
-        self.last[name] = target.agent_id
-        key = (pending.requester, target.agent_id, pending.conversation_id)
+        message_id: str = msg.message_id  # type: ignore[assignment]  # set by deliver
+        seq = msg.seq if target.home is None else None
+        pending.message_id, pending.provider, pending.seq = message_id, provider, seq
+        self.last[name] = provider
+        requester, conversation_id = pending.requester, pending.conversation_id
+        key = (requester, provider, conversation_id)
         conversations = self.conversations
         opened = conversations.open
         opened[key] = opened.get(key, 0) + 1  # `Conversations._opens`, inlined
@@ -260,10 +261,10 @@ class Addressing:
             conversations.traces[key] = pending.traceparent
         target.serving += 1
         # Kept one by one for CANCEL and deadlines, as `Conversations.request` does.
-        one = (target.agent_id, pending.message_id, pending.seq, pending.deadline)
-        waiting = conversations._waiting.setdefault((pending.requester, key[2]), one)
-        if waiting is not one or one[3] is not None:
-            conversations.deadlines.opened(pending.requester, key[2], one, pending.timeout_ms)
+        one = (provider, message_id, seq, deadline)
+        waiting = conversations._waiting.setdefault((requester, conversation_id), one)
+        if waiting is not one or deadline is not None:
+            conversations.deadlines.opened(requester, conversation_id, one, pending.timeout_ms)
         if self.pending.setdefault(key, pending) is not pending:
             self.queued.setdefault(key, []).append(pending)
         return actions
