@@ -87,9 +87,9 @@ class Addressing:
         self.paused = False
         """The lobby is stopping: connections closing now keep what they hold (a direct
         REQUEST would), for after the restart, instead of failing over (`LobbyServer.stop`)."""
-        self._moving = False
         conversations.to_capability = self.request
         conversations.addressed = self.pending
+        conversations.addressed_later = self.queued
         conversations.answered = self.answered
 
     # -- a new REQUEST ----------------------------------------------------------------------
@@ -269,14 +269,15 @@ class Addressing:
             self.queued.setdefault(key, []).append(pending)
         return actions
 
-    def answered(self, key: ConversationKey) -> None:
-        """The conversation `key` of an addressed REQUEST was closed (its final RESPONSE):
-        forget the oldest addressed REQUEST in it."""
-        if self.queued or self._moving:
-            if not self._moving:
-                self._forget(key, self.pending[key])
-            return
-        del self.pending[key]  # the usual case: `_forget` with nothing queued, inlined
+    def answered(self, key: ConversationKey, done: Addressed) -> None:
+        """The conversation `key` of an addressed REQUEST was closed (its final RESPONSE) and
+        its oldest addressed REQUEST, `done`, forgotten (`Conversations._closes`): the next one
+        queued in it, if any, moves up."""
+        later = self.queued.get(key)
+        if later is not None:
+            self.pending[key] = later.pop(0)
+            if not later:
+                del self.queued[key]
 
     def _forget(self, key: ConversationKey, done: Addressed) -> None:
         later = self.queued.get(key) if self.queued else None
@@ -317,11 +318,7 @@ class Addressing:
         conversations.deadlines.withdrawn(key, pending.message_id)
         count = conversations.open.get(key)
         if count is not None:
-            self._moving = True
-            try:
-                conversations._closes(key, count, gone)
-            finally:
-                self._moving = False
+            conversations._closes(key, count, gone, forget=False)  # forgotten just above
         seq = pending.seq
         if seq is not None:
             drop_held(gone, seq)
