@@ -22,7 +22,7 @@ direct one would.
 
 On a cluster, candidates are this node's connections first; with none, the REQUEST goes on,
 still addressed to the lobby, to the node of a provider connected elsewhere (the shared
-registry says where each agent last connected, not whether it still is: `_choose_elsewhere`),
+registry says where each agent last connected, not whether it still is: `choose_elsewhere`),
 which chooses among its own connections, fails over and answers there; its RESPONSEs reach the
 requester's node decided (`Conversations.response`). A failover with nobody left on its node
 passes the REQUEST on the same way, redelivered. A node that received one never passes it on
@@ -39,14 +39,19 @@ import structlog
 
 from lobby.core.addressed_parts import (
     Addressed,
+    Candidate,
+    Ranked,
+    choose_elsewhere,
     drop_held,
     mark_redelivered,
     no_candidate,
     parse_payload,
+    rank,
+    scan,
+    verdict,
 )
 from lobby.core.conversations import ConversationKey, Conversations
 from lobby.core.discovery.filters import Filter
-from lobby.core.discovery.schemas import CapabilityEntry, InvalidInput
 from lobby.core.records import Effect, Snapshot, StateRemoved, StateSaved
 from lobby.core.refusal import Refusal
 from lobby.core.session import Action, AgentRecord, Session
@@ -60,9 +65,6 @@ log = structlog.get_logger("lobby")
 DROPPED: Final = "dropped_request"
 """The kind of state saved for each copy of a REQUEST failed over that is still stored: the
 provider it was held for, its seq, and where its conversation was closed (`Addressing.restore`)."""
-
-
-Candidate = tuple[AgentRecord, CapabilityEntry]
 
 
 class Addressing:
@@ -85,9 +87,9 @@ class Addressing:
         self.paused = False
         """The lobby is stopping: connections closing now keep what they hold (a direct
         REQUEST would), for after the restart, instead of failing over (`LobbyServer.stop`)."""
-        self._moving = False
         conversations.to_capability = self.request
         conversations.addressed = self.pending
+        conversations.addressed_later = self.queued
         conversations.answered = self.answered
 
     # -- a new REQUEST ----------------------------------------------------------------------
@@ -114,8 +116,9 @@ class Addressing:
                 f"agent {agent.agent_id!r} already has {limit} REQUESTs waiting for a final "
                 "RESPONSE; this one was not routed",
             )
+        requester = agent.agent_id
         pending = Addressed(
-            agent.agent_id,
+            requester,
             msg.conversation_id,  # type: ignore[arg-type]  # checked by the caller
             msg.message_id or "",
             name,
@@ -123,10 +126,25 @@ class Addressing:
             filters,
             msg.traceparent,
         )
-        chosen = self._choose(pending)
+        chosen: Candidate | None = None
+        offering = state.registry.providers.get(name)
+        if offering is not None and len(offering) == 1 and not filters:
+            # The usual case, one provider, no filters: taken if it may be (else `_choose`
+            # says why not). No ranks to compare, no schema: one look.
+            (record,) = offering.values()
+            entry = record.capabilities[name]
+            if (
+                record.session is not None
+                and record.agent_id != requester
+                and entry.input_check is None
+                and (entry.allowed is None or requester in entry.allowed)
+            ):
+                chosen = (record, entry)
+        if chosen is None:
+            chosen = self._choose(pending)
         if chosen is None:
             if here and state.shared is not None:
-                away = self._choose_elsewhere(pending)
+                away = choose_elsewhere(self.state.registry.providers, self.last, pending)
                 if away is not None:
                     return self._pass_on(pending, away, msg, session)
             if not here:  # the requester is on another node: answered there, and stored
@@ -145,104 +163,25 @@ class Addressing:
         """The candidate to give `pending` to: not yet tried, the least served, then the next
         in turn after the last chosen (it last); passing over those whose input schema refuses
         the arguments (the first refusal is kept in `pending`). None when none is left."""
-        ranked: list[tuple[tuple[int, int], Candidate]] = []
-        best = self._scan(pending, ranked)
-        if best is None or best[1].input_check is None or self._verdict(pending, best[1]) is None:
+        name = pending.capability
+        offering = self.state.registry.providers.get(name)
+        if not offering:
+            return None
+        best = scan(offering, self.last.get(name), pending, None)
+        if best is None or best[1].input_check is None or verdict(pending, best[1]) is None:
             return best  # the usual case: one pass
-        ranked.sort(key=_rank)
-        for _, candidate in ranked or [((0, 0), best)]:
-            invalid = self._verdict(pending, candidate[1])
+        ranked: list[Ranked] = []
+        scan(offering, self.last.get(name), pending, ranked)
+        ranked.sort(key=rank)
+        for _, candidate in ranked:
+            invalid = verdict(pending, candidate[1])
             if invalid is None:
                 return candidate
             if pending.refusal is None:
                 pending.refusal, pending.refused_by = invalid, candidate[0].agent_id
         return None
 
-    def _scan(
-        self, pending: Addressed, ranked: list[tuple[tuple[int, int], Candidate]]
-    ) -> Candidate | None:
-        """One pass over the providers of the capability: the best candidate, each candidate
-        with its rank (serving, turn) appended to `ranked` when there are several."""
-        name = pending.capability
-        offering = self.state.registry.providers.get(name)
-        if not offering:
-            return None
-        requester, tried, filters = pending.requester, pending.tried, pending.filters
-        last = self.last.get(name)
-        after_last = last is None
-        size = len(offering)
-        best: Candidate | None = None
-        best_rank = (0, 0)
-        for position, (agent_id, record) in enumerate(offering.items()):
-            turn = position if after_last else size + position
-            if agent_id == last:
-                after_last = True
-            if (
-                agent_id == requester
-                or record.session is None  # offline (or on another node: see the doc)
-                or (tried is not None and agent_id in tried)
-            ):
-                continue
-            entry = record.capabilities[name]
-            if entry.allowed is not None and requester not in entry.allowed:
-                continue
-            if filters:
-                attributes = entry.model.attributes or {}
-                if not all(f.test(attributes) for f in filters):
-                    continue
-            rank = (record.serving, turn)
-            if size > 1:
-                ranked.append((rank, (record, entry)))
-            if best is None or rank < best_rank:
-                best, best_rank = (record, entry), rank
-        return best
-
-    def _verdict(self, pending: Addressed, entry: CapabilityEntry) -> InvalidInput | None:
-        check = entry.input_check
-        if check is None:
-            return None
-        verdicts = pending.verdicts
-        if verdicts is None:
-            verdicts = pending.verdicts = {}
-        key = check.key
-        if key in verdicts:
-            return verdicts[key]
-        invalid = check.invalid({"capability_name": pending.capability, **pending.arguments})
-        verdicts[key] = invalid
-        return invalid
-
     # -- other nodes ------------------------------------------------------------------------
-
-    def _choose_elsewhere(self, pending: Addressed) -> AgentRecord | None:
-        """Cluster only, when no agent connected here can take `pending`: a provider connected
-        to another node (as far as the shared registry says: its home), in turn. Its node
-        chooses among its own connected agents (`_pass_on`)."""
-        name = pending.capability
-        offering = self.state.registry.providers.get(name)
-        if not offering:
-            return None
-        requester, tried, filters = pending.requester, pending.tried, pending.filters
-        last = self.last.get(name)
-        after_last = last is None
-        size = len(offering)
-        best: AgentRecord | None = None
-        best_turn = 0
-        for position, (agent_id, record) in enumerate(offering.items()):
-            turn = position if after_last else size + position
-            if agent_id == last:
-                after_last = True
-            if record.home is None or agent_id == requester or (tried and agent_id in tried):
-                continue
-            entry = record.capabilities[name]
-            if entry.allowed is not None and requester not in entry.allowed:
-                continue
-            if filters and not all(f.test(entry.model.attributes or {}) for f in filters):
-                continue
-            if self._verdict(pending, entry) is not None:
-                continue
-            if best is None or turn < best_turn:
-                best, best_turn = record, turn
-        return best
 
     def _pass_on(
         self, pending: Addressed, away: AgentRecord, msg: Message | None, sender: Session | None
@@ -294,14 +233,14 @@ class Addressing:
         to it: in its capability's arguments form, opening (requester, provider, conversation).
         `sender` None: a re-dispatch (nothing to confirm; marked redelivered)."""
         target, entry = chosen
-        name = pending.capability
-        msg.receiver_id = target.agent_id
+        name, provider = pending.capability, target.agent_id
+        msg.receiver_id = provider
         timeout_ms = msg.timeout_ms
         if timeout_ms is not None:  # the first dispatch: forwarded as the lobby's deadline
             msg.timeout_ms = None
             pending.deadline = int(now * 1000) + timeout_ms
             pending.timeout_ms = timeout_ms
-        msg.deadline = pending.deadline
+        deadline = msg.deadline = pending.deadline
         if entry.model.arguments_form == "object":
             msg.payload = {"capability_name": name, "arguments": pending.arguments}
         else:
@@ -309,11 +248,12 @@ class Addressing:
         actions = self.state.deliver(target, msg, sender, Effect.OPENS, now)
         if sender is None:
             actions = mark_redelivered(target, msg.seq, actions)
-        pending.message_id = msg.message_id  # type: ignore[assignment]  # set by deliver
-        pending.provider = target.agent_id
-        pending.seq = msg.seq if target.home is None else None
-        self.last[name] = target.agent_id
-        key = (pending.requester, target.agent_id, pending.conversation_id)
+        message_id: str = msg.message_id  # type: ignore[assignment]  # set by deliver
+        seq = msg.seq if target.home is None else None
+        pending.message_id, pending.provider, pending.seq = message_id, provider, seq
+        self.last[name] = provider
+        requester, conversation_id = pending.requester, pending.conversation_id
+        key = (requester, provider, conversation_id)
         conversations = self.conversations
         opened = conversations.open
         opened[key] = opened.get(key, 0) + 1  # `Conversations._opens`, inlined
@@ -321,20 +261,23 @@ class Addressing:
             conversations.traces[key] = pending.traceparent
         target.serving += 1
         # Kept one by one for CANCEL and deadlines, as `Conversations.request` does.
-        one = (target.agent_id, pending.message_id, pending.seq, pending.deadline)
-        waiting = conversations._waiting.setdefault((pending.requester, key[2]), one)
-        if waiting is not one or one[3] is not None:
-            conversations.deadlines.opened(pending.requester, key[2], one, pending.timeout_ms)
+        one = (provider, message_id, seq, deadline)
+        waiting = conversations._waiting.setdefault((requester, conversation_id), one)
+        if waiting is not one or deadline is not None:
+            conversations.deadlines.opened(requester, conversation_id, one, pending.timeout_ms)
         if self.pending.setdefault(key, pending) is not pending:
             self.queued.setdefault(key, []).append(pending)
         return actions
 
-    def answered(self, key: ConversationKey) -> None:
-        """The conversation `key` of an addressed REQUEST was closed (its final RESPONSE):
-        forget the oldest addressed REQUEST in it."""
-        if self._moving:
-            return
-        self._forget(key, self.pending[key])
+    def answered(self, key: ConversationKey, done: Addressed) -> None:
+        """The conversation `key` of an addressed REQUEST was closed (its final RESPONSE) and
+        its oldest addressed REQUEST, `done`, forgotten (`Conversations._closes`): the next one
+        queued in it, if any, moves up."""
+        later = self.queued.get(key)
+        if later is not None:
+            self.pending[key] = later.pop(0)
+            if not later:
+                del self.queued[key]
 
     def _forget(self, key: ConversationKey, done: Addressed) -> None:
         later = self.queued.get(key) if self.queued else None
@@ -375,11 +318,7 @@ class Addressing:
         conversations.deadlines.withdrawn(key, pending.message_id)
         count = conversations.open.get(key)
         if count is not None:
-            self._moving = True
-            try:
-                conversations._closes(key, count, gone)
-            finally:
-                self._moving = False
+            conversations._closes(key, count, gone, forget=False)  # forgotten just above
         seq = pending.seq
         if seq is not None:
             drop_held(gone, seq)
@@ -416,7 +355,7 @@ class Addressing:
             chosen = self._choose(pending)
             if chosen is None:
                 if state.shared is not None:  # a provider on another node, if any
-                    away = self._choose_elsewhere(pending)
+                    away = choose_elsewhere(self.state.registry.providers, self.last, pending)
                     if away is not None:
                         requester.open_requests = max(0, requester.open_requests - 1)
                         return self._pass_on(pending, away, None, None)
@@ -484,7 +423,3 @@ class Addressing:
                 requester = agents.get(key[0])
                 if requester is not None and requester.open_requests:
                     requester.open_requests -= 1
-
-
-def _rank(found: tuple[tuple[int, int], Candidate]) -> tuple[int, int]:
-    return found[0]

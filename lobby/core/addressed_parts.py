@@ -1,7 +1,9 @@
 """The pieces of a capability-addressed REQUEST that `lobby.core.addressed.Addressing` works
 with: the record kept per REQUEST (`Addressed`), the payload's check (`parse_payload`), the
-lobby's final answer when no provider takes it (`no_candidate`), and what a failover does to
-the copies held for providers (`drop_held`, `mark_redelivered`). Pure functions and data.
+walks over a capability's providers that rank its candidates (`scan`, `choose_elsewhere`),
+the verdict of each distinct input schema, asked once (`verdict`), the lobby's final answer
+when no provider takes it (`no_candidate`), and what a failover does to the copies held for
+providers (`drop_held`, `mark_redelivered`). Pure functions and data.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from collections.abc import Sequence
 from typing import Any, Final
 
 from lobby.core.discovery.filters import BadFilter, Filter, parse_filters
-from lobby.core.discovery.schemas import InvalidInput
+from lobby.core.discovery.schemas import CapabilityEntry, InvalidInput
 from lobby.core.refusal import Refusal
 from lobby.core.session import Action, AgentRecord, Send
 from protocol.limits import clip
@@ -19,6 +21,10 @@ from protocol.payloads import MAX_FILTERS
 
 FIELDS: Final = frozenset(("capability_name", "arguments", "filters"))
 _REDELIVERED: Final = b',"redelivered":true}'
+
+Candidate = tuple[AgentRecord, CapabilityEntry]
+Ranked = tuple[tuple[int, int], Candidate]
+"""A candidate with its rank: (REQUESTs it is serving, its turn)."""
 
 
 class Addressed:
@@ -149,3 +155,98 @@ def no_candidate(pending: Addressed, *, failed_over: bool) -> tuple[ErrorCode, s
         f"'{pending.requester}'{matching}",
         None,
     )
+
+
+def scan(
+    offering: dict[str, AgentRecord],
+    last: str | None,
+    pending: Addressed,
+    ranked: list[Ranked] | None,
+) -> Candidate | None:
+    """One pass over the providers of `pending`'s capability (`offering`, `last` the one chosen
+    last): the best candidate; each candidate with its rank (serving, turn) appended to
+    `ranked` if given."""
+    name = pending.capability
+    requester, tried, filters = pending.requester, pending.tried, pending.filters
+    after_last = last is None
+    size = len(offering)
+    best: Candidate | None = None
+    best_rank = (0, 0)
+    for position, (agent_id, record) in enumerate(offering.items()):
+        turn = position if after_last else size + position
+        if agent_id == last:
+            after_last = True
+        if (
+            agent_id == requester
+            or record.session is None  # offline (or on another node: see lobby.core.addressed)
+            or (tried is not None and agent_id in tried)
+        ):
+            continue
+        entry = record.capabilities[name]
+        if entry.allowed is not None and requester not in entry.allowed:
+            continue
+        if filters:
+            attributes = entry.model.attributes or {}
+            if not all(f.test(attributes) for f in filters):
+                continue
+        found = (record.serving, turn)
+        if ranked is not None:
+            ranked.append((found, (record, entry)))
+        if best is None or found < best_rank:
+            best, best_rank = (record, entry), found
+    return best
+
+
+def rank(found: Ranked) -> tuple[int, int]:
+    return found[0]
+
+
+def verdict(pending: Addressed, entry: CapabilityEntry) -> InvalidInput | None:
+    """What `entry`'s input schema says of `pending`'s arguments (None: accepted), each
+    distinct schema asked once per REQUEST."""
+    check = entry.input_check
+    if check is None:
+        return None
+    verdicts = pending.verdicts
+    if verdicts is None:
+        verdicts = pending.verdicts = {}
+    key = check.key
+    if key in verdicts:
+        return verdicts[key]
+    invalid = check.invalid({"capability_name": pending.capability, **pending.arguments})
+    verdicts[key] = invalid
+    return invalid
+
+
+def choose_elsewhere(
+    providers: dict[str, dict[str, AgentRecord]], last: dict[str, str], pending: Addressed
+) -> AgentRecord | None:
+    """Cluster only, when no agent connected here can take `pending`: a provider connected
+    to another node (as far as the shared registry says: its home), in turn. Its node
+    chooses among its own connected agents (`Addressing._pass_on`)."""
+    name = pending.capability
+    offering = providers.get(name)
+    if not offering:
+        return None
+    requester, tried, filters = pending.requester, pending.tried, pending.filters
+    previous = last.get(name)
+    after_last = previous is None
+    size = len(offering)
+    best: AgentRecord | None = None
+    best_turn = 0
+    for position, (agent_id, record) in enumerate(offering.items()):
+        turn = position if after_last else size + position
+        if agent_id == previous:
+            after_last = True
+        if record.home is None or agent_id == requester or (tried and agent_id in tried):
+            continue
+        entry = record.capabilities[name]
+        if entry.allowed is not None and requester not in entry.allowed:
+            continue
+        if filters and not all(f.test(entry.model.attributes or {}) for f in filters):
+            continue
+        if verdict(pending, entry) is not None:
+            continue
+        if best is None or turn < best_turn:
+            best, best_turn = record, turn
+    return best

@@ -49,8 +49,11 @@ class Conversations:
         (`lobby.core.addressed.Addressing.request`, set by the router)."""
         self.addressed: dict[ConversationKey, Any] = {}
         """Open conversations of capability-addressed REQUESTs (`Addressing.pending`, the same
-        dict): their final RESPONSE is told to `answered`."""
-        self.answered: Callable[[ConversationKey], None] = _nothing
+        dict): their final RESPONSE forgets the oldest such REQUEST here, and tells `answered`
+        only when later ones wait in `addressed_later` (rare)."""
+        self.addressed_later: dict[ConversationKey, Any] = {}
+        """`Addressing.queued`, the same dict."""
+        self.answered: Callable[[ConversationKey, Any], None] = _nothing
         self.deadlines = Deadlines(state, self.ended, self.traces)
         """The open REQUESTs one by one: deadlines and CANCEL (lobby/core/deadlines.py)."""
         self._waiting = self.deadlines.open  # its common case, inlined below
@@ -64,7 +67,11 @@ class Conversations:
         self.open[key] = self.open.get(key, 0) + 1
 
     def _closes(
-        self, key: ConversationKey, count: int, responder: AgentRecord | None = None
+        self,
+        key: ConversationKey,
+        count: int,
+        responder: AgentRecord | None = None,
+        forget: bool = True,
     ) -> None:
         if count > 1:
             self.open[key] = count - 1
@@ -78,8 +85,10 @@ class Conversations:
             responder = self.state.registry.agents.get(key[1])
         if responder is not None and responder.serving:
             responder.serving -= 1
-        if self.addressed and key in self.addressed:
-            self.answered(key)
+        if forget and self.addressed:  # `forget` False: a failover, which forgot it itself
+            done = self.addressed.pop(key, None)
+            if done is not None and self.addressed_later:
+                self.answered(key, done)
 
     def ended(self, key: ConversationKey) -> None:
         """The lobby ended one REQUEST of `key` (a deadline, a CANCEL): close it once."""
@@ -277,7 +286,7 @@ class Conversations:
         return [Send(session, frame)]
 
 
-def _nothing(key: ConversationKey) -> None:
+def _nothing(key: ConversationKey, done: Any) -> None:
     return None
 
 

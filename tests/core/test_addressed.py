@@ -14,6 +14,7 @@ from protocol.models import CloseCode
 from tests.routerkit import Peer, cap, join, make_router, world
 
 SCHEMA = {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"]}
+CHEAP = {"attribute": "price", "value": 1}
 
 
 def call(peer: Peer, conversation: str = "k", **payload: Any) -> None:
@@ -186,6 +187,37 @@ def test_a_schema_refusal_passes_the_candidate_over_and_all_refusing_is_invalid_
     assert receiver(strict, lax) == "lax"
     call(alice, "k3", arguments={"n": 1})
     assert receiver(strict, lax) == "strict"
+
+
+@pytest.mark.parametrize(
+    ("why", "capability", "payload", "code"),
+    [
+        ("offline", {}, {}, "no_provider"),
+        ("the requester", {}, {}, "no_provider"),
+        ("not allowed", {"authorized": ["carol"]}, {}, "no_provider"),
+        ("filtered out", {"attributes": {"price": 9}}, {"filters": [CHEAP]}, "no_provider"),
+        ("refusing", {"input_schema": SCHEMA}, {"arguments": {"n": "one"}}, "invalid_input"),
+        ("accepting", {"input_schema": SCHEMA}, {"arguments": {"n": 1}}, None),
+    ],
+)  # fmt: skip
+def test_a_sole_provider_is_given_only_what_it_may_take(
+    why: str, capability: dict[str, Any], payload: dict[str, Any], code: str | None
+) -> None:
+    """One provider is looked at once, without ranking (`Addressing.request`): the same rules."""
+    router = make_router()
+    sole = join(router, "sole", capabilities=[cap("quote", **capability)])
+    alice = sole if why == "the requester" else join(router, "alice")
+    if why == "offline":
+        router.close(sole.session)
+    call(alice, **payload)
+    if code is None:
+        assert sole.last()["payload"] == {"capability_name": "quote", "n": 1}
+        assert router.conversations == {("alice", "sole", "k"): 1}
+        return
+    answer = alice.last()
+    assert (answer["sender_id"], answer["payload"]["code"]) == ("global_lobby", code)
+    assert router.conversations == {}
+    assert sole.inbox == []
 
 
 def test_a_duplicate_is_confirmed_not_dispatched_again() -> None:
