@@ -21,12 +21,12 @@ The rest is in memory only: after a restart a REQUEST given to a provider stays 
 direct one would.
 
 On a cluster, candidates are this node's connections first; with none, the REQUEST goes on,
-still addressed to the lobby, to the node of a provider connected elsewhere (the shared
-registry says where each agent last connected, not whether it still is: `_choose_elsewhere`),
-which chooses among its own connections, fails over and answers there; its RESPONSEs reach the
-requester's node decided (`Conversations.response`). A failover with nobody left on its node
-passes the REQUEST on the same way, redelivered. A node that received one never passes it on
-again itself (one hop), except by a failover of its own.
+still addressed to the lobby, to the node of a provider connected elsewhere (online there as
+the cluster's presence says, first: `_choose_elsewhere`), which chooses among its own, fails
+over and answers there; its RESPONSEs reach the requester's node decided, which keeps it open
+too, for CANCEL, deadline and INPUT (`Deadlines.passed_on`). A failover with nobody left on its
+node passes the REQUEST on the same way, redelivered. A node that received one never passes it
+on again itself (one hop), except by a failover of its own.
 """
 
 from __future__ import annotations
@@ -107,6 +107,8 @@ class Addressing:
         now = state.clock()
         if state.is_duplicate(msg, session, now):
             return []
+        if redelivered and agent.home is None:  # passed on from here, given back by a failover
+            self.conversations.deadlines.taken_back(agent.agent_id, msg)
         limit = state.limits.max_open_requests
         if limit and agent.open_requests >= limit:
             raise Refusal(
@@ -215,13 +217,16 @@ class Addressing:
 
     def _choose_elsewhere(self, pending: Addressed) -> AgentRecord | None:
         """Cluster only, when no agent connected here can take `pending`: a provider connected
-        to another node (as far as the shared registry says: its home), in turn. Its node
-        chooses among its own connected agents (`_pass_on`)."""
+        to another node, in turn: one the cluster's presence says is online there first
+        (`Presence.elsewhere`); failing that, one whose node last had it (the shared registry's
+        home; its presence may not have reached here yet). Its node chooses among its own
+        connected agents (`_pass_on`)."""
         name = pending.capability
         offering = self.state.registry.providers.get(name)
         if not offering:
             return None
         requester, tried, filters = pending.requester, pending.tried, pending.filters
+        online = self.state.presence.elsewhere
         last = self.last.get(name)
         after_last = last is None
         size = len(offering)
@@ -233,6 +238,8 @@ class Addressing:
                 after_last = True
             if record.home is None or agent_id == requester or (tried and agent_id in tried):
                 continue
+            if agent_id not in online:
+                turn += 2 * size  # after every provider online
             entry = record.capabilities[name]
             if entry.allowed is not None and requester not in entry.allowed:
                 continue
@@ -271,8 +278,10 @@ class Addressing:
             )
         delivery = self.state.delivery
         home: str = away.home  # type: ignore[assignment]  # not None: a candidate elsewhere
-        if sender is not None:
-            return delivery.forward(away, msg, sender)
+        if sender is not None:  # from its requester, connected here: kept open here too
+            actions = delivery.forward(away, msg, sender)
+            self.conversations.deadlines.passed_on(pending.requester, away.agent_id, msg)
+            return actions
         # Not decided here: the node it goes to routes it as its requester's own.
         msg.auth_token = None
         delivery.forwards.append(
