@@ -275,6 +275,7 @@ class Addressing:
                 message_id=pending.message_id,
                 redelivered=True,
                 traceparent=pending.traceparent,
+                timeout_ms=pending.left_ms(self.state.clock()),  # the deadline goes with it
             )
         delivery = self.state.delivery
         home: str = away.home  # type: ignore[assignment]  # not None: a candidate elsewhere

@@ -77,6 +77,11 @@ class Addressed:
         answer when every candidate refuses the arguments."""
         self.refused_by = ""
 
+    def left_ms(self, now: float) -> int | None:
+        """What is left of its deadline at `now`, as the `timeout_ms` of the REQUEST passed on
+        to another node (at least 1: one already passed fires there at once); None: none."""
+        return None if self.deadline is None else max(1, self.deadline - int(now * 1000))
+
 
 def parse_payload(payload: dict[str, Any]) -> tuple[dict[str, Any], Sequence[Filter]]:
     """The arguments and filters of an addressed REQUEST's payload; `malformed` naming the

@@ -11,6 +11,8 @@ from tests.core.test_addressed_nodes import Cluster, quote
 from tests.core.test_shared_registry import join_shared as join
 from tests.routerkit import Clock, Peer, world
 
+NOW = Clock().now
+
 
 def served_on_b(**envelope: object) -> tuple[Cluster, Router, Router, Peer, Peer]:
     """alice on node a; bob, who offers quote, on b; alice's REQUEST m-1 given to bob."""
@@ -88,7 +90,8 @@ def test_a_failover_back_to_the_requesters_node_keeps_its_deadline() -> None:
     cluster.learn(carol, "a", quote())
     world.deliver(b.close(bob.session, 1006))  # b has nobody else: passed on to a
     cluster.carry()
-    assert carol.last()["message_id"] == "m-1"
+    given = carol.last()
+    assert (given["message_id"], given["deadline"]) == ("m-1", int(NOW * 1000) + 5000)
     assert a.requests.deadlines.elsewhere == set()  # decided on a now
     clock = a.state.clock
     assert isinstance(clock, Clock)
@@ -143,3 +146,39 @@ def test_no_provider_on_the_other_node_settles_it_on_the_requesters_node() -> No
     assert (answer["in_reply_to"], answer["payload"]["code"]) == ("m-1", "no_provider")
     assert a.requests.deadlines.open == {}
     assert a.requests.deadlines.elsewhere == set()
+
+
+def test_a_request_passed_on_to_a_third_node_keeps_its_deadline_there() -> None:
+    cluster = Cluster("a", "b", "c")
+    a, b, c = (cluster.nodes[n] for n in "abc")
+    alice = join(a, "alice", acks=True)
+    bob = join(b, "bob", capabilities=[quote()], acks=True)
+    carl = join(c, "carl", capabilities=[quote()], acks=True)
+    cluster.learn(alice, "a")
+    cluster.learn(bob, "b", quote())
+    cluster.learn(carl, "c", quote())
+    alice.send(
+        "REQUEST",
+        {"capability_name": "quote"},
+        conversation_id="k",
+        message_id="m-1",
+        timeout_ms=5000,
+    )
+    cluster.carry()
+    assert bob.last()["message_id"] == "m-1"  # first in turn
+    world.deliver(b.close(bob.session, 1006))  # nobody else on b: passed on to c
+    cluster.carry()
+    given = carl.last()
+    assert (given["message_id"], given["redelivered"]) == ("m-1", True)
+    assert given["deadline"] == int(NOW * 1000) + 5000
+    for router in (a, c):
+        clock = router.state.clock
+        assert isinstance(clock, Clock)
+        clock.now += 6
+    world.deliver(a.tick() + c.tick())
+    cluster.carry()
+    timeout = alice.last()
+    assert (timeout["in_reply_to"], timeout["payload"]["code"]) == ("m-1", "timeout")
+    cancel = carl.last()
+    assert (cancel["message_type"], cancel["payload"]["reason"]) == ("CANCEL", "deadline")
+    assert c.conversations == {}
