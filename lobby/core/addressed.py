@@ -21,12 +21,12 @@ The rest is in memory only: after a restart a REQUEST given to a provider stays 
 direct one would.
 
 On a cluster, candidates are this node's connections first; with none, the REQUEST goes on,
-still addressed to the lobby, to the node of a provider connected elsewhere (the shared
-registry says where each agent last connected, not whether it still is: `choose_elsewhere`),
-which chooses among its own connections, fails over and answers there; its RESPONSEs reach the
-requester's node decided (`Conversations.response`). A failover with nobody left on its node
-passes the REQUEST on the same way, redelivered. A node that received one never passes it on
-again itself (one hop), except by a failover of its own.
+still addressed to the lobby, to the node of a provider connected elsewhere (online there as
+the cluster's presence says, first: `choose_elsewhere`), which chooses among its own, fails
+over and answers there; its RESPONSEs reach the requester's node decided, which keeps it open
+too, for CANCEL, deadline and INPUT (`Deadlines.passed_on`). A failover with nobody left on its
+node passes the REQUEST on the same way, redelivered. A node that received one never passes it
+on again itself (one hop), except by a failover of its own.
 """
 
 from __future__ import annotations
@@ -109,6 +109,8 @@ class Addressing:
         now = state.clock()
         if state.is_duplicate(msg, session, now):
             return []
+        if redelivered and agent.home is None:  # passed on from here, given back by a failover
+            self.conversations.deadlines.taken_back(agent.agent_id, msg)
         limit = state.limits.max_open_requests
         if limit and agent.open_requests >= limit:
             raise Refusal(
@@ -144,7 +146,9 @@ class Addressing:
             chosen = self._choose(pending)
         if chosen is None:
             if here and state.shared is not None:
-                away = choose_elsewhere(self.state.registry.providers, self.last, pending)
+                away = choose_elsewhere(
+                    state.registry.providers, self.last, pending, state.presence.elsewhere
+                )
                 if away is not None:
                     return self._pass_on(pending, away, msg, session)
             if not here:  # the requester is on another node: answered there, and stored
@@ -207,11 +211,14 @@ class Addressing:
                 message_id=pending.message_id,
                 redelivered=True,
                 traceparent=pending.traceparent,
+                timeout_ms=pending.left_ms(self.state.clock()),  # the deadline goes with it
             )
         delivery = self.state.delivery
         home: str = away.home  # type: ignore[assignment]  # not None: a candidate elsewhere
-        if sender is not None:
-            return delivery.forward(away, msg, sender)
+        if sender is not None:  # from its requester, connected here: kept open here too
+            actions = delivery.forward(away, msg, sender)
+            self.conversations.deadlines.passed_on(pending.requester, away.agent_id, msg)
+            return actions
         # Not decided here: the node it goes to routes it as its requester's own.
         msg.auth_token = None
         delivery.forwards.append(
@@ -355,7 +362,9 @@ class Addressing:
             chosen = self._choose(pending)
             if chosen is None:
                 if state.shared is not None:  # a provider on another node, if any
-                    away = choose_elsewhere(self.state.registry.providers, self.last, pending)
+                    away = choose_elsewhere(
+                        state.registry.providers, self.last, pending, state.presence.elsewhere
+                    )
                     if away is not None:
                         requester.open_requests = max(0, requester.open_requests - 1)
                         return self._pass_on(pending, away, None, None)

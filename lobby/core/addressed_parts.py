@@ -83,6 +83,11 @@ class Addressed:
         answer when every candidate refuses the arguments."""
         self.refused_by = ""
 
+    def left_ms(self, now: float) -> int | None:
+        """What is left of its deadline at `now`, as the `timeout_ms` of the REQUEST passed on
+        to another node (at least 1: one already passed fires there at once); None: none."""
+        return None if self.deadline is None else max(1, self.deadline - int(now * 1000))
+
 
 def parse_payload(payload: dict[str, Any]) -> tuple[dict[str, Any], Sequence[Filter]]:
     """The arguments and filters of an addressed REQUEST's payload; `malformed` naming the
@@ -219,11 +224,16 @@ def verdict(pending: Addressed, entry: CapabilityEntry) -> InvalidInput | None:
 
 
 def choose_elsewhere(
-    providers: dict[str, dict[str, AgentRecord]], last: dict[str, str], pending: Addressed
+    providers: dict[str, dict[str, AgentRecord]],
+    last: dict[str, str],
+    pending: Addressed,
+    online: dict[str, str],
 ) -> AgentRecord | None:
     """Cluster only, when no agent connected here can take `pending`: a provider connected
-    to another node (as far as the shared registry says: its home), in turn. Its node
-    chooses among its own connected agents (`Addressing._pass_on`)."""
+    to another node, in turn: one `online` there as the cluster's presence says first
+    (`Presence.elsewhere`); failing that, one whose node last had it (the shared registry's
+    home; its presence may not have reached here yet). Its node chooses among its own
+    connected agents (`Addressing._pass_on`)."""
     name = pending.capability
     offering = providers.get(name)
     if not offering:
@@ -240,6 +250,8 @@ def choose_elsewhere(
             after_last = True
         if record.home is None or agent_id == requester or (tried and agent_id in tried):
             continue
+        if agent_id not in online:
+            turn += 2 * size  # after every provider online
         entry = record.capabilities[name]
         if entry.allowed is not None and requester not in entry.allowed:
             continue

@@ -92,6 +92,9 @@ class Deadlines:
         self._due: list[Due] = []
         """A heap of deadlines: a tick looks at the earliest only. An entry whose REQUEST was
         answered meanwhile is dropped when it comes due."""
+        self.elsewhere: set[tuple[str, str, str]] = set()
+        """Cluster only: (requester, conversation_id, message_id) of the capability-addressed
+        REQUESTs in `open` that went to another node to be decided there (`passed_on`)."""
 
     # -- as REQUESTs open and close. The common case, one REQUEST open in a conversation,
     # is `Conversations`' own (one `setdefault` as it opens, one `pop` as it closes); these
@@ -156,6 +159,61 @@ class Deadlines:
         if waiting is None:
             return []
         return list(waiting) if type(waiting) is list else [waiting]  # type: ignore[list-item]
+
+    # -- decided on another node (a cluster's capability-addressed REQUEST) ------------------
+
+    def passed_on(self, requester: str, provider: str, msg: Message) -> None:
+        """A capability-addressed REQUEST `msg` of `requester`'s, homed here, was forwarded
+        (its message_id named, its `timeout_ms` still on it) to the node of `provider` (an
+        agent of another node), which chooses, dispatches and answers it. Kept open here as
+        well, as a direct REQUEST to `provider` is: the requester's CANCEL goes on to that
+        node and is answered here (`cancel`), so is its deadline (`expire_due`), and its INPUT
+        goes on to the provider's node (`Turns.input`), until the final RESPONSE that node
+        decided arrives (`settled_elsewhere`)."""
+        conversation_id: str = msg.conversation_id  # type: ignore[assignment]  # checked
+        message_id: str = msg.message_id  # type: ignore[assignment]  # named by `forward`
+        timeout_ms = msg.timeout_ms
+        deadline = None
+        if timeout_ms is not None:
+            deadline = int(self.state.clock() * 1000) + timeout_ms
+        entry = (provider, message_id, None, deadline)
+        if self.open.setdefault((requester, conversation_id), entry) is not entry or deadline:
+            self.opened(requester, conversation_id, entry, timeout_ms or 0)
+        self.elsewhere.add((requester, conversation_id, message_id))
+
+    def settled_elsewhere(
+        self, requester: str, conversation_id: str, message_id: str | None, *, exact: bool
+    ) -> None:
+        """A REQUEST `passed_on` is no longer the other node's: its final RESPONSE arrived
+        (`message_id` its `in_reply_to`, else the oldest such REQUEST in the conversation), or
+        that node gave it back here in a failover (`exact`: the REQUEST `message_id`; its
+        deadline stays in the heap for the copy dispatched here, with the same message_id)."""
+        elsewhere = self.elsewhere
+        mine = [
+            e
+            for e in self.waiting(requester, conversation_id)
+            if (requester, conversation_id, e[1]) in elsewhere
+        ]
+        entry = next((e for e in mine if e[1] == message_id), None)
+        if entry is None and mine and not exact:
+            entry = mine[0]
+        if entry is not None:
+            elsewhere.discard((requester, conversation_id, entry[1]))
+            self._remove(requester, conversation_id, entry)
+
+    def taken_back(self, requester: str, msg: Message) -> None:
+        """The REQUEST `msg` of `requester`'s, homed here, came back redelivered from the node
+        it was passed on to (a failover there): no longer that node's (if it was)."""
+        if self.elsewhere and msg.conversation_id is not None:
+            self.settled_elsewhere(requester, msg.conversation_id, msg.message_id, exact=True)
+
+    def decided_elsewhere(self, requester: str, conversation_id: str) -> bool:
+        """Whether `requester` has a REQUEST open in `conversation_id` that another node
+        decides (`passed_on`)."""
+        return any(
+            (requester, conversation_id, e[1]) in self.elsewhere
+            for e in self.waiting(requester, conversation_id)
+        )
 
     # -- the lobby ends them ---------------------------------------------------------------
 
@@ -253,13 +311,9 @@ class Deadlines:
         the requester's CANCEL is routed again by the provider's home (`cancel`), and a deadline
         passes there too."""
         responder, message_id, seq, _ = entry
-        key = (requester_id, conversation_id)
-        waiting = self.waiting(requester_id, conversation_id)
-        waiting.remove(entry)
-        if not waiting:
-            del self.open[key]
-        else:
-            self.open[key] = waiting if len(waiting) > 1 else waiting[0]
+        self._remove(requester_id, conversation_id, entry)
+        if self.elsewhere:
+            self.elsewhere.discard((requester_id, conversation_id, message_id))
         conversation = (requester_id, responder, conversation_id)
         traceparent = self._traces.get(conversation) if self._traces else None
         self._close(conversation)
@@ -297,6 +351,15 @@ class Deadlines:
             actions += state.deliver(requester, answer, None, Effect.ENDS, now, force=True)
         state.counters.refused[code] += 1
         return actions
+
+    def _remove(self, requester: str, conversation_id: str, entry: Waiting) -> None:
+        key = (requester, conversation_id)
+        waiting = self.waiting(requester, conversation_id)
+        waiting.remove(entry)
+        if not waiting:
+            del self.open[key]
+        else:
+            self.open[key] = waiting if len(waiting) > 1 else waiting[0]
 
     # -- a restart -------------------------------------------------------------------------
 

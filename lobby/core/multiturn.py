@@ -5,7 +5,9 @@ An `in_progress` RESPONSE carrying `input_required` (an object) leaves its open 
 forwarded only to a conversation that waits, and ends the wait until the next `input_required`;
 a conversation that closes stops waiting. Which conversations wait is saved as state
 (`StateSaved("waiting", ...)`), not replayed from the messages, because a store's compaction
-folds old messages into bare counts of open conversations and would lose it.
+folds old messages into bare counts of open conversations and would lose it. On a cluster, an
+INPUT for a capability-addressed REQUEST that another node decides (its provider chosen there)
+goes on to that node, which checks it (`Deadlines.passed_on`).
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ from typing import Any, Final, Protocol
 
 import orjson
 
+from lobby.core.deadlines import Deadlines
 from lobby.core.records import Effect, StateRemoved, StateSaved
 from lobby.core.refusal import Refusal, unknown_receiver
 from lobby.core.session import Action, AgentRecord, Session
@@ -30,10 +33,14 @@ WAITING: Final = "waiting"
 
 
 class OpenConversations(Protocol):
-    """What turns read of `conversations.Conversations`: which conversations are open."""
+    """What turns read of `conversations.Conversations`: which conversations are open, and
+    the REQUESTs open one by one (a cluster's decided on another node among them)."""
 
     @property
     def open(self) -> dict[ConversationKey, int]: ...
+
+    @property
+    def deadlines(self) -> Deadlines: ...
 
 
 def asks_for_input(payload: dict[str, Any], final: bool) -> bool:
@@ -91,6 +98,15 @@ class Turns:
             raise Refusal(ErrorCode.MALFORMED, "an INPUT needs a conversation_id")
         key = (agent.agent_id, msg.receiver_id, conversation_id)
         if key not in self.conversations.open:
+            target = state.registry.agents.get(msg.receiver_id)
+            if (
+                target is not None
+                and target.home is not None
+                and self.conversations.deadlines.decided_elsewhere(agent.agent_id, conversation_id)
+            ):
+                # A capability-addressed REQUEST the provider's node decides (its provider
+                # chosen there): that node checks and routes the INPUT as its requester's own.
+                return state.delivery.forward(target, msg, session)
             raise Refusal(
                 ErrorCode.UNKNOWN_CONVERSATION,
                 f"no open REQUEST from {agent.agent_id!r} to {clip(msg.receiver_id)!r} in "

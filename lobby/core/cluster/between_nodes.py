@@ -24,7 +24,7 @@ from lobby.core.session import Action, AgentRecord, Close, Session
 from lobby.core.state import LobbyState
 from protocol.codec import decode
 from protocol.errors import DecodeError
-from protocol.models import CloseCode, ErrorCode, Message, MessageType
+from protocol.models import CloseCode, ErrorCode, Message, MessageType, ResponseStatus
 
 Handler = Callable[[Session, AgentRecord, Message], list[Action]]
 
@@ -177,4 +177,18 @@ class BetweenNodes:
         one of its notices, `session` None), for an agent of this node: stored and delivered,
         not checked again (`lobby.core.cluster.decided`). None: the receiver's home is elsewhere
         now."""
-        return deliver_decided(self.state, session, frame)
+        actions = deliver_decided(self.state, session, frame)
+        deadlines = self.requests.deadlines
+        if actions is not None and deadlines.elsewhere and b'"RESPONSE"' in frame:
+            # Maybe the final RESPONSE to a capability-addressed REQUEST of an agent of this
+            # node's, decided on the provider's node: no longer open here either.
+            msg = decode(frame)
+            if (
+                msg.message_type is MessageType.RESPONSE
+                and msg.conversation_id is not None
+                and msg.payload.get("status") != ResponseStatus.IN_PROGRESS
+            ):
+                deadlines.settled_elsewhere(
+                    msg.receiver_id, msg.conversation_id, msg.in_reply_to, exact=False
+                )
+        return actions
