@@ -206,6 +206,7 @@ class Sandbox:
     def script(self, block: Block) -> str:
         """The block as the bash script the sandbox runs; `shown` gets what the block says its
         long-running commands print (the comment lines right after one)."""
+        self.shown = {}
         out = [PRELUDE]
         log = None
         for number, line in enumerate(commands(self.localize(block.whole_script))):
@@ -280,6 +281,8 @@ class Sandbox:
         stopped at the end."""
         path = self.path / "block.sh"
         path.write_text(self.script(block))
+        for log in self.path.glob(".bg-*.log"):  # a run before's: not this run's first line
+            log.unlink()
         out, err = self.path / "block.out", self.path / "block.err"
         with out.open("w") as stdout, err.open("w") as stderr:
             # Files, not pipes: a process left in the background must not hold the run open.
