@@ -164,10 +164,16 @@ class ClusterNode:
                 disconnected_cb=self._disconnected,
             )
             js = self._nc.jetstream()
-            try:
-                self._kv = await js.key_value(AGENTS)
-            except nats.js.errors.BucketNotFoundError:
-                self._kv = await js.create_key_value(bucket=AGENTS, history=1, replicas=replicas)
+
+            async def agents() -> KeyValue:
+                try:
+                    return await js.key_value(AGENTS)
+                except nats.js.errors.BucketNotFoundError:
+                    return await js.create_key_value(bucket=AGENTS, history=1, replicas=replicas)
+
+            # Again while its stream has no leader yet: a NATS cluster restarted with this node
+            # elects one per stream from what it kept, which takes seconds.
+            self._kv = await once_answered(agents)
             watcher = await self._kv.watchall()
             while (entry := await _next(watcher, 30)) is not None:
                 self._apply(entry)
