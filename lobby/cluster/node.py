@@ -443,10 +443,14 @@ async def _quiet(error: Exception) -> None:
 
 async def _shared_identity(js: nats.js.JetStreamContext, replicas: int) -> str:
     """The cluster's identity in KV `lobby`: this node's new one if it is the first to write."""
-    try:
-        kv = await js.key_value(LOBBY)
-    except nats.js.errors.BucketNotFoundError:
-        kv = await js.create_key_value(bucket=LOBBY, history=1, replicas=replicas)
+
+    async def bucket() -> KeyValue:
+        try:
+            return await js.key_value(LOBBY)
+        except nats.js.errors.BucketNotFoundError:
+            return await js.create_key_value(bucket=LOBBY, history=1, replicas=replicas)
+
+    kv = await once_answered(bucket)  # its stream may have no leader yet, as `agents`'s
 
     async def claim() -> str:
         # A create that loses to another node's raises: both then read the winner's.
