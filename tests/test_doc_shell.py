@@ -51,6 +51,8 @@ def run(block: Block, path: Path) -> str | None:
     stops = any(STOPS_THE_LOBBY.search(line) for line in commands(block.whole_script))
     with ExitStack() as stack:
         lobby = stack.enter_context(sandbox.lobby())
+        if not stops:  # a lobby that already holds other agents
+            stack.enter_context(sandbox.someone_else())
         for time in ("first", "second"):
             if stops:  # the page says to stop `make run` first: it was running again
                 if lobby.poll() is not None:
