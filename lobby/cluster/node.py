@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, Final
@@ -164,6 +165,8 @@ class ClusterNode:
                 disconnected_cb=self._disconnected,
             )
             js = self._nc.jetstream()
+            buckets = (AGENTS, NODES, RECOVERIES, LOBBY)
+            await _until_led(js, [*(f"KV_{b}" for b in buckets), f"OBJ_{HANDOVERS}"])
 
             async def agents() -> KeyValue:
                 try:
@@ -439,6 +442,15 @@ async def _next(watcher: KeyValue.KeyWatcher, timeout: float) -> KeyValue.Entry 
 async def _quiet(error: Exception) -> None:
     """nats-py reports every failed (re)connect attempt here: at debug, not a traceback."""
     log.debug("NATS_ERROR", error=repr(error))
+
+
+async def _until_led(js: nats.js.JetStreamContext, streams: list[str]) -> None:
+    """Wait (`once_answered`) until each of `streams` that exists answers: after a NATS cluster
+    restart each elects its leader from what it kept, which takes seconds, and until then
+    every call on it times out."""
+    for stream in streams:
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await once_answered(functools.partial(js.stream_info, stream))
 
 
 async def _shared_identity(js: nats.js.JetStreamContext, replicas: int) -> str:
