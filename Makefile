@@ -108,10 +108,11 @@ golang:
 test: lint node-deps chromium golang
 	$(BIN)/pytest -q -n 2 --dist loadfile
 
-# The documentation site (mkdocs.yml) into site/: --strict, so a broken link or anchor fails.
-# `make test` builds it too (tests/test_docs.py).
+# The documentation site (mkdocs.yml) into site/ (or SITE): --strict, so a broken link or anchor
+# fails. `make test` runs this target too, into a temporary SITE (tests/test_docs.py).
+SITE ?= site
 docs: $(STAMP)
-	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir $(SITE)
 
 bench: $(STAMP)
 	$(BIN)/python -m benchmarks

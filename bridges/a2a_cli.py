@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import errno
 import signal
 import sys
 
@@ -29,10 +30,23 @@ def run(args: argparse.Namespace) -> int:
     except TokensFileError as bad:
         sys.stderr.write(f"lobby a2a: {bad}\n")
         return 2
-    except (OSError, AgentSDKError, AgentCardResolutionError, httpx.HTTPError) as failed:
+    except OSError as failed:
+        sys.stderr.write(f"lobby a2a {args.a2a_command}: {_listen_failure(failed, args)}\n")
+        return 1
+    except (AgentSDKError, AgentCardResolutionError, httpx.HTTPError) as failed:
         sys.stderr.write(f"lobby a2a {args.a2a_command}: {failed}\n")
         return 1
     return 0
+
+
+def _listen_failure(error: OSError, args: argparse.Namespace) -> str:
+    """A port in use said with its fix (the server's own words name neither flag nor fix)."""
+    if error.errno == errno.EADDRINUSE and args.a2a_command == "serve":
+        return (
+            f"port {args.port} is in use on {args.host}: "
+            "stop what holds it, or choose another --port"
+        )
+    return str(error)
 
 
 async def _until_signalled() -> None:

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import os
+import sys
 from pathlib import Path
 from typing import Any
 
+from lobby.extras import install_hint
 from lobby.options import port_number
 
 COMMANDS = frozenset({"a2a"})
@@ -53,7 +55,11 @@ def add_commands(commands: argparse._SubParsersAction[Any], parser_class: type[A
 
 
 def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    """Run the `lobby a2a` command `args` asks for; its exit status."""
-    from bridges import a2a_cli  # the `bridges` extra, loaded only here
-
+    """Run the `lobby a2a` command `args` asks for; its exit status (a missing `bridges` extra
+    is one line on stderr and exit status 1)."""
+    try:
+        from bridges import a2a_cli  # the `bridges` extra, loaded only here
+    except ImportError as missing:
+        sys.stderr.write(f"lobby: the A2A bridges need {missing.name}: {install_hint('bridges')}\n")
+        return 1
     return a2a_cli.run(args)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import errno
 import sys
 from typing import Any
 
@@ -128,9 +129,15 @@ def run(parser: argparse.ArgumentParser, args: argparse.Namespace) -> int:
 
 def _described(error: BaseException, args: argparse.Namespace) -> str:
     """The error's sentence, naming the MCP server's URL when reaching it is what failed (the
-    HTTP client's own words name nothing: "All connection attempts failed")."""
+    HTTP client's own words name nothing: "All connection attempts failed"), and the flag to
+    change when the port to serve on is taken."""
     if args.command == "bridge" and args.url and type(error).__module__.startswith("http"):
         return f"cannot reach the MCP server at {args.url}: {error}"
+    if args.command == "mcp" and isinstance(error, OSError) and error.errno == errno.EADDRINUSE:
+        return (
+            f"port {args.http} is in use on {args.host}: "
+            "stop what holds it, or choose another --http"
+        )
     return str(error)
 
 

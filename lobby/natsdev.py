@@ -14,8 +14,10 @@ are the 3-server cluster that `lobby serve --cluster-replicas 3` keeps three cop
 from __future__ import annotations
 
 import argparse
+import errno
 import os
 import shutil
+import socket
 import sys
 from pathlib import Path
 from typing import Any
@@ -130,6 +132,10 @@ def run_nats(args: argparse.Namespace) -> int:
     if store_dir.exists() and not store_dir.is_dir():
         sys.stderr.write(f"lobby: --store-dir {store_dir}: exists and is not a directory\n")
         return 2
+    for flag, port in ports:
+        if port is not None and (taken := _in_use(args.host, port)):
+            sys.stderr.write(f"lobby: {flag} {port} {taken}: stop it, or choose another {flag}\n")
+            return 1
     arguments = nats_arguments(
         args.host,
         args.port,
@@ -141,6 +147,20 @@ def run_nats(args: argparse.Namespace) -> int:
     )
     sys.stdout.flush()
     os.execv(binary, [str(binary), *arguments])  # noqa: S606  # our own argument list
+
+
+def _in_use(host: str, port: int) -> str | None:
+    """Why nats-server could not listen on host:port, or None: said here in one line, before
+    the server's own twenty lines of start-up log."""
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as nats-server binds
+        try:
+            probe.bind((host, port))
+        except OSError as failed:
+            if failed.errno == errno.EADDRINUSE:
+                return f"is in use on {host} (another NATS?)"
+            return f"cannot be listened on at {host}: {failed.strerror}"
+    return None
 
 
 __all__ = [

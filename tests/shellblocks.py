@@ -44,6 +44,8 @@ from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.docblocks import SOMEONE_ELSE
+
 ROOT = Path(__file__).resolve().parent.parent
 OUTPUT = '```text title="Output"'
 NOT_RUN = re.compile(r"^<!-- not run: (.+) -->$")
@@ -206,6 +208,7 @@ class Sandbox:
     def script(self, block: Block) -> str:
         """The block as the bash script the sandbox runs; `shown` gets what the block says its
         long-running commands print (the comment lines right after one)."""
+        self.shown = {}
         out = [PRELUDE]
         log = None
         for number, line in enumerate(commands(self.localize(block.whole_script))):
@@ -275,11 +278,40 @@ class Sandbox:
             stop(process)
             log.close()
 
+    @contextmanager
+    def someone_else(self) -> Iterator[None]:
+        """Another agent in the lobby, offering what the pages call (`SOMEONE_ELSE`), as in a
+        lobby others share: a page that takes whichever provider the lobby lists first meets
+        it. Stopped at the end."""
+        (self.path / ".someone_else.py").write_text(SOMEONE_ELSE)
+        process = subprocess.Popen(
+            [str(self.path / ".venv/bin/python"), ".someone_else.py"],
+            cwd=self.path,
+            env=self.env,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            deadline = time.monotonic() + 30
+            log = self.path / ".make-run.log"
+            while not any(
+                "AGENT_REGISTERED" in line and '"someone_else"' in line
+                for line in log.read_text().splitlines()
+            ):
+                assert process.poll() is None, "someone_else exited"
+                assert time.monotonic() < deadline, "someone_else never registered"
+                time.sleep(0.05)
+            yield
+        finally:
+            stop(process)
+
     def run(self, block: Block, timeout: float) -> subprocess.CompletedProcess[str]:
         """Run the block (and those going on in its shell); every process it started is
         stopped at the end."""
         path = self.path / "block.sh"
         path.write_text(self.script(block))
+        for log in self.path.glob(".bg-*.log"):  # a run before's: not this run's first line
+            log.unlink()
         out, err = self.path / "block.out", self.path / "block.err"
         with out.open("w") as stdout, err.open("w") as stderr:
             # Files, not pipes: a process left in the background must not hold the run open.

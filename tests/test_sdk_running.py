@@ -65,12 +65,12 @@ async def test_an_example_prints_only_what_it_prints_and_log_level_shows_the_sdk
     example = (ROOT / "examples/echo/run.py").read_text()
     code, stdout, stderr = await run_script(example, tmp_path, lobby.url)
     assert code == 0, stderr
-    assert stdout == UP + "found: echo\necho answered: 'hi' (2 characters)\n"
+    assert stdout == UP + "the echo agent is online: True\necho answered: 'hi' (2 characters)\n"
     assert stderr == ""
     # Asked for, the SDK's own lines go to stderr; stdout stays the program's.
     verbose = example.replace('Agent("my_client", ', 'Agent("my_client", log_level="INFO", ')
     assert verbose != example
     code, stdout, stderr = await run_script(verbose, tmp_path, lobby.url)
     assert code == 0, stderr
-    assert stdout == UP + "found: echo\necho answered: 'hi' (2 characters)\n"
+    assert stdout == UP + "the echo agent is online: True\necho answered: 'hi' (2 characters)\n"
     assert "INFO agent_sdk AGENT_CONNECTED agent_id=my_client" in stderr

@@ -18,8 +18,8 @@ from examples.echo.echo_agent import EchoAgent, EchoReply
 async def main(lobby_url: str) -> EchoReply:
     echo, client = spread(lobby_url, 0), spread(lobby_url, 1)
     async with EchoAgent(lobby_url=echo), Agent("my_client", lobby_url=client) as me:
-        services = await me.discover("echo")
-        print("found:", ", ".join(service.agent_id for service in services))
+        services = await me.discover("echo")  # other agents may offer echo too: ask for this one
+        print("the echo agent is online:", any(s.agent_id == "echo" and s.online for s in services))
         answer = await me.request("echo", "echo", {"text": "hi"}, output_type=EchoReply, timeout=5)
     print(f"echo answered: {answer.text!r} ({answer.length} characters)")
     return answer

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 from collections import deque
 from collections.abc import Awaitable, Callable, Coroutine, Iterable
 from typing import Any, Final
@@ -164,10 +165,18 @@ class ClusterNode:
                 disconnected_cb=self._disconnected,
             )
             js = self._nc.jetstream()
-            try:
-                self._kv = await js.key_value(AGENTS)
-            except nats.js.errors.BucketNotFoundError:
-                self._kv = await js.create_key_value(bucket=AGENTS, history=1, replicas=replicas)
+            buckets = (AGENTS, NODES, RECOVERIES, LOBBY)
+            await _until_led(js, [*(f"KV_{b}" for b in buckets), f"OBJ_{HANDOVERS}"])
+
+            async def agents() -> KeyValue:
+                try:
+                    return await js.key_value(AGENTS)
+                except nats.js.errors.BucketNotFoundError:
+                    return await js.create_key_value(bucket=AGENTS, history=1, replicas=replicas)
+
+            # Again while its stream has no leader yet: a NATS cluster restarted with this node
+            # elects one per stream from what it kept, which takes seconds.
+            self._kv = await once_answered(agents)
             watcher = await self._kv.watchall()
             while (entry := await _next(watcher, 30)) is not None:
                 self._apply(entry)
@@ -435,12 +444,25 @@ async def _quiet(error: Exception) -> None:
     log.debug("NATS_ERROR", error=repr(error))
 
 
+async def _until_led(js: nats.js.JetStreamContext, streams: list[str]) -> None:
+    """Wait (`once_answered`) until each of `streams` that exists answers: after a NATS cluster
+    restart each elects its leader from what it kept, which takes seconds, and until then
+    every call on it times out."""
+    for stream in streams:
+        with contextlib.suppress(nats.js.errors.NotFoundError):
+            await once_answered(functools.partial(js.stream_info, stream))
+
+
 async def _shared_identity(js: nats.js.JetStreamContext, replicas: int) -> str:
     """The cluster's identity in KV `lobby`: this node's new one if it is the first to write."""
-    try:
-        kv = await js.key_value(LOBBY)
-    except nats.js.errors.BucketNotFoundError:
-        kv = await js.create_key_value(bucket=LOBBY, history=1, replicas=replicas)
+
+    async def bucket() -> KeyValue:
+        try:
+            return await js.key_value(LOBBY)
+        except nats.js.errors.BucketNotFoundError:
+            return await js.create_key_value(bucket=LOBBY, history=1, replicas=replicas)
+
+    kv = await once_answered(bucket)  # its stream may have no leader yet, as `agents`'s
 
     async def claim() -> str:
         # A create that loses to another node's raises: both then read the winner's.

@@ -298,7 +298,13 @@ class JetStreamStore:
     def load(self) -> Snapshot:
         """The newest snapshot plus the journal after it. Runs after this process claimed
         the node, so nothing an earlier process writes can land after what is read here."""
-        self._folded = self._call(self._load(), None)
+
+        async def read() -> Folded:
+            # Again, from the start, while a stream just restarted has no leader to answer.
+            self._last_seq, self._snapshot_seq = 0, -1
+            return await self._load()
+
+        self._folded = self._call(once_answered(read), None)
         return self._folded.snapshot()
 
     async def _load(self) -> Folded:
