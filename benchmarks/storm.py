@@ -283,13 +283,18 @@ def met(row: dict[str, Any]) -> bool:
     )
 
 
+def codes(row: dict[str, Any]) -> str:
+    """The REGISTERs refused by code, and `dropped`: sent to the closing lobby, unanswered."""
+    return ", ".join(f"{n:,} {code}" for code, n in row["refusal_codes"].items()) or "none"
+
+
 def render(results: dict[str, Any]) -> str:
     def seconds(value: float | None) -> str:
         return "never" if value is None else f"{value:g} s"
 
     lines = [
         "| restart | agents (sources) | restarted with | all resumed | all held delivered "
-        "| held / lost / twice | refused: agents, most per agent | peak RSS / CPU "
+        "| held / lost / twice | refused: agents, most per agent (how) | peak RSS / CPU "
         f"| target (<= {TARGET_SECONDS:g} s, 0 lost, <= {TARGET_REFUSALS} refusals) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
@@ -304,7 +309,7 @@ def render(results: dict[str, Any]) -> str:
             f"| {seconds(row['all_resumed_s'])} ({row['resumed']:,}) "
             f"| {seconds(row['all_delivered_s'])} "
             f"| {row['held']:,} / {row['lost']:,} / {row['duplicated']:,} "
-            f"| {row['refused_agents']:,}, {row['refused_max']} "
+            f"| {row['refused_agents']:,}, {row['refused_max']} ({codes(row)}) "
             f"| {row['rss_peak_mib']:g} MiB / {row['cpu_s']:g} s "
             f"| {'met' if met(row) else 'NOT MET'} |"
         )
