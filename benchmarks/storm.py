@@ -175,6 +175,8 @@ def one_round(round_: Round, agents: int) -> dict[str, Any]:
             started = time.time()
             lobby.stop(round_.signum)
             stopped = time.time()
+            for pipe in pipes:
+                pipe.send(("back",))  # the held agents reconnect too, from now on
             lobby.start(*(("--registration-burst", str(agents)) if round_.fleet_burst else ()))
             reports = finish(pipes, started)
             result = measure(reports, expected, started)
@@ -269,6 +271,7 @@ def storm(plan: suite.Plan) -> dict[str, Any]:
             results[round_.name] = {"title": round_.title, **one_round(round_, agents)}
         except (BenchError, TimeoutError, OSError) as exc:  # reported, and the phase goes on
             results[round_.name] = {"title": round_.title, "error": repr(exc)[:300]}
+        print(f" {round_.name}", end="", flush=True)  # a round takes a minute or two
     return results
 
 

@@ -8,13 +8,15 @@ dropped or refused during REGISTER) waiting the next delay of the SDK's own back
 
 The parent drives the process through a pipe: the process answers ("ready", registered) once
 every agent is registered (the `held` ones registered and then offline), then on ("storm",)
-lets the held agents come back too (answering ("storming", None)), and answers ("done", what
-happened) once every agent has resumed and every held message has arrived, or at ("stop",)."""
+answers ("storming", None), on ("back",) (the lobby has exited) lets the held agents come
+back too, and answers ("done", what happened) once every agent has resumed and every held
+message has arrived, or at ("stop",)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 import time
 from collections import Counter
 from multiprocessing.connection import Connection
@@ -32,6 +34,9 @@ MAX_DELAY = 10.0
 """The SDK's default `reconnect_max_delay`."""
 OPEN_TIMEOUT = 10.0
 """The SDK's default `open_timeout` (the handshake, and the wait for REGISTER's answer)."""
+IN_FLIGHT = 100
+"""Handshakes under way at once in the first registration (as `load.IN_FLIGHT`)."""
+IP_BIND_ADDRESS_NO_PORT = getattr(socket, "IP_BIND_ADDRESS_NO_PORT", 24)
 _LOST = (OSError, TimeoutError, websockets.exceptions.WebSocketException)
 
 
@@ -52,8 +57,15 @@ class Fleet:
 
     def __init__(self, url: str, source: str, ids: list[str], held: set[str]) -> None:
         self.url, self.source, self.ids, self.held = url, source, ids, held
+        host, port = url.split("//", 1)[1].rstrip("/").rsplit(":", 1)
+        self.address = (host, int(port))
+        self.first = asyncio.Semaphore(IN_FLIGHT)
+        """Bounds the handshakes of the first registration (the fill, not the storm)."""
         self.tokens: dict[str, str] = {}
         self.storm = asyncio.Event()
+        """Set before the lobby is stopped: from then on, what happens is counted."""
+        self.back = asyncio.Event()
+        """Set once the lobby has exited: the held agents come back from then on."""
         self.registered = 0
         self.offline = 0
         self.resumed: dict[str, float] = {}
@@ -72,15 +84,16 @@ class Fleet:
 
     async def session(self, agent_id: str) -> ClientConnection | None:
         """A registered connection, or None (counted) after a failed attempt."""
-        host = self.url.split("//", 1)[1].split(":", 1)[0]
         try:
+            async with asyncio.timeout(OPEN_TIMEOUT):
+                sock = await self.connect()
             ws = await websockets.asyncio.client.connect(
                 self.url,
                 compression=None,
                 max_size=None,
                 open_timeout=OPEN_TIMEOUT,
                 ping_interval=None,
-                local_addr=(self.source, 0) if self.source != host else None,
+                sock=sock,
             )
         except _LOST:
             self.unreachable += self.storm.is_set()
@@ -104,6 +117,20 @@ class Fleet:
         self.tokens[agent_id] = payload["auth_token"]
         return ws
 
+    async def connect(self) -> socket.socket:
+        """A TCP connection from `source`, its port chosen at connect() (IP_BIND_ADDRESS_NO_PORT:
+        bind() alone would reserve a port for every destination, and search for it)."""
+        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        try:
+            sock.setsockopt(socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)
+            sock.bind((self.source, 0))
+            sock.setblocking(False)
+            await asyncio.get_running_loop().sock_connect(sock, self.address)
+        except BaseException:
+            sock.close()
+            raise
+        return sock
+
     async def _refused(self, ws: ClientConnection, agent_id: str, code: str) -> None:
         if self.storm.is_set():
             self.refusals[agent_id] += 1
@@ -112,12 +139,15 @@ class Fleet:
             await ws.close()
 
     async def run(self, agent_id: str) -> None:
-        """Register; then (a held agent: offline until the storm) serve and reconnect."""
+        """Register; then (a held agent: offline until `back`) serve and reconnect: at once
+        when a connection is lost, after the backoff's next delay when an attempt fails."""
         waits = reconnect_delays(MAX_DELAY)()
-        while True:
+        async with self.first:
             ws = await self.session(agent_id)
+        while True:
             if ws is None:
                 await asyncio.sleep(next(waits))
+                ws = await self.session(agent_id)
                 continue
             waits = reconnect_delays(MAX_DELAY)()
             if not self.storm.is_set():
@@ -126,7 +156,8 @@ class Fleet:
                     await ws.close()
                     self.offline += 1
                     self.changed.set()
-                    await self.storm.wait()
+                    await self.back.wait()
+                    ws = await self.session(agent_id)
                     continue
                 self.changed.set()
             with contextlib.suppress(*_LOST):
@@ -134,6 +165,7 @@ class Fleet:
             self.closes[str(ws.close_code)] += self.storm.is_set()
             with contextlib.suppress(*_LOST):
                 await ws.close()
+            ws = await self.session(agent_id)
 
     async def serve(self, ws: ClientConnection) -> None:
         """Acknowledge each TEXT as it comes (ACK up to its seq)."""
@@ -181,6 +213,8 @@ async def drive(
         assert (await commands)[0] == "storm"
         fleet.storm.set()
         pipe.send(("storming", None))  # the parent stops the lobby only after this
+        assert (await loop.run_in_executor(None, pipe.recv))[0] == "back"
+        fleet.back.set()
         commands = loop.run_in_executor(None, pipe.recv)
         while not commands.done():
             if len(fleet.resumed) >= len(ids) and len(fleet.deliveries) >= expected:
