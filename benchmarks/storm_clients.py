@@ -188,6 +188,7 @@ class Fleet:
         return {
             "agents": len(self.ids),
             "resumed": len(self.resumed),
+            "resumed_ids": list(self.resumed),
             "last_resumed": max(self.resumed.values(), default=None),
             "reregistered": self.reregistered,
             "refusals": dict(self.refusals),
