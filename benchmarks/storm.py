@@ -45,6 +45,8 @@ SETUP_BOUND = 240.0
 """Seconds the agents may take to register before the restart."""
 STORM_BOUND = 90.0
 """Seconds after the signal past which a round ends whatever happens (30 s is the target)."""
+CLIENT_PROCESSES = 4
+"""Client processes, whatever the source addresses: the NAT rounds are not slowed by fewer."""
 TARGET_SECONDS = 30.0
 TARGET_REFUSALS = 2
 
@@ -157,7 +159,7 @@ def one_round(round_: Round, agents: int) -> dict[str, Any]:
     ids = [f"a{n}" for n in range(agents)]
     held = ids[:: round(1 / HELD_SHARE)]
     sources = [f"127.0.0.{2 + s}" for s in range(round_.sources)]
-    processes = max(2, round_.sources)
+    processes = CLIENT_PROCESSES
     context = multiprocessing.get_context("spawn")
     with tempfile.TemporaryDirectory(prefix="lobby-storm-") as tmp:
         lobby = Lobby(Path(tmp), agents)
