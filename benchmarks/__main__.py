@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from benchmarks import addressed, cluster_store, faults, harness, report, suite
+from benchmarks import addressed, cluster_store, faults, harness, report, storm, suite
 
 RESULTS = Path(__file__).parent / "results" / "latest.json"
 QUIET_BUDGET = {
@@ -43,6 +43,7 @@ PHASES: dict[str, Callable[[suite.Plan], dict[str, Any]]] = {
     "sdk": suite.sdk,
     "cluster": cluster_store.cluster,
     "faults": faults.faults,
+    "storm": storm.storm,
 }
 
 
@@ -87,6 +88,9 @@ def main(argv: list[str] | None = None) -> int:
     if "faults" in results:  # its own table: what was lost or repeated under each fault
         print("### Faults: the cluster's promise under faults\n")
         print(faults.render(results["faults"]))
+    if "storm" in results:  # its own table: the reconnect storm after a restart
+        print("### Reconnect storm: a durable lobby restarted under its agents\n")
+        print(storm.render(results["storm"]))
     print(
         f"\nTotal {results['total_seconds']} s (of which {results['waited_for_quiet_seconds']} s"
         f" waiting for other processes to leave the cores idle); phases (s): "
