@@ -218,7 +218,15 @@ class ClusterNode:
             # RuntimeError: nats-py flushing onto a transport uvloop already closed (NATS went
             # away meanwhile); there is nothing left to flush to.
             with contextlib.suppress(*_FAILED, RuntimeError):
-                await self._nc.close()
+                try:
+                    await self._nc.close()
+                except asyncio.CancelledError:
+                    # nats-py awaiting the close of a transport whose waiter was cancelled
+                    # under it (NATS gone meanwhile): closed all the same. A cancellation of
+                    # this task itself goes on.
+                    task = asyncio.current_task()
+                    if task is None or task.cancelling():
+                        raise
 
     def kick(self) -> None:
         """Start writing what the core queued: each new claim, each change (per key, in order)."""
