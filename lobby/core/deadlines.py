@@ -141,8 +141,7 @@ class Deadlines:
                     break
         if chosen is not None:
             waiting.remove(chosen)
-        if waiting:
-            self.open[key] = waiting if len(waiting) > 1 else waiting[0]
+        self._keep(key, waiting)
 
     def withdrawn(self, conversation: tuple[str, str, str], message_id: str) -> None:
         """The REQUEST `message_id` in `conversation` (requester, responder, conversation_id)
@@ -353,11 +352,14 @@ class Deadlines:
         return actions
 
     def _remove(self, requester: str, conversation_id: str, entry: Waiting) -> None:
-        key = (requester, conversation_id)
         waiting = self.waiting(requester, conversation_id)
         waiting.remove(entry)
+        self._keep((requester, conversation_id), waiting)
+
+    def _keep(self, key: tuple[str, str], waiting: list[Waiting]) -> None:
+        """`waiting` as what `open` holds for `key`: nothing, the one, or the list."""
         if not waiting:
-            del self.open[key]
+            self.open.pop(key, None)
         else:
             self.open[key] = waiting if len(waiting) > 1 else waiting[0]
 
@@ -399,9 +401,7 @@ class Deadlines:
                     deadline = orjson.loads(row.frame).get("deadline")
                 entry = (responder, row.message_id, row.seq, deadline)
                 waiting = [*self.waiting(requester, conversation_id), entry]
-                self.open[(requester, conversation_id)] = (
-                    waiting if len(waiting) > 1 else waiting[0]
-                )
+                self._keep((requester, conversation_id), waiting)
                 if deadline is not None:
                     timeout_ms = deadline - int(row.at * 1000)
                     due = (deadline, requester, conversation_id, row.message_id, timeout_ms)
