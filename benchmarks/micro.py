@@ -22,6 +22,7 @@ from websockets.frames import Frame, Opcode
 from websockets.protocol import State
 from websockets.server import ServerProtocol
 
+from benchmarks.addressed import addressed_request
 from benchmarks.load import CAPABILITY, SCHEMA_CAPABILITY, request, response
 from lobby.core import Router, Send, Session
 from lobby.core.discovery.schemas import input_check
@@ -73,10 +74,12 @@ def router_round_trip(
     *,
     trace_ids: bool = False,
     traceparent: bool = False,
+    addressed: bool = False,
 ) -> float:
     """us per message of Router.handle over REQUEST+RESPONSE pairs (the journal taken every
     500 messages, as the committer would); with `trace_ids` the lobby starts a trace for each
-    REQUEST, with `traceparent` each REQUEST comes with one."""
+    REQUEST, with `traceparent` each REQUEST comes with one; `addressed`: each REQUEST to
+    `global_lobby` by capability (PROTOCOL.md 5.1), one provider offering it."""
     router = Router(
         limits=Limits(message_rate=0, registration_rate=0),
         tracing=Tracing(start_traces=trace_ids),
@@ -92,6 +95,8 @@ def router_round_trip(
         frames = []
         for i in range(base, base + n // 2):
             req = request("caller", "echo", ctoken, i)
+            if addressed:
+                req = addressed_request("caller", capability["name"], ctoken, i)
             if traceparent:
                 req = req[:-1] + b',"traceparent":"%s"}' % tracecontext.start().encode()
             frames.append((caller, req.decode()))
@@ -205,6 +210,9 @@ def main() -> int:
     results = {
         "Router.handle per message (REQUEST/RESPONSE), gc on": router_round_trip(True),
         "Router.handle per message (REQUEST/RESPONSE), gc off": router_round_trip(False),
+        "Router.handle per message, REQUESTs to global_lobby by capability, gc off": (
+            router_round_trip(False, addressed=True)
+        ),
         "Router.handle per message, REQUESTs checked against an input schema, gc off": (
             router_round_trip(False, SCHEMA_CAPABILITY)
         ),

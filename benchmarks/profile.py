@@ -28,7 +28,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from benchmarks import harness, load
+from benchmarks import addressed, harness, load
 
 RESULTS = Path(__file__).parent / "results"
 GIL_WAIT = "event loop waiting for the GIL (stalled, not CPU)"
@@ -225,13 +225,21 @@ def main(argv: list[str] | None = None) -> int:
         help="REQUESTs to a capability with an input schema (load.schema_throughput)",
     )
     parser.add_argument(
+        "--addressed",
+        action="store_true",
+        help="REQUESTs to global_lobby by capability (addressed.addressed_throughput)",
+    )
+    parser.add_argument(
         "--register", type=int, metavar="N", help="profile N registrations (4 processes) instead"
     )
     args = parser.parse_args(argv)
     RESULTS.mkdir(parents=True, exist_ok=True)
     what = f"register-{args.register}" if args.register else str(args.pairs)
     what += "-schema" if args.schema else ""
+    what += "-addressed" if args.addressed else ""
     routing = load.schema_throughput if args.schema else load.throughput
+    if args.addressed:
+        routing = addressed.addressed_throughput
     raw = RESULTS / f"profile-{args.server}-{what}.txt"
     harness.QUIET.budget = 120.0
     with server_for(args.server) as server:

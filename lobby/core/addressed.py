@@ -40,6 +40,7 @@ import structlog
 from lobby.core.addressed_parts import (
     Addressed,
     Candidate,
+    Given,
     Ranked,
     choose_elsewhere,
     drop_held,
@@ -75,11 +76,11 @@ class Addressing:
     def __init__(self, state: LobbyState, conversations: Conversations) -> None:
         self.state = state
         self.conversations = conversations
-        self.pending: dict[ConversationKey, Addressed] = {}
+        self.pending: dict[ConversationKey, Addressed | Given] = {}
         """Open conversations of addressed REQUESTs -> the oldest such REQUEST in each. A
         provider's are found by a walk of it when it goes (rare), which saves an index per
         REQUEST on the hot path."""
-        self.queued: dict[ConversationKey, list[Addressed]] = {}
+        self.queued: dict[ConversationKey, list[Addressed | Given]] = {}
         """The later ones, when a requester has several in one conversation with one provider
         (rare), oldest first: each moves up into `pending` as the one before it is answered."""
         self.last: dict[str, str] = {}
@@ -91,6 +92,8 @@ class Addressing:
         conversations.addressed = self.pending
         conversations.addressed_later = self.queued
         conversations.answered = self.answered
+        conversations.sole_provider = self.sole_provider
+        conversations.given = self.given
 
     # -- a new REQUEST ----------------------------------------------------------------------
 
@@ -128,22 +131,7 @@ class Addressing:
             filters,
             msg.traceparent,
         )
-        chosen: Candidate | None = None
-        offering = state.registry.providers.get(name)
-        if offering is not None and len(offering) == 1 and not filters:
-            # The usual case, one provider, no filters: taken if it may be (else `_choose`
-            # says why not). No ranks to compare, no schema: one look.
-            (record,) = offering.values()
-            entry = record.capabilities[name]
-            if (
-                record.session is not None
-                and record.agent_id != requester
-                and entry.input_check is None
-                and (entry.allowed is None or requester in entry.allowed)
-            ):
-                chosen = (record, entry)
-        if chosen is None:
-            chosen = self._choose(pending)
+        chosen = self._choose(pending)
         if chosen is None:
             if here and state.shared is not None:
                 away = choose_elsewhere(
@@ -160,6 +148,38 @@ class Addressing:
             actions = mark_redelivered(chosen[0], msg.seq, actions)
         agent.open_requests += 1
         return actions
+
+    def sole_provider(self, requester: AgentRecord, msg: Message, name: str) -> AgentRecord | None:
+        """The usual case, routed by `Conversations.request` as a direct REQUEST to the one
+        provider: the capability has one, online here, that admits the requester and checks
+        no input schema, and the REQUEST has just its arguments (if any), no deadline, and is not
+        redelivered. What failover needs is then kept in a tuple (`given`). None: `request`
+        chooses (it says why nobody may take it)."""
+        payload = msg.payload
+        if len(payload) != 1 and (len(payload) != 2 or type(payload.get("arguments")) is not dict):
+            return None  # filters, or something `request` refuses
+        offering = self.state.registry.providers.get(name)
+        if offering is None or len(offering) != 1 or msg.timeout_ms is not None or msg.redelivered:
+            return None
+        (record,) = offering.values()
+        entry = record.capabilities[name]
+        if (
+            record.session is None
+            or record.agent_id == requester.agent_id
+            or entry.input_check is not None
+            or (entry.allowed is not None and requester.agent_id not in entry.allowed)
+        ):
+            return None
+        return record
+
+    def given(self, key: ConversationKey, msg: Message, arguments: dict[str, Any]) -> None:
+        """`msg`, to the lobby, was given to its sole provider (`sole_provider`): kept for a
+        failover until its final RESPONSE."""
+        name = msg.payload["capability_name"]
+        self.last[name] = key[1]
+        brief = (msg.message_id or "", name, arguments, msg.traceparent, msg.seq)
+        if self.pending.setdefault(key, brief) is not brief:
+            self.queued.setdefault(key, []).append(brief)
 
     # -- choosing ---------------------------------------------------------------------------
 
@@ -262,8 +282,7 @@ class Addressing:
         requester, conversation_id = pending.requester, pending.conversation_id
         key = (requester, provider, conversation_id)
         conversations = self.conversations
-        opened = conversations.open
-        opened[key] = opened.get(key, 0) + 1  # `Conversations._opens`, inlined
+        conversations._opens(key)
         if pending.traceparent is not None:
             conversations.traces[key] = pending.traceparent
         target.serving += 1
@@ -307,10 +326,17 @@ class Addressing:
         if not self.pending or self.paused or not agent.serving:
             return []  # serving nothing (direct or addressed): nothing of its to walk for
         agent_id = agent.agent_id
-        held = [(key, a) for key, a in self.pending.items() if key[1] == agent_id]
+        held: list[tuple[ConversationKey, Addressed]] = []
+        for key, one in self.pending.items():
+            if key[1] == agent_id:
+                if not isinstance(one, Addressed):  # `Given`: the record a failover needs
+                    one = self.pending[key] = Addressed.given(key, one)
+                held.append((key, one))
         for key, later in self.queued.items():
             if key[1] == agent_id:
-                held += [(key, a) for a in later]
+                made = [a if isinstance(a, Addressed) else Addressed.given(key, a) for a in later]
+                later[:] = made
+                held += [(key, a) for a in made]
         actions: list[Action] = []
         now = self.state.clock()
         for key, pending in held:

@@ -27,6 +27,13 @@ Ranked = tuple[tuple[int, int], Candidate]
 """A candidate with its rank: (REQUESTs it is serving, its turn)."""
 
 
+Given = tuple[str, str, dict[str, Any], str | None, int | None]
+"""A capability-addressed REQUEST as it is kept in the usual case (given on its first try, no
+filters, no deadline): (message_id, capability, arguments, traceparent, seq). A tuple costs a
+fraction of an `Addressed`, which is made from it only if a failover needs one
+(`Addressed.given`)."""
+
+
 class Addressed:
     """One capability-addressed REQUEST waiting for its final RESPONSE: what re-dispatching it
     needs. A plain slotted class, what is needed only for a failover or a schema made on
@@ -82,6 +89,15 @@ class Addressed:
         """The first input-schema refusal met, and by whose capability (`refused_by`): the
         answer when every candidate refuses the arguments."""
         self.refused_by = ""
+
+    @classmethod
+    def given(cls, key: tuple[str, str, str], brief: Given) -> Addressed:
+        """The record of a REQUEST given on its first try in the usual case (`Given`), made
+        when a failover needs it; `key` is its conversation (requester, provider, id)."""
+        message_id, capability, arguments, traceparent, seq = brief
+        made = cls(key[0], key[2], message_id, capability, arguments, (), traceparent)
+        made.provider, made.seq = key[1], seq
+        return made
 
     def left_ms(self, now: float) -> int | None:
         """What is left of its deadline at `now`, as the `timeout_ms` of the REQUEST passed on

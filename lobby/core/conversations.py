@@ -54,6 +54,11 @@ class Conversations:
         self.addressed_later: dict[ConversationKey, Any] = {}
         """`Addressing.queued`, the same dict."""
         self.answered: Callable[[ConversationKey, Any], None] = _nothing
+        self.sole_provider: Callable[[AgentRecord, Message, str], AgentRecord | None] = _nothing
+        """The provider of a capability-addressed REQUEST in the usual case, routed as a direct
+        REQUEST to it (`Addressing.sole_provider`); None: `to_capability` chooses."""
+        self.given: Callable[[ConversationKey, Message, dict[str, Any]], None] = _nothing
+        """Keeps what a failover of such a REQUEST needs, once given (`Addressing.given`)."""
         self.deadlines = Deadlines(state, self.ended, self.traces)
         """The open REQUESTs one by one: deadlines and CANCEL (lobby/core/deadlines.py)."""
         self._waiting = self.deadlines.open  # its common case, inlined below
@@ -141,10 +146,15 @@ class Conversations:
         if type(name) is not str:
             raise Refusal(ErrorCode.MALFORMED, "a REQUEST payload needs a string 'capability_name'")
         target = state.registry.agents.get(msg.receiver_id)
+        given: dict[str, Any] | None = None  # the arguments of one addressed to the lobby
         if target is None:
-            if msg.receiver_id == LOBBY_ID and self.to_capability is not None:
+            if msg.receiver_id != LOBBY_ID or self.to_capability is None:
+                raise Refusal(ErrorCode.UNKNOWN_RECEIVER, unknown_receiver(msg.receiver_id))
+            target = self.sole_provider(agent, msg, name)
+            if target is None:
                 return self.to_capability(session, agent, msg)
-            raise Refusal(ErrorCode.UNKNOWN_RECEIVER, unknown_receiver(msg.receiver_id))
+            given = msg.payload.get("arguments", {})
+            msg.receiver_id = target.agent_id
         entry = target.capabilities.get(name)
         if entry is None:
             return self._deny(
@@ -172,7 +182,10 @@ class Conversations:
         if state.is_duplicate(msg, session, now):
             return []
         payload = msg.payload
-        nested = _nested_arguments(payload, entry.model) if "arguments" in payload else None
+        if given is None:
+            nested = _nested_arguments(payload, entry.model) if "arguments" in payload else None
+        else:
+            nested = given
         flat = payload if nested is None else {"capability_name": name, **nested}
         check = entry.input_check
         if check is not None:
@@ -210,6 +223,8 @@ class Conversations:
         pending = self._waiting.setdefault((agent.agent_id, conversation_id), one)
         if pending is not one or one[3] is not None:
             self.deadlines.opened(agent.agent_id, conversation_id, one, timeout_ms or 0)
+        if given is not None:
+            self.given(key, msg, given)
         if state.trace:
             log.debug(
                 "REQUEST_AUTHORIZED",
@@ -286,7 +301,8 @@ class Conversations:
         return [Send(session, frame)]
 
 
-def _nothing(key: ConversationKey, done: Any) -> None:
+def _nothing(*_: object) -> None:
+    """What a hook of `lobby.core.addressed` does until the router sets it."""
     return None
 
 

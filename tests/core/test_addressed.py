@@ -263,13 +263,21 @@ def fail_over(router: Router, provider: Peer, how: str) -> list[Any]:
     return router.revoke(provider.agent_id, remove=True) or []
 
 
+@pytest.mark.parametrize("sole", [False, True], ids=["two-providers", "sole-provider-then-two"])
 @pytest.mark.parametrize("how", ["close", "unregister", "remove"])
-def test_a_provider_gone_before_its_answer_fails_over(how: str) -> None:
+def test_a_provider_gone_before_its_answer_fails_over(how: str, sole: bool) -> None:
+    """`sole`: bob was the only provider when the REQUEST was given (kept as a `Given`
+    tuple), carol offers the capability only after."""
     router = make_router()
-    bob, carol = providers(router, "bob", "carol", acks=True)
+    (bob,) = providers(router, "bob", acks=True)
+    if not sole:
+        (carol,) = providers(router, "carol", acks=True)
     alice = join(router, "alice")
     alice.send("REQUEST", {"capability_name": "quote"}, conversation_id="k", message_id="m-1")
     (first,) = bob.take()
+    if sole:
+        assert type(router.addressed.pending["alice", "bob", "k"]) is tuple
+        (carol,) = providers(router, "carol", acks=True)
     world.deliver(fail_over(router, bob, how))
     (again,) = carol.take()
     assert again["redelivered"] is True
