@@ -16,7 +16,6 @@ import contextlib
 import ssl
 from collections.abc import (
     AsyncGenerator,
-    AsyncIterator,
     Awaitable,
     Callable,
     Generator,
@@ -29,7 +28,8 @@ from typing import Any
 from websockets.asyncio.client import ClientConnection, connect
 from websockets.client import backoff, process_exception
 from websockets.exceptions import ConnectionClosed
-from websockets.protocol import State
+from websockets.frames import Frame, Opcode
+from websockets.protocol import Event, State
 
 from agent_sdk.errors import LobbyUnreachableError, RegistrationError
 from agent_sdk.identity import IDENTITY_HEADER, announced_identity
@@ -61,6 +61,42 @@ class Registration:
     """True when the lobby still knew this agent and re-attached it (same token)."""
 
 
+class AgentConnection(ClientConnection):
+    """websockets' client connection, handing each whole text frame to `on_frame` as it is
+    parsed, inside `data_received`, instead of through its receive queue and the reader's task
+    (a queue, a future and a task switch per read: the bare client pays them too, the agent
+    need not). Anything else takes websockets' own path: control frames, binary or fragmented
+    messages, frames before `on_frame` is set, and any frame while one of those is queued, so
+    frames are still handed over in order. The bytes go as they are: `protocol.codec.decode`
+    (orjson) refuses what is not UTF-8."""
+
+    on_frame: Callable[[bytes], None] | None = None
+    _assembling = False
+    """A fragmented message is being queued: its remaining frames go to the queue too."""
+
+    def process_event(self, event: Event) -> None:
+        on_frame = self.on_frame
+        if (
+            on_frame is not None
+            and type(event) is Frame
+            and event.opcode is _TEXT
+            and event.fin
+            and not self._assembling
+            and not len(self.recv_messages.frames)
+        ):
+            on_frame(bytes(event.data))  # no copy: websockets' parser makes bytes
+            return
+        if type(event) is Frame and event.opcode in _DATA:
+            self._assembling = not event.fin
+        super().process_event(event)
+
+
+INTERNAL_ERROR = 1011
+"""The close code of a connection whose agent failed handling a message (RFC 6455)."""
+_TEXT = Opcode.TEXT
+_DATA = (Opcode.TEXT, Opcode.BINARY, Opcode.CONT)
+
+
 class _RetryLater(Exception):
     """The lobby refused REGISTER for now (e.g. `rate_limited`): back off and try again."""
 
@@ -75,8 +111,11 @@ class Link:
     whenever a frame arrives before the flush. Past `WRITE_HIGH` bytes kept or waiting, `send`
     flushes and waits for the connection to drain, as websockets' own `send` does."""
 
-    def __init__(self, ws: ClientConnection) -> None:
+    def __init__(self, ws: AgentConnection) -> None:
         self._ws = ws
+        self._receive: Callable[[str | bytes], None] | None = None
+        self._failure: Exception | None = None
+        """What `receive` raised, if it did: `serve()` raises it once the connection closed."""
         self._pending: list[bytes] = []
         """Messages sent since the last flush, in order."""
         self._kept = 0
@@ -112,15 +151,38 @@ class Link:
             protocol.send_text(frame)
         ws.transport.write(b"".join(protocol.data_to_send()))
 
-    async def frames(self) -> AsyncIterator[str | bytes]:
-        """Incoming frames until the connection closes (normally or not)."""
-        # `recv()`, not `async for` over the connection: its generator is one more layer a frame.
-        recv = self._ws.recv
+    async def serve(self, receive: Callable[[str | bytes], None]) -> None:
+        """Hand each incoming frame to `receive`, in order, until the connection closes
+        (normally or not); if `receive` raised, the connection is failed (1011) and this
+        raises what it raised."""
+        ws = self._ws
+        self._receive = receive
+        ws.on_frame = self._received
         try:
+            # What websockets queued (see `AgentConnection`); `recv()`, not `async for` over
+            # the connection: its generator is one more layer a frame.
+            recv = ws.recv
             while True:
-                yield await recv()
+                frame = await recv()
+                if self._failure is not None:
+                    break
+                receive(frame)
         except ConnectionClosed:
-            return
+            pass
+        finally:
+            ws.on_frame = None
+        if self._failure is not None:
+            raise self._failure
+
+    def _received(self, frame: bytes) -> None:
+        try:
+            self._receive(frame)  # type: ignore[misc]  # set by `serve()` before this
+        except Exception as exc:
+            self._failure = exc
+            ws = self._ws
+            ws.on_frame = None  # frames after it are dropped, as after a raise in `serve()`
+            ws.protocol.fail(INTERNAL_ERROR, "the agent failed handling a message")
+            ws.send_data()
 
     async def close(self) -> None:
         """Close, reading and dropping whatever still arrives meanwhile: websockets stops
@@ -128,6 +190,7 @@ class Link:
         be queued behind what it was still sending (messages an acknowledging agent did not
         acknowledge are delivered again next time)."""
         self._flush()
+        self._ws.on_frame = None  # what arrives from now on is read and dropped
         discard = asyncio.ensure_future(self._discard())
         try:
             await self._ws.close()
@@ -193,12 +256,13 @@ async def registered_links(
     while True:
         url = urls[at % len(urls)]
         try:
-            ws = await connect(
+            ws: AgentConnection = await connect(  # type: ignore[assignment]  # create_connection
                 url,
                 compression=None,
                 max_size=MAX_FRAME_BYTES,
                 open_timeout=open_timeout,
                 ssl=ssl_context,
+                create_connection=AgentConnection,
             )
         except Exception as exc:
             fatal = _retryable(exc)
@@ -236,7 +300,7 @@ async def registered_links(
 
 
 async def _register(
-    ws: ClientConnection,
+    ws: AgentConnection,
     agent_id: str,
     payload: dict[str, Any],
     token: str | None,

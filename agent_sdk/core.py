@@ -379,9 +379,7 @@ class AgentCore:
                 again()
             await self._hook(self.on_connected)
             try:
-                receive = self._reader.receive
-                async for frame in link.frames():
-                    receive(frame)
+                await link.serve(self._reader.receive)
             finally:
                 sender.detach(link)
             log.info(
