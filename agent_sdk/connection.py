@@ -137,6 +137,26 @@ class Link:
             self._flush()
             await ws.drain()  # websockets' own wait for a paused transport to resume
 
+    @property
+    def ready(self) -> bool:
+        """True when `send_now` may be used: the connection is open and below `WRITE_HIGH`."""
+        ws = self._ws
+        return (
+            ws.protocol.state is State.OPEN
+            and self._kept + ws.transport.get_write_buffer_size() <= WRITE_HIGH
+        )
+
+    def send_now(self, frame: bytes) -> None:
+        """`send`, for a caller that may not wait: only while `ready` (past `WRITE_HIGH` this
+        writes at once, and `ready` is False until the connection drained)."""
+        pending = self._pending
+        if not pending:
+            asyncio.get_running_loop().call_soon(self._flush)
+        pending.append(frame)
+        self._kept += len(frame)
+        if self._kept > WRITE_HIGH:
+            self._flush()
+
     def _flush(self) -> None:
         pending = self._pending
         if not pending:
@@ -166,7 +186,7 @@ class Link:
                 frame = await recv()
                 if self._failure is not None:
                     break
-                receive(frame)
+                self._received(frame)
         except ConnectionClosed:
             pass
         finally:
@@ -174,7 +194,7 @@ class Link:
         if self._failure is not None:
             raise self._failure
 
-    def _received(self, frame: bytes) -> None:
+    def _received(self, frame: str | bytes) -> None:
         try:
             self._receive(frame)  # type: ignore[misc]  # set by `serve()` before this
         except Exception as exc:

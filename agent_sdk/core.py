@@ -145,6 +145,7 @@ class AgentCore:
             from agent_sdk.otel import OtelTracing
 
             tracing = OtelTracing(self.agent_id, None if otel is True else otel)
+        self._tracing = tracing
         self.policy = Policy(self.agent_id)
         """Hooks on every message in and out (`agent_sdk.policy`)."""
         self._sender = Sender(
