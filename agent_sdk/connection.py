@@ -14,6 +14,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
+import struct
 from collections.abc import (
     AsyncGenerator,
     Awaitable,
@@ -23,6 +24,7 @@ from collections.abc import (
 )
 from dataclasses import dataclass
 from functools import partial
+from secrets import token_bytes
 from typing import Any
 
 from websockets.asyncio.client import ClientConnection, connect
@@ -30,6 +32,11 @@ from websockets.client import backoff, process_exception
 from websockets.exceptions import ConnectionClosed
 from websockets.frames import Frame, Opcode
 from websockets.protocol import Event, State
+
+try:
+    from websockets.speedups import apply_mask
+except ImportError:  # pragma: no cover - websockets built without its C extension
+    from websockets.utils import apply_mask
 
 from agent_sdk.errors import LobbyUnreachableError, RegistrationError
 from agent_sdk.identity import IDENTITY_HEADER, announced_identity
@@ -90,6 +97,11 @@ class AgentConnection(ClientConnection):
             self._assembling = not event.fin
         super().process_event(event)
 
+
+# Headers of a final, masked text frame, by payload length (RFC 6455 5.2).
+_SHORT = tuple(bytes((0x81, 0x80 | n)) for n in range(126))
+_MEDIUM = struct.Struct("!BBH").pack
+_LONG = struct.Struct("!BBQ").pack
 
 INTERNAL_ERROR = 1011
 """The close code of a connection whose agent failed handling a message (RFC 6455)."""
@@ -167,9 +179,12 @@ class Link:
         protocol = ws.protocol
         if protocol.state is not State.OPEN:
             return  # closing: the lobby reads nothing after its close frame
-        for frame in pending:
-            protocol.send_text(frame)
-        ws.transport.write(b"".join(protocol.data_to_send()))
+        if protocol.extensions or protocol.expect_continuation_frame:
+            for frame in pending:
+                protocol.send_text(frame)
+            ws.transport.write(b"".join(protocol.data_to_send()))
+            return
+        ws.transport.write(text_frames(pending))
 
     async def serve(self, receive: Callable[[str | bytes], None]) -> None:
         """Hand each incoming frame to `receive`, in order, until the connection closes
@@ -225,6 +240,27 @@ class Link:
     @property
     def close_code(self) -> int | None:
         return self._ws.close_code
+
+
+def text_frames(messages: list[bytes]) -> bytes:
+    """`messages` as final, masked text frames (RFC 6455 5.2, as a client sends them without
+    extensions), ready to write: websockets' `Frame` objects and their serialization cost
+    several times as much per frame. Each has its own random masking key."""
+    keys = token_bytes(4 * len(messages))
+    parts: list[bytes] = []
+    append = parts.append
+    for at, data in enumerate(messages):
+        n = len(data)
+        if n < 126:
+            append(_SHORT[n])
+        elif n < 65536:
+            append(_MEDIUM(0x81, 0xFE, n))
+        else:
+            append(_LONG(0x81, 0xFF, n))
+        key = keys[4 * at : 4 * at + 4]
+        append(key)
+        append(apply_mask(data, key))
+    return b"".join(parts)
 
 
 def reconnect_delays(max_delay: float) -> Callable[[], Generator[float]]:

@@ -1,7 +1,8 @@
 """agent_sdk/connection.py's `Link.serve` against a real websockets server: every message
 reaches `receive` in the order sent, whichever path it took (a whole text frame as it is
 parsed, as bytes; the rest through websockets' queue), and a `receive` that raises fails the
-connection (1011), is raised from `serve()`, and nothing after it is handed over."""
+connection (1011), is raised from `serve()`, and nothing after it is handed over. The frames
+an agent writes itself (`text_frames`) read back as websockets reads a client's."""
 
 from __future__ import annotations
 
@@ -12,8 +13,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 import pytest
 from websockets.asyncio.client import connect
 from websockets.asyncio.server import ServerConnection, serve
+from websockets.frames import Frame, Opcode
+from websockets.streams import StreamReader
 
-from agent_sdk.connection import INTERNAL_ERROR, AgentConnection, Link
+from agent_sdk.connection import INTERNAL_ERROR, AgentConnection, Link, text_frames
 
 Script = Callable[[ServerConnection], Awaitable[None]]
 
@@ -86,3 +89,17 @@ async def test_a_receive_that_raises_fails_the_connection_and_is_raised() -> Non
             await serving
     assert got == [b"one"]  # nothing after the failure is handed over
     assert await closed == INTERNAL_ERROR
+
+
+def test_text_frames_are_what_websockets_reads_as_masked_final_text_frames() -> None:
+    messages = [b"", b"x" * 125, b"y" * 126, "\u00e9".encode() * 40_000, b"z" * 65_536]
+    reader = StreamReader()
+    reader.feed_data(text_frames(messages))
+    parsed = []
+    for _ in messages:
+        parser = Frame.parse(reader.read_exact, mask=True)
+        with pytest.raises(StopIteration) as done:
+            next(parser)
+        parsed.append(done.value.value)
+    assert [(f.opcode, f.fin, f.data) for f in parsed] == [(Opcode.TEXT, True, m) for m in messages]
+    assert reader.buffer == b""
