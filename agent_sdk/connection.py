@@ -1,4 +1,5 @@
-"""The SDK's link to the lobby, and the only SDK module that imports websockets.
+"""The SDK's link to the lobby; with `agent_sdk.wire` (its frames), the only SDK modules that
+import websockets.
 
 `registered_links()` is the reconnect loop: it connects (retrying with capped, jittered
 exponential backoff on network errors, moving on to the next of the lobby's addresses after each
@@ -14,7 +15,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ssl
-import struct
 from collections.abc import (
     AsyncGenerator,
     Awaitable,
@@ -24,23 +24,17 @@ from collections.abc import (
 )
 from dataclasses import dataclass
 from functools import partial
-from secrets import token_bytes
 from typing import Any
 
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import connect
 from websockets.client import backoff, process_exception
 from websockets.exceptions import ConnectionClosed
-from websockets.frames import Frame, Opcode
-from websockets.protocol import Event, State
-
-try:
-    from websockets.speedups import apply_mask
-except ImportError:  # pragma: no cover - websockets built without its C extension
-    from websockets.utils import apply_mask
+from websockets.protocol import State
 
 from agent_sdk.errors import LobbyUnreachableError, RegistrationError
 from agent_sdk.identity import IDENTITY_HEADER, announced_identity
 from agent_sdk.logs import log
+from agent_sdk.wire import AgentConnection, text_frames
 from protocol.codec import decode, encode
 from protocol.errors import DecodeError
 from protocol.models import (
@@ -68,45 +62,8 @@ class Registration:
     """True when the lobby still knew this agent and re-attached it (same token)."""
 
 
-class AgentConnection(ClientConnection):
-    """websockets' client connection, handing each whole text frame to `on_frame` as it is
-    parsed, inside `data_received`, instead of through its receive queue and the reader's task
-    (a queue, a future and a task switch per read: the bare client pays them too, the agent
-    need not). Anything else takes websockets' own path: control frames, binary or fragmented
-    messages, frames before `on_frame` is set, and any frame while one of those is queued, so
-    frames are still handed over in order. The bytes go as they are: `protocol.codec.decode`
-    (orjson) refuses what is not UTF-8."""
-
-    on_frame: Callable[[bytes], None] | None = None
-    _assembling = False
-    """A fragmented message is being queued: its remaining frames go to the queue too."""
-
-    def process_event(self, event: Event) -> None:
-        on_frame = self.on_frame
-        if (
-            on_frame is not None
-            and type(event) is Frame
-            and event.opcode is _TEXT
-            and event.fin
-            and not self._assembling
-            and not len(self.recv_messages.frames)
-        ):
-            on_frame(bytes(event.data))  # no copy: websockets' parser makes bytes
-            return
-        if type(event) is Frame and event.opcode in _DATA:
-            self._assembling = not event.fin
-        super().process_event(event)
-
-
-# Headers of a final, masked text frame, by payload length (RFC 6455 5.2).
-_SHORT = tuple(bytes((0x81, 0x80 | n)) for n in range(126))
-_MEDIUM = struct.Struct("!BBH").pack
-_LONG = struct.Struct("!BBQ").pack
-
 INTERNAL_ERROR = 1011
 """The close code of a connection whose agent failed handling a message (RFC 6455)."""
-_TEXT = Opcode.TEXT
-_DATA = (Opcode.TEXT, Opcode.BINARY, Opcode.CONT)
 
 
 class _RetryLater(Exception):
@@ -240,27 +197,6 @@ class Link:
     @property
     def close_code(self) -> int | None:
         return self._ws.close_code
-
-
-def text_frames(messages: list[bytes]) -> bytes:
-    """`messages` as final, masked text frames (RFC 6455 5.2, as a client sends them without
-    extensions), ready to write: websockets' `Frame` objects and their serialization cost
-    several times as much per frame. Each has its own random masking key."""
-    keys = token_bytes(4 * len(messages))
-    parts: list[bytes] = []
-    append = parts.append
-    for at, data in enumerate(messages):
-        n = len(data)
-        if n < 126:
-            append(_SHORT[n])
-        elif n < 65536:
-            append(_MEDIUM(0x81, 0xFE, n))
-        else:
-            append(_LONG(0x81, 0xFF, n))
-        key = keys[4 * at : 4 * at + 4]
-        append(key)
-        append(apply_mask(data, key))
-    return b"".join(parts)
 
 
 def reconnect_delays(max_delay: float) -> Callable[[], Generator[float]]:

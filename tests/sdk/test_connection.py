@@ -16,7 +16,8 @@ from websockets.asyncio.server import ServerConnection, serve
 from websockets.frames import Frame, Opcode
 from websockets.streams import StreamReader
 
-from agent_sdk.connection import INTERNAL_ERROR, AgentConnection, Link, text_frames
+from agent_sdk.connection import INTERNAL_ERROR, Link
+from agent_sdk.wire import AgentConnection, text_frames
 
 Script = Callable[[ServerConnection], Awaitable[None]]
 
@@ -38,7 +39,9 @@ async def _serving(
 
     async with serve(handler, "127.0.0.1", 0) as server:
         port = server.sockets[0].getsockname()[1]
-        ws = await connect(f"ws://127.0.0.1:{port}", create_connection=AgentConnection)
+        ws = await connect(
+            f"ws://127.0.0.1:{port}", compression=None, create_connection=AgentConnection
+        )
         link = Link(ws)  # type: ignore[arg-type]  # made by create_connection
         serving = asyncio.create_task(link.serve(receive))
         await ws.send("go")
@@ -48,13 +51,17 @@ async def _serving(
             await link.close()
 
 
-async def test_messages_reach_receive_in_order_whole_fragmented_or_binary() -> None:
+async def test_messages_reach_receive_in_order_whole_fragmented_binary_or_large() -> None:
     async def script(ws: ServerConnection) -> None:
         await ws.send("one")
         await ws.send(["two-", "fragmented"])  # a fragmented text message: websockets' queue
         await ws.send("three")  # may follow the fragments in the queue
         await ws.send(b"four")  # binary: websockets' queue
         await ws.send("five")
+        await (await ws.ping())  # answered by websockets, between frames parsed here
+        await ws.send("six" * 100_000)  # comes in several reads
+        for n in range(100):
+            await ws.send(f"many-{n}")
         await ws.close()
 
     got: list[str | bytes] = []
@@ -66,6 +73,8 @@ async def test_messages_reach_receive_in_order_whole_fragmented_or_binary() -> N
         "three",
         "four",
         "five",
+        "six" * 100_000,
+        *(f"many-{n}" for n in range(100)),
     ]
     assert got[0] == b"one"  # as parsed, not queued
     assert got[1] == "two-fragmented"  # assembled by websockets
