@@ -71,14 +71,15 @@ class _RetryLater(Exception):
 
 
 class Link:
-    """One open, registered connection. Iterate it for incoming frames (text).
+    """One open, registered connection. `serve()` hands incoming frames to the reader.
 
-    `send` keeps the messages of one event-loop iteration and `_flush` frames them on
-    websockets' protocol and writes them at once (many calls in flight send many messages at
+    `send` keeps the messages of one event-loop iteration and `_flush` frames them
+    (`wire.text_frames`) and writes them at once (many calls in flight send many messages at
     once: one write() each was the largest single cost of a busy agent). They are kept here,
-    not framed at once, because websockets writes whatever is framed, one write() per frame,
-    whenever a frame arrives before the flush. Past `WRITE_HIGH` bytes kept or waiting, `send`
-    flushes and waits for the connection to drain, as websockets' own `send` does."""
+    not framed on websockets' protocol at once, because websockets writes whatever is framed,
+    one write() per frame, whenever a frame arrives before the flush. Past `WRITE_HIGH` bytes
+    kept or waiting, `send` flushes and waits for the connection to drain, as websockets' own
+    `send` does; `send_now`, for code that may not wait, is used only while `ready`."""
 
     def __init__(self, ws: AgentConnection) -> None:
         self._ws = ws
