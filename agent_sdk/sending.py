@@ -214,6 +214,8 @@ class Sender:
             await self._ack(link, up_to)
 
     async def _ack(self, link: Link, up_to: int) -> None:
+        if self.unregistered:
+            return  # UNREGISTER went out since this ACK was due: nothing may follow it
         # A failure is left to the lobby's redelivery.
         ack = Message(self.agent_id, LOBBY_ID, MessageType.ACK, {"up_to": up_to})
         ack.auth_token = self.token
