@@ -78,7 +78,11 @@ class CapabilityServer(Caller):
             or not self._handlers.free
         ):
             return self._serve_in_task(message)
-        copy_context().run(self._serve_now, spec, message)
+        try:
+            copy_context().run(self._serve_now, spec, message)
+        except Exception:  # as `Handlers` takes a task's failure: counted, logged, not retried
+            self.stats.handler_errors += 1
+            log.exception("CALLBACK_FAILED", agent_id=self.agent_id)
         return None
 
     def _serve_now(self, spec: CapabilitySpec, message: Message) -> None:
@@ -101,9 +105,13 @@ class CapabilityServer(Caller):
         )
         work = cast(Coroutine[Any, Any, Any], spec.handler(self, argument, ctx))
         try:
-            work.send(None)
-        except StopIteration as done:
-            output = {**spec.dump_output(done.value), "status": ResponseStatus.SUCCESS}
+            try:
+                work.send(None)
+            except StopIteration as done:
+                output = {**spec.dump_output(done.value), "status": ResponseStatus.SUCCESS}
+            else:  # `never_suspends` was wrong: cannot happen, but never leave it half run
+                work.close()
+                raise RuntimeError(f"the handler of {spec.name!r} awaited")
         except CapabilityError as exc:
             output = {"status": ResponseStatus.ERROR, "code": exc.code, "error": exc.message}
         except TimeoutError:
@@ -111,10 +119,7 @@ class CapabilityServer(Caller):
                 self._dispatcher.ended(ctx.conversation_id)
                 return  # read as in `_serve_in_task`: its deadline, answered by the lobby
             output = _timed_out(spec)
-        except Exception:
-            output = _failed(self.agent_id, spec.name, self.stats)
-        else:  # `never_suspends` was wrong: cannot happen, but never leave it half run
-            work.close()
+        except (Exception, asyncio.CancelledError):  # raised, not cancelled: it never waits
             output = _failed(self.agent_id, spec.name, self.stats)
         self._answer_now(response_to(message, output))
 

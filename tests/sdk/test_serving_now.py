@@ -57,6 +57,10 @@ class Now(Agent):
             raise CapabilityError("not that one", code="out_of_stock")
         if request.text == "break":
             raise ValueError("a bug")
+        if request.text == "give up":
+            raise asyncio.CancelledError  # raised, not cancelled: a failure like any other
+        if request.text == "wrong":
+            return 42  # type: ignore[return-value]  # not a model, a dict or None: a failure
         return Noted(text=request.text, before=before)
 
     @capability("later")
@@ -109,10 +113,11 @@ async def test_a_handler_that_never_awaits_answers_as_one_in_a_task(lobby: Lobby
         with pytest.raises(RemoteError) as refused:
             await me.request("now", "note", {"text": "refuse"})
         assert (refused.value.code, refused.value.message) == ("out_of_stock", "not that one")
-        with pytest.raises(RemoteError) as broken:
-            await me.request("now", "note", {"text": "break"})
-        assert broken.value.code == "internal"
-        assert now.stats.handler_errors == 1
+        for failing in ("break", "give up", "wrong"):
+            with pytest.raises(RemoteError) as broken:
+                await me.request("now", "note", {"text": failing})
+            assert broken.value.code == "internal"
+        assert now.stats.handler_errors == 3
         with pytest.raises(InvalidInputError, match="text"):
             await me.request("now", "note", {"txt": "a"})
         assert SEEN.get() == "unset"  # nothing leaked into the reader's context either
