@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import dis
 import inspect
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -47,6 +48,9 @@ class CapabilitySpec:
     output_type: type[BaseModel] | None
     attributes: dict[str, Any] | None = field(default=None, hash=False)
     """What a DISCOVER's or a capability-addressed REQUEST's filters match."""
+    immediate: bool = False
+    """The handler never awaits (`never_suspends`): it is run as its REQUEST is read, not in
+    a task of its own (`CapabilityServer._serve_request`)."""
 
     def to_capability(self) -> Capability:
         return Capability(
@@ -112,11 +116,20 @@ def capability(
             input_type=None,
             output_type=None,
             attributes=dict(attributes) if attributes else None,
+            immediate=never_suspends(handler),
         )
         setattr(handler, _ATTRIBUTE, spec)
         return handler  # type: ignore[return-value]  # H narrowed by the check above
 
     return declare
+
+
+def never_suspends(function: Callable[..., Any]) -> bool:
+    """True if the coroutine `function` makes has no point where it could suspend (no
+    `await`, `async with` or `async for`: each compiles to a YIELD_VALUE), so it runs to its
+    end at its first step, and cannot be cancelled or timed out midway."""
+    code = getattr(function, "__code__", None)
+    return code is not None and all(i.opname != "YIELD_VALUE" for i in dis.get_instructions(code))
 
 
 def collect_capabilities(cls: type) -> dict[str, CapabilitySpec]:

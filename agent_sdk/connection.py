@@ -1,4 +1,5 @@
-"""The SDK's link to the lobby, and the only SDK module that imports websockets.
+"""The SDK's link to the lobby; with `agent_sdk.wire` (its frames), the only SDK modules that
+import websockets.
 
 `registered_links()` is the reconnect loop: it connects (retrying with capped, jittered
 exponential backoff on network errors, moving on to the next of the lobby's addresses after each
@@ -16,7 +17,6 @@ import contextlib
 import ssl
 from collections.abc import (
     AsyncGenerator,
-    AsyncIterator,
     Awaitable,
     Callable,
     Generator,
@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from websockets.asyncio.client import ClientConnection, connect
+from websockets.asyncio.client import connect
 from websockets.client import backoff, process_exception
 from websockets.exceptions import ConnectionClosed
 from websockets.protocol import State
@@ -34,6 +34,7 @@ from websockets.protocol import State
 from agent_sdk.errors import LobbyUnreachableError, RegistrationError
 from agent_sdk.identity import IDENTITY_HEADER, announced_identity
 from agent_sdk.logs import log
+from agent_sdk.wire import AgentConnection, text_frames
 from protocol.codec import decode, encode
 from protocol.errors import DecodeError
 from protocol.models import (
@@ -61,22 +62,30 @@ class Registration:
     """True when the lobby still knew this agent and re-attached it (same token)."""
 
 
+INTERNAL_ERROR = 1011
+"""The close code of a connection whose agent failed handling a message (RFC 6455)."""
+
+
 class _RetryLater(Exception):
     """The lobby refused REGISTER for now (e.g. `rate_limited`): back off and try again."""
 
 
 class Link:
-    """One open, registered connection. Iterate it for incoming frames (text).
+    """One open, registered connection. `serve()` hands incoming frames to the reader.
 
-    `send` keeps the messages of one event-loop iteration and `_flush` frames them on
-    websockets' protocol and writes them at once (many calls in flight send many messages at
+    `send` keeps the messages of one event-loop iteration and `_flush` frames them
+    (`wire.text_frames`) and writes them at once (many calls in flight send many messages at
     once: one write() each was the largest single cost of a busy agent). They are kept here,
-    not framed at once, because websockets writes whatever is framed, one write() per frame,
-    whenever a frame arrives before the flush. Past `WRITE_HIGH` bytes kept or waiting, `send`
-    flushes and waits for the connection to drain, as websockets' own `send` does."""
+    not framed on websockets' protocol at once, because websockets writes whatever is framed,
+    one write() per frame, whenever a frame arrives before the flush. Past `WRITE_HIGH` bytes
+    kept or waiting, `send` flushes and waits for the connection to drain, as websockets' own
+    `send` does; `send_now`, for code that may not wait, is used only while `ready`."""
 
-    def __init__(self, ws: ClientConnection) -> None:
+    def __init__(self, ws: AgentConnection) -> None:
         self._ws = ws
+        self._receive: Callable[[str | bytes], None] | None = None
+        self._failure: Exception | None = None
+        """What `receive` raised, if it did: `serve()` raises it once the connection closed."""
         self._pending: list[bytes] = []
         """Messages sent since the last flush, in order."""
         self._kept = 0
@@ -98,6 +107,26 @@ class Link:
             self._flush()
             await ws.drain()  # websockets' own wait for a paused transport to resume
 
+    @property
+    def ready(self) -> bool:
+        """True when `send_now` may be used: the connection is open and below `WRITE_HIGH`."""
+        ws = self._ws
+        return (
+            ws.protocol.state is State.OPEN
+            and self._kept + ws.transport.get_write_buffer_size() <= WRITE_HIGH
+        )
+
+    def send_now(self, frame: bytes) -> None:
+        """`send`, for a caller that may not wait: only while `ready` (past `WRITE_HIGH` this
+        writes at once, and `ready` is False until the connection drained)."""
+        pending = self._pending
+        if not pending:
+            asyncio.get_running_loop().call_soon(self._flush)
+        pending.append(frame)
+        self._kept += len(frame)
+        if self._kept > WRITE_HIGH:
+            self._flush()
+
     def _flush(self) -> None:
         pending = self._pending
         if not pending:
@@ -108,19 +137,45 @@ class Link:
         protocol = ws.protocol
         if protocol.state is not State.OPEN:
             return  # closing: the lobby reads nothing after its close frame
-        for frame in pending:
-            protocol.send_text(frame)
-        ws.transport.write(b"".join(protocol.data_to_send()))
-
-    async def frames(self) -> AsyncIterator[str | bytes]:
-        """Incoming frames until the connection closes (normally or not)."""
-        # `recv()`, not `async for` over the connection: its generator is one more layer a frame.
-        recv = self._ws.recv
-        try:
-            while True:
-                yield await recv()
-        except ConnectionClosed:
+        if protocol.extensions or protocol.expect_continuation_frame:
+            for frame in pending:
+                protocol.send_text(frame)
+            ws.transport.write(b"".join(protocol.data_to_send()))
             return
+        ws.transport.write(text_frames(pending))
+
+    async def serve(self, receive: Callable[[str | bytes], None]) -> None:
+        """Hand each incoming frame to `receive`, in order, until the connection closes
+        (normally or not); if `receive` raised, the connection is failed (1011) and this
+        raises what it raised."""
+        ws = self._ws
+        self._receive = receive
+        ws.on_frame = self._received
+        try:
+            # What websockets queued (see `AgentConnection`); `recv()`, not `async for` over
+            # the connection: its generator is one more layer a frame.
+            recv = ws.recv
+            while True:
+                frame = await recv()
+                if self._failure is not None:
+                    break
+                self._received(frame)
+        except ConnectionClosed:
+            pass
+        finally:
+            ws.on_frame = None
+        if self._failure is not None:
+            raise self._failure
+
+    def _received(self, frame: str | bytes) -> None:
+        try:
+            self._receive(frame)  # type: ignore[misc]  # set by `serve()` before this
+        except Exception as exc:
+            self._failure = exc
+            ws = self._ws
+            ws.on_frame = None  # frames after it are dropped, as after a raise in `serve()`
+            ws.protocol.fail(INTERNAL_ERROR, "the agent failed handling a message")
+            ws.send_data()
 
     async def close(self) -> None:
         """Close, reading and dropping whatever still arrives meanwhile: websockets stops
@@ -128,6 +183,7 @@ class Link:
         be queued behind what it was still sending (messages an acknowledging agent did not
         acknowledge are delivered again next time)."""
         self._flush()
+        self._ws.on_frame = None  # what arrives from now on is read and dropped
         discard = asyncio.ensure_future(self._discard())
         try:
             await self._ws.close()
@@ -193,12 +249,13 @@ async def registered_links(
     while True:
         url = urls[at % len(urls)]
         try:
-            ws = await connect(
+            ws: AgentConnection = await connect(  # type: ignore[assignment]  # create_connection
                 url,
                 compression=None,
                 max_size=MAX_FRAME_BYTES,
                 open_timeout=open_timeout,
                 ssl=ssl_context,
+                create_connection=AgentConnection,
             )
         except Exception as exc:
             fatal = _retryable(exc)
@@ -236,7 +293,7 @@ async def registered_links(
 
 
 async def _register(
-    ws: ClientConnection,
+    ws: AgentConnection,
     agent_id: str,
     payload: dict[str, Any],
     token: str | None,

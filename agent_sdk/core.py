@@ -145,6 +145,7 @@ class AgentCore:
             from agent_sdk.otel import OtelTracing
 
             tracing = OtelTracing(self.agent_id, None if otel is True else otel)
+        self._tracing = tracing
         self.policy = Policy(self.agent_id)
         """Hooks on every message in and out (`agent_sdk.policy`)."""
         self._sender = Sender(
@@ -379,9 +380,7 @@ class AgentCore:
                 again()
             await self._hook(self.on_connected)
             try:
-                receive = self._reader.receive
-                async for frame in link.frames():
-                    receive(frame)
+                await link.serve(self._reader.receive)
             finally:
                 sender.detach(link)
             log.info(

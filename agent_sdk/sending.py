@@ -85,6 +85,30 @@ class Sender:
             self.link = None
             self.connected.clear()
 
+    def send_now(self, message: Message) -> bool:
+        """Send `message` as `send()` would if that needs no wait (running, connected, room
+        under `max_unconfirmed`, the connection's buffer below its mark); else return False,
+        having changed nothing, and leave it to `send()`. Raises `MessageRefusedError` as
+        `send()` does. For code that may not await (an answer made as its REQUEST is read)."""
+        link = self.link
+        if not self.open or link is None or not link.ready or self.outbound.full:
+            return False
+        if message.traceparent is None:
+            message.traceparent = self.tracing.outgoing()
+        outgoing = self.policy.outgoing
+        if outgoing and not self.policy.allows(outgoing, message):
+            raise MessageRefusedError(
+                f"{message.message_type} to {message.receiver_id!r} refused by an outgoing hook"
+            )
+        if message.receiver_id != LOBBY_ID:
+            if message.message_id is None:
+                message.message_id = self.new_id()
+            self.outbound.add(message)
+        message.auth_token = self.token
+        link.send_now(encode(message))
+        self.stats.messages_sent += 1
+        return True
+
     async def send(self, message: Message) -> None:
         """Send `message` once connected (waiting up to `request_timeout`). A message for
         another agent is kept until the lobby confirms it, and resent after a reconnect."""
@@ -190,6 +214,8 @@ class Sender:
             await self._ack(link, up_to)
 
     async def _ack(self, link: Link, up_to: int) -> None:
+        if self.unregistered:
+            return  # UNREGISTER went out since this ACK was due: nothing may follow it
         # A failure is left to the lobby's redelivery.
         ack = Message(self.agent_id, LOBBY_ID, MessageType.ACK, {"up_to": up_to})
         ack.auth_token = self.token

@@ -5,15 +5,17 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import time
-from collections.abc import Iterable
-from typing import Any
+from collections.abc import Coroutine, Iterable
+from contextvars import copy_context
+from typing import Any, cast
 
 from pydantic import ValidationError
 
 from agent_sdk.caller import Caller
-from agent_sdk.capability import RequestContext, error_response_to, response_to
+from agent_sdk.capability import CapabilitySpec, RequestContext, error_response_to, response_to
 from agent_sdk.errors import AgentSDKError, CapabilityError
 from agent_sdk.logs import log
+from agent_sdk.stats import AgentStats
 from agent_sdk.turns import Inputs
 from protocol.models import ErrorCode, Message, MessageType, ResponseStatus
 
@@ -59,7 +61,80 @@ class CapabilityServer(Caller):
         # only when it refuses it: its answer to a question sent next marks the update done.
         await self.ask_lobby(MessageType.DISCOVER_SERVICES, {"capability_name": capability})
 
-    async def _serve_request(self, message: Message) -> None:
+    def _serve_request(self, message: Message) -> Coroutine[Any, Any, None] | None:
+        """The route of REQUEST: the coroutine serving it, or None when it was served here and
+        now. That is so for a capability whose handler never awaits (`CapabilitySpec.immediate`)
+        when nothing asks for more (authorized requesters, a rate limit, a trace) and a handler
+        slot is free: a task per REQUEST was the largest share of serving one. The answer is
+        the same, run in a copy of the context as a task would be."""
+        spec = self.capabilities.get(str(message.payload.get("capability_name")))
+        if (
+            spec is None
+            or not spec.immediate
+            or spec.authorized is not None
+            or spec.rate_limit is not None
+            or message.traceparent is not None
+            or self._tracing.spans
+            or not self._handlers.free
+        ):
+            return self._serve_in_task(message)
+        try:
+            copy_context().run(self._serve_now, spec, message)
+        except Exception:  # as `Handlers` takes a task's failure: counted, logged, not retried
+            self.stats.handler_errors += 1
+            log.exception("CALLBACK_FAILED", agent_id=self.agent_id)
+        return None
+
+    def _serve_now(self, spec: CapabilitySpec, message: Message) -> None:
+        """Serve `message` with `spec`'s handler, which never suspends, at once."""
+        payload = message.payload
+        data = {k: v for k, v in payload.items() if k != "capability_name"}
+        try:
+            argument = spec.parse_input(data)
+        except ValidationError as exc:
+            self._answer_now(error_response_to(message, ErrorCode.INVALID_INPUT, _summary(exc)))
+            return
+        ctx = RequestContext(
+            message.sender_id,
+            message.conversation_id or "",
+            spec.name,
+            message,
+            self._sender.send,
+            self.agent_id,
+            self._inputs,
+        )
+        work = cast(Coroutine[Any, Any, Any], spec.handler(self, argument, ctx))
+        try:
+            try:
+                work.send(None)
+            except StopIteration as done:
+                output = {**spec.dump_output(done.value), "status": ResponseStatus.SUCCESS}
+            else:  # `never_suspends` was wrong: cannot happen, but never leave it half run
+                work.close()
+                raise RuntimeError(f"the handler of {spec.name!r} awaited")
+        except CapabilityError as exc:
+            output = {"status": ResponseStatus.ERROR, "code": exc.code, "error": exc.message}
+        except TimeoutError:
+            if _bound(spec, message) != spec.timeout:
+                self._dispatcher.ended(ctx.conversation_id)
+                return  # read as in `_serve_in_task`: its deadline, answered by the lobby
+            output = _timed_out(spec)
+        except (Exception, asyncio.CancelledError):  # raised, not cancelled: it never waits
+            output = _failed(self.agent_id, spec.name, self.stats)
+        self._answer_now(response_to(message, output))
+
+    def _answer_now(self, reply: Message) -> None:
+        """Send `reply` at once if that needs no wait, else in a task (`send_quietly`)."""
+        sender = self._sender
+        try:
+            if sender.send_now(reply):
+                return
+        except AgentSDKError as exc:
+            log.warning("RESPONSE_NOT_SENT", agent_id=self.agent_id, error=str(exc))
+            return
+        self._handlers.spawn(sender.send_quietly(reply))
+
+    async def _serve_in_task(self, message: Message) -> None:
         payload = message.payload
         name = str(payload.get("capability_name"))
         spec = self.capabilities.get(name)
@@ -104,11 +179,7 @@ class CapabilityServer(Caller):
             self.agent_id,
             self._inputs,
         )
-        timeout = spec.timeout
-        if message.deadline is not None:
-            # The lobby CANCELs it at its deadline; this bound is for a CANCEL that never comes.
-            left = message.deadline / 1000 - time.time() + DEADLINE_GRACE
-            timeout = left if timeout is None else min(timeout, left)
+        timeout = _bound(spec, message)
         key = (message.sender_id, message.message_id)
         self._serving[key] = (ctx, asyncio.current_task())  # type: ignore[assignment]
         try:
@@ -129,19 +200,9 @@ class CapabilityServer(Caller):
             if timeout != spec.timeout:
                 self._dispatcher.ended(ctx.conversation_id)
                 return  # its deadline: the lobby answers the requester `timeout`
-            output = {
-                "status": ResponseStatus.ERROR,
-                "code": "timeout",
-                "error": f"capability '{name}' did not finish in {spec.timeout} s",
-            }
+            output = _timed_out(spec)
         except Exception:
-            self.stats.handler_errors += 1
-            log.exception("CAPABILITY_FAILED", agent_id=self.agent_id, capability=name)
-            output = {
-                "status": ResponseStatus.ERROR,
-                "code": ErrorCode.INTERNAL,
-                "error": f"capability '{name}' failed with an internal error",
-            }
+            output = _failed(self.agent_id, name, self.stats)
         finally:
             self._serving.pop(key, None)
         # `send_quietly`, inlined: one coroutine less on every REQUEST.
@@ -168,6 +229,36 @@ class CapabilityServer(Caller):
             ctx, task = serving
             ctx.cancelled.set()
             task.cancel()
+
+
+def _bound(spec: CapabilitySpec, message: Message) -> float | None:
+    """Seconds the handler serving `message` may run: the capability's timeout, and its
+    REQUEST's deadline (the lobby CANCELs it then; this bound is for a CANCEL that never
+    comes)."""
+    timeout = spec.timeout
+    if message.deadline is not None:
+        left = message.deadline / 1000 - time.time() + DEADLINE_GRACE
+        timeout = left if timeout is None else min(timeout, left)
+    return timeout
+
+
+def _timed_out(spec: CapabilitySpec) -> dict[str, Any]:
+    return {
+        "status": ResponseStatus.ERROR,
+        "code": "timeout",
+        "error": f"capability '{spec.name}' did not finish in {spec.timeout} s",
+    }
+
+
+def _failed(agent_id: str, name: str, stats: AgentStats) -> dict[str, Any]:
+    """Count and log the exception being handled (a handler's bug); the answer it gets."""
+    stats.handler_errors += 1
+    log.exception("CAPABILITY_FAILED", agent_id=agent_id, capability=name)
+    return {
+        "status": ResponseStatus.ERROR,
+        "code": ErrorCode.INTERNAL,
+        "error": f"capability '{name}' failed with an internal error",
+    }
 
 
 def _summary(exc: ValidationError) -> str:

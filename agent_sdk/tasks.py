@@ -28,6 +28,11 @@ class Handlers:
         """True when another handler would exceed `max_concurrency` + `backlog`."""
         return len(self._tasks) >= self._limit
 
+    @property
+    def free(self) -> bool:
+        """True when a handler would get a slot at once (`run()` would not wait)."""
+        return not self._slots.locked()
+
     def run(
         self,
         work: Coroutine[Any, Any, None],
