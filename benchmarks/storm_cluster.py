@@ -18,6 +18,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import multiprocessing
+import os
+import shutil
 import sys
 import tempfile
 import time
@@ -26,12 +28,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
+import websockets.asyncio.client
+
 from benchmarks import storm, storm_clients, suite
 from benchmarks.fault_rig import Proc, Rig, answering, http_get, nodes_up, until
 from benchmarks.harness import BenchError, cpu_seconds, free_port, raise_fd_limit
 
 HOLD_BOUND = 30.0
 """Seconds after the storm within which the survivor must say it holds all N."""
+KEEP_LOGS = os.environ.get("LOBBY_BENCH_STORM_LOGS")
+"""A directory to copy each round's logs to (`<round>/`), for reading what happened."""
+LOG_LEVEL = os.environ.get("LOBBY_BENCH_STORM_LOG_LEVEL", "warning")
+"""The nodes' `--log-level` (info logs every REGISTER, resume and resend)."""
 
 
 @dataclass(frozen=True)
@@ -55,7 +64,7 @@ def node(rig: Rig, node_id: str, server: Proc, agents: int, round_: Round) -> Pr
     command += ["--data-dir", str(rig.directory / node_id), "--node-id", node_id]
     command += ["--cluster", f"nats://127.0.0.1:{server.port}"]
     command += ["--max-connections", str(agents + 100), "--message-rate", "0"]
-    command += ["--registration-burst", str(agents), "--log-level", "warning"]
+    command += ["--registration-burst", str(agents), "--log-level", LOG_LEVEL]
     if round_.dead_after is not None:
         command += ["--cluster-dead-after", str(round_.dead_after)]
     rig.procs.append(Proc(node_id, command, rig.directory / f"lobby-{node_id}.log", port))
@@ -71,6 +80,41 @@ async def start(rig: Rig, agents: int, round_: Round) -> tuple[Proc, Proc]:
     b = node(rig, "b", server, agents, round_)
     await nodes_up(a, b, expected=["a", "b"])
     return a, b
+
+
+async def hold_messages(url: str, held: list[str], on_killed: set[str]) -> tuple[list[str], int]:
+    """Send `storm.HELD_EACH` TEXTs to each (offline) agent of `held`, as one acknowledging
+    sender on node `url`: the message ids, once every one is ACCEPTED; and how many ACCEPTEDs
+    came after the one of the last id. Across nodes an ACCEPTED does not cover what was sent
+    before it (its receiver's home confirms it), so each home's last message is waited for."""
+    ids = [f"{agent}-{k}" for agent in held for k in range(storm.HELD_EACH)]
+    killed = [m for m in ids if m.rsplit("-", 1)[0] in on_killed]
+    kept = [m for m in ids if m.rsplit("-", 1)[0] not in on_killed]
+    waited = {killed[-1], kept[-1]}
+    late = -1
+    async with asyncio.timeout(60), websockets.asyncio.client.connect(url) as ws:
+        await ws.send(storm_clients.register_frame("storm-sender", None))
+        token = orjson.loads(await ws.recv())["payload"]["auth_token"]
+        for message_id in ids:
+            body = {
+                "sender_id": "storm-sender",
+                "receiver_id": message_id.rsplit("-", 1)[0],
+                "message_type": "TEXT",
+                "payload": {"content": message_id},
+                "message_id": message_id,
+                "auth_token": token,
+            }
+            await ws.send(orjson.dumps(body).decode())
+        while waited:
+            answer = orjson.loads(await ws.recv())
+            if answer["message_type"] == "ERROR":
+                raise BenchError(f"a held message was refused: {answer['payload']}")
+            if answer["message_type"] == "ACCEPTED":
+                late += late >= 0
+                if answer["payload"]["message_id"] == ids[-1]:
+                    late = 0
+                waited.discard(answer["payload"]["message_id"])
+    return ids, max(late, 0)
 
 
 def status_kib(proc: Proc, key: str) -> int:
@@ -117,7 +161,7 @@ def one_round(round_: Round, agents: int) -> dict[str, Any]:
             answers = [storm.receive(pipe, storm.SETUP_BOUND) for pipe in pipes]
             if any(a[0] != "ready" for a in answers):
                 raise BenchError(f"the agents did not register: {answers}")
-            expected = asyncio.run(storm.hold_messages(survivor.url, held))
+            expected, late = asyncio.run(hold_messages(survivor.url, held, on_victim))
             for pipe in pipes:
                 pipe.send(("storm",))
             for pipe in pipes:
@@ -132,6 +176,8 @@ def one_round(round_: Round, agents: int) -> dict[str, Any]:
             holding = asyncio.run(until(lambda: online(survivor) >= agents, HOLD_BOUND))
             health = http_get(survivor, "/healthz")[1]
             result = storm.measure(reports, expected, started)
+            arrived = {m for r in reports for m, _ in r["deliveries"]}
+            lost = sorted(m for m in expected if m not in arrived)
             resumed = {agent for r in reports for agent in r["resumed_ids"]}
             last = [r["last_resumed"] for r in reports if r["last_resumed"] is not None]
             moved: Counter[str] = Counter()
@@ -148,6 +194,10 @@ def one_round(round_: Round, agents: int) -> dict[str, Any]:
                 resumed_on_survivor=moved[survivor.url],
                 held_agents=len(held),
                 held=len(expected),
+                accepted_after_last=late,
+                # Which: a held message not delivered, and whether its agent was on the killed node.
+                lost_sample=lost[:10],
+                lost_of_killed=sum(m.rsplit("-", 1)[0] in on_victim for m in lost),
                 survivor_online=online(survivor),
                 survivor_holds_all=holding,
                 adopted=health.get("recovered", {}),
@@ -168,6 +218,13 @@ def one_round(round_: Round, agents: int) -> dict[str, Any]:
                     process.kill()
                     process.join()
             rig.close()
+            if KEEP_LOGS:
+                shutil.copytree(
+                    rig.directory,
+                    Path(KEEP_LOGS) / round_.name,
+                    dirs_exist_ok=True,
+                    ignore=shutil.ignore_patterns("a", "b", "nats"),
+                )
 
 
 def online(proc: Proc) -> int:
