@@ -276,7 +276,8 @@ def test_the_cluster_storm_phase_moves_every_agent_to_the_survivor(
         assert row["all_resumed_s"] is not None, round_.name
         assert row["held"] == 12 * storm.HELD_EACH, round_.name
         assert (row["lost"], row["duplicated"], row["reregistered"]) == (0, 0, 0), round_.name
-        assert row["survivor_holds_all"] and row["survivor_online"] == 120, round_.name
+        assert row["survivor_holds_all"], round_.name
+        assert row["survivor_online"] == 120, round_.name
         assert row["adopted"] == {"a": 60}, round_.name
         # What refuses a resume is the failover under way (1013), never the rate limit.
         assert set(row["refusal_codes"]) <= {"1013"}, round_.name
