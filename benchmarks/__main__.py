@@ -14,7 +14,16 @@ from typing import Any
 
 import orjson
 
-from benchmarks import addressed, cluster_store, faults, harness, report, storm, suite
+from benchmarks import (
+    addressed,
+    cluster_store,
+    faults,
+    harness,
+    report,
+    storm,
+    storm_cluster,
+    suite,
+)
 
 RESULTS = Path(__file__).parent / "results" / "latest.json"
 QUIET_BUDGET = {
@@ -44,6 +53,7 @@ PHASES: dict[str, Callable[[suite.Plan], dict[str, Any]]] = {
     "cluster": cluster_store.cluster,
     "faults": faults.faults,
     "storm": storm.storm,
+    "storm_cluster": storm_cluster.storm_cluster,
 }
 
 
@@ -91,6 +101,9 @@ def main(argv: list[str] | None = None) -> int:
     if "storm" in results:  # its own table: the reconnect storm after a restart
         print("### Reconnect storm: a durable lobby restarted under its agents\n")
         print(storm.render(results["storm"]))
+    if "storm_cluster" in results:  # its own table: the storm on a cluster, one node killed
+        print("### Reconnect storm: a 2-node cluster, one node killed\n")
+        print(storm_cluster.render(results["storm_cluster"]))
     print(
         f"\nTotal {results['total_seconds']} s (of which {results['waited_for_quiet_seconds']} s"
         f" waiting for other processes to leave the cores idle); phases (s): "

@@ -171,7 +171,7 @@ def one_round(round_: Round, agents: int) -> dict[str, Any]:
                 theirs = [a for a in held if a in set(mine)]
                 parent, child = context.Pipe()
                 source = sources[p % len(sources)]
-                args = (lobby.url, source, mine, theirs, len(theirs) * HELD_EACH, child)
+                args = ([lobby.url], source, mine, theirs, len(theirs) * HELD_EACH, child)
                 children.append(context.Process(target=storm_clients.main, args=args, daemon=True))
                 children[-1].start()
                 pipes.append(parent)

@@ -2,15 +2,17 @@
 websockets and orjson (not the SDK's `Agent`, which cannot bind a source address), each agent
 registered with acks from this process's source address (127.0.0.x: one source address reaches
 one port through about 28k ephemeral ports). Each reconnects as the SDK's `registered_links`
-does: at once when its connection is lost, then after each failed attempt (no connection,
-dropped or refused during REGISTER) waiting the next delay of the SDK's own backoff
-(`agent_sdk.connection.reconnect_delays`, imported, not copied), resuming with its token.
+does: at once, to the address that last worked, when its connection is lost; after each failed
+attempt (no connection, dropped or refused during REGISTER) to the next of the lobby's
+addresses (one, or a cluster's nodes: `benchmarks.storm_cluster`), waiting the next delay of
+the SDK's own backoff (`agent_sdk.connection.reconnect_delays`, imported, not copied),
+resuming with its token.
 
 The parent drives the process through a pipe: the process answers ("ready", registered) once
 every agent is registered (the `held` ones registered and then offline), then on ("storm",)
 answers ("storming", None), on ("back",) (the lobby has exited) lets the held agents come
-back too, and answers ("done", what happened) once every agent has resumed and every held
-message has arrived, or at ("stop",)."""
+back too, and answers ("done", what happened) once every agent due back has resumed (all
+of them, or those `returning`) and every held message has arrived, or at ("stop",)."""
 
 from __future__ import annotations
 
@@ -55,10 +57,9 @@ def register_frame(agent_id: str, token: str | None) -> str:
 class Fleet:
     """This process's agents and what happened to them since the storm began."""
 
-    def __init__(self, url: str, source: str, ids: list[str], held: set[str]) -> None:
-        self.url, self.source, self.ids, self.held = url, source, ids, held
-        host, port = url.split("//", 1)[1].rstrip("/").rsplit(":", 1)
-        self.address = (host, int(port))
+    def __init__(self, urls: list[str], source: str, ids: list[str], held: set[str]) -> None:
+        self.urls, self.source, self.ids, self.held = urls, source, ids, held
+        """`urls`: the lobby's addresses, tried in turn from the first."""
         self.first = asyncio.Semaphore(IN_FLIGHT)
         """Bounds the handshakes of the first registration (the fill, not the storm)."""
         self.tokens: dict[str, str] = {}
@@ -70,6 +71,8 @@ class Fleet:
         self.offline = 0
         self.resumed: dict[str, float] = {}
         """agent id -> when (time.time()) it was registered again after the storm began."""
+        self.resumed_on: Counter[str] = Counter()
+        """url -> resumes there after the storm began."""
         self.reregistered: list[str] = []
         """Agents whose resume was answered as a new registration (the lobby lost them)."""
         self.refusals: Counter[str] = Counter()
@@ -82,13 +85,13 @@ class Fleet:
         """(message_id, when ACKed) of every TEXT received."""
         self.changed = asyncio.Event()
 
-    async def session(self, agent_id: str) -> ClientConnection | None:
-        """A registered connection, or None (counted) after a failed attempt."""
+    async def session(self, agent_id: str, url: str) -> ClientConnection | None:
+        """A registered connection to `url`, or None (counted) after a failed attempt."""
         try:
             async with asyncio.timeout(OPEN_TIMEOUT):
-                sock = await self.connect()
+                sock = await self.connect(url)
             ws = await websockets.asyncio.client.connect(
-                self.url,
+                url,
                 compression=None,
                 max_size=None,
                 open_timeout=OPEN_TIMEOUT,
@@ -103,7 +106,8 @@ class Fleet:
             async with asyncio.timeout(OPEN_TIMEOUT):
                 answer = orjson.loads(await ws.recv())
         except _LOST:
-            await self._refused(ws, agent_id, "dropped")
+            # 1013: a cluster node holds the resume until a dead home's failover is done.
+            await self._refused(ws, agent_id, "1013" if ws.close_code == 1013 else "dropped")
             return None
         if answer["message_type"] != "REGISTER_ACK":
             await self._refused(ws, agent_id, str(answer["payload"].get("code", "?")))
@@ -111,21 +115,23 @@ class Fleet:
         payload = answer["payload"]
         if agent_id in self.tokens and self.storm.is_set():
             self.resumed[agent_id] = time.time()
+            self.resumed_on[url] += 1
             if payload.get("status") != "success_resumed":
                 self.reregistered.append(agent_id)
             self.changed.set()
         self.tokens[agent_id] = payload["auth_token"]
         return ws
 
-    async def connect(self) -> socket.socket:
+    async def connect(self, url: str) -> socket.socket:
         """A TCP connection from `source`, its port chosen at connect() (IP_BIND_ADDRESS_NO_PORT:
         bind() alone would reserve a port for every destination, and search for it)."""
+        host, port = url.split("//", 1)[1].rstrip("/").rsplit(":", 1)
         sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, 1)
             sock.bind((self.source, 0))
             sock.setblocking(False)
-            await asyncio.get_running_loop().sock_connect(sock, self.address)
+            await asyncio.get_running_loop().sock_connect(sock, (host, int(port)))
         except BaseException:
             sock.close()
             raise
@@ -140,14 +146,17 @@ class Fleet:
 
     async def run(self, agent_id: str) -> None:
         """Register; then (a held agent: offline until `back`) serve and reconnect: at once
-        when a connection is lost, after the backoff's next delay when an attempt fails."""
+        when a connection is lost, to the next address after the backoff's next delay when an
+        attempt fails."""
         waits = reconnect_delays(MAX_DELAY)()
+        at = 0
         async with self.first:
-            ws = await self.session(agent_id)
+            ws = await self.session(agent_id, self.urls[at])
         while True:
             if ws is None:
+                at = (at + 1) % len(self.urls)
                 await asyncio.sleep(next(waits))
-                ws = await self.session(agent_id)
+                ws = await self.session(agent_id, self.urls[at])
                 continue
             waits = reconnect_delays(MAX_DELAY)()
             if not self.storm.is_set():
@@ -157,7 +166,7 @@ class Fleet:
                     self.offline += 1
                     self.changed.set()
                     await self.back.wait()
-                    ws = await self.session(agent_id)
+                    ws = await self.session(agent_id, self.urls[at])
                     continue
                 self.changed.set()
             with contextlib.suppress(*_LOST):
@@ -165,7 +174,7 @@ class Fleet:
             self.closes[str(ws.close_code)] += self.storm.is_set()
             with contextlib.suppress(*_LOST):
                 await ws.close()
-            ws = await self.session(agent_id)
+            ws = await self.session(agent_id, self.urls[at])
 
     async def serve(self, ws: ClientConnection) -> None:
         """Acknowledge each TEXT as it comes (ACK up to its seq)."""
@@ -189,6 +198,7 @@ class Fleet:
             "agents": len(self.ids),
             "resumed": len(self.resumed),
             "resumed_ids": list(self.resumed),
+            "resumed_on": dict(self.resumed_on),
             "last_resumed": max(self.resumed.values(), default=None),
             "reregistered": self.reregistered,
             "refusals": dict(self.refusals),
@@ -200,9 +210,16 @@ class Fleet:
 
 
 async def drive(
-    url: str, source: str, ids: list[str], held: list[str], expected: int, pipe: Connection
+    urls: list[str],
+    source: str,
+    ids: list[str],
+    held: list[str],
+    expected: int,
+    pipe: Connection,
+    returning: list[str] | None = None,
 ) -> None:
-    fleet = Fleet(url, source, ids, set(held))
+    fleet = Fleet(urls, source, ids, set(held))
+    due = set(ids if returning is None else returning)
     tasks = [asyncio.create_task(fleet.run(agent_id)) for agent_id in ids]
     loop = asyncio.get_running_loop()
     commands = loop.run_in_executor(None, pipe.recv)
@@ -218,7 +235,7 @@ async def drive(
         fleet.back.set()
         commands = loop.run_in_executor(None, pipe.recv)
         while not commands.done():
-            if len(fleet.resumed) >= len(ids) and len(fleet.deliveries) >= expected:
+            if due.issubset(fleet.resumed) and len(fleet.deliveries) >= expected:
                 break
             fleet.changed.clear()
             waiter = asyncio.ensure_future(fleet.changed.wait())
@@ -233,8 +250,15 @@ async def drive(
 
 
 def main(
-    url: str, source: str, ids: list[str], held: list[str], expected: int, pipe: Connection
+    urls: list[str],
+    source: str,
+    ids: list[str],
+    held: list[str],
+    expected: int,
+    pipe: Connection,
+    returning: list[str] | None = None,
 ) -> None:
-    """A client process (spawned): `expected` held messages are due to its held agents."""
+    """A client process (spawned): `expected` held messages are due to its held agents;
+    `returning`: the agents due to resume after the storm (None: every one)."""
     raise_fd_limit()
-    asyncio.run(drive(url, source, ids, held, expected, pipe))
+    asyncio.run(drive(urls, source, ids, held, expected, pipe, returning))

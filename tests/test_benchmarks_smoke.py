@@ -20,6 +20,7 @@ from benchmarks import (
     report,
     sdk_profile,
     storm,
+    storm_cluster,
     suite,
 )
 from tests.routerkit import join, make_router
@@ -257,3 +258,27 @@ def test_the_storm_phase_loses_nothing_across_restarts(monkeypatch: pytest.Monke
     # The default burst (100 an address) refuses the rest of 150 agents behind one address.
     assert results["nat_default"]["refusal_codes"].get("rate_limited", 0) > 0
     assert "| kill -9 | 150 (4) |" in storm.render(results)
+
+
+@pytest.mark.timeout(180)  # two 2-node clusters, one node of each killed under its agents
+def test_the_cluster_storm_phase_moves_every_agent_to_the_survivor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(storm, "QUICK_AGENTS", 120)
+    results = storm_cluster.storm_cluster(suite.Plan.quick())
+    for round_ in storm_cluster.ROUNDS:
+        row = results[round_.name]
+        assert "error" not in row, row
+        # The killed node's 60 agents and the 6 held ones on the survivor resumed there, as
+        # themselves; every held message (half of them in the killed node's journal) arrived
+        # once; the survivor holds all 120.
+        assert (row["on_killed"], row["due"], row["resumed_on_survivor"]) == (60, 66, 66)
+        assert row["all_resumed_s"] is not None, round_.name
+        assert row["held"] == 12 * storm.HELD_EACH, round_.name
+        assert (row["lost"], row["duplicated"], row["reregistered"]) == (0, 0, 0), round_.name
+        assert row["survivor_holds_all"], round_.name
+        assert row["survivor_online"] == 120, round_.name
+        assert row["adopted"] == {"a": 60}, round_.name
+        # What refuses a resume is the failover under way (1013), never the rate limit.
+        assert set(row["refusal_codes"]) <= {"1013"}, round_.name
+    assert "| kill -9 node a | 120 (60) |" in storm_cluster.render(results)
