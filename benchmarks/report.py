@@ -10,6 +10,8 @@ import platform
 import statistics
 from typing import Any
 
+from benchmarks import storm, storm_cluster
+
 TARGET_THROUGHPUT = 0.8
 """routed REQUEST/RESPONSE throughput, sqlite store on: at least 0.8x the relay"""
 TARGET_P99_AT_5K = 1.2
@@ -390,6 +392,21 @@ def targets(results: dict[str, Any]) -> list[dict[str, str]]:
                         "status": "for reference",
                     }
                 )
+    for phase in ("storm", "storm_cluster"):  # issue 34: each round against its targets
+        for row in (results.get(phase) or {}).values():
+            if not isinstance(row, dict) or "title" not in row:
+                continue
+            if "error" in row:
+                add(f"reconnect storm, {row['title']}", f"failed: {row['error']}", False)
+                continue
+            resumed = row.get("all_resumed_s")
+            add(
+                f"reconnect storm, {row['title']}: all resumed <= {storm.TARGET_SECONDS:g} s, "
+                f"0 lost, <= {storm.TARGET_REFUSALS} refusals per agent",
+                f"{'never' if resumed is None else f'{resumed:g} s'}, {row['lost']} lost, "
+                f"at most {row['refused_max']} refusals",
+                storm.met(row) if phase == "storm" else storm_cluster.met(row),
+            )
     return out
 
 

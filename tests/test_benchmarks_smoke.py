@@ -258,6 +258,10 @@ def test_the_storm_phase_loses_nothing_across_restarts(monkeypatch: pytest.Monke
     # The default burst (100 an address) refuses the rest of 150 agents behind one address.
     assert results["nat_default"]["refusal_codes"].get("rate_limited", 0) > 0
     assert "| kill -9 | 150 (4) |" in storm.render(results)
+    # The summary of targets judges every round (quick runs are marked as such).
+    judged = [t for t in report.targets({"storm": results}) if "reconnect storm" in t["target"]]
+    assert len(judged) == len(storm.ROUNDS)
+    assert any("kill -9" in t["target"] and "0 lost" in t["measured"] for t in judged)
 
 
 @pytest.mark.timeout(180)  # two 2-node clusters, one node of each killed under its agents
