@@ -240,8 +240,11 @@ async def registered_links(
     `urls` are the lobby's addresses (one, or the nodes of a cluster, which share their
     state): a reconnect tries the address that last worked first, and every failed attempt
     (no connection, or dropped during REGISTER) moves on to the next, backing off with capped,
-    jittered exponential delays. Raises `RegistrationError` when the lobby refuses the agent
-    (not retried), and what websockets deems fatal (a bad URL, a 4xx handshake) at once.
+    jittered exponential delays; but a resume closed with 1013 is tried on the same node
+    again: it is alive, and holds resumes while the agent's dead home is failed over (moving
+    on would spend every other attempt on the dead node). Raises `RegistrationError` when
+    the lobby refuses the agent (not retried), and what websockets deems fatal (a bad URL, a
+    4xx handshake) at once.
     """
     delays = reconnect_delays(max_delay)
     waits = delays()
@@ -274,9 +277,10 @@ async def registered_links(
             )
         except (ConnectionClosed, TimeoutError, OSError, _RetryLater) as exc:
             # Connected but dropped during REGISTER (e.g. the lobby is shutting down).
-            log.info("REGISTER_INTERRUPTED", agent_id=agent_id, error=repr(exc))
+            log.info("REGISTER_INTERRUPTED", agent_id=agent_id, url=url, error=repr(exc))
             await ws.close()
-            at += 1
+            if ws.close_code != CloseCode.TRY_AGAIN:
+                at += 1  # else a live node holds the resume while a dead home fails over
             await asyncio.sleep(next(waits))
             continue
         except BaseException:

@@ -76,6 +76,8 @@ class Fleet:
         self.reregistered: list[str] = []
         """Agents whose resume was answered as a new registration (the lobby lost them)."""
         self.refusals: Counter[str] = Counter()
+        self.try_again: set[str] = set()
+        """Agents whose last attempt a live node closed with 1013: tried there again."""
         """agent id -> REGISTERs refused (an ERROR) or dropped unanswered, after the storm."""
         self.codes: Counter[str] = Counter()
         self.closes: Counter[str] = Counter()
@@ -107,6 +109,8 @@ class Fleet:
                 answer = orjson.loads(await ws.recv())
         except _LOST:
             # 1013: a cluster node holds the resume until a dead home's failover is done.
+            if ws.close_code == 1013:
+                self.try_again.add(agent_id)
             await self._refused(ws, agent_id, "1013" if ws.close_code == 1013 else "dropped")
             return None
         if answer["message_type"] != "REGISTER_ACK":
@@ -147,14 +151,17 @@ class Fleet:
     async def run(self, agent_id: str) -> None:
         """Register; then (a held agent: offline until `back`) serve and reconnect: at once
         when a connection is lost, to the next address after the backoff's next delay when an
-        attempt fails."""
+        attempt fails (the same one when a live node closed it with 1013)."""
         waits = reconnect_delays(MAX_DELAY)()
         at = 0
         async with self.first:
             ws = await self.session(agent_id, self.urls[at])
         while True:
             if ws is None:
-                at = (at + 1) % len(self.urls)
+                if agent_id in self.try_again:  # as the SDK's `registered_links` does
+                    self.try_again.discard(agent_id)
+                else:
+                    at = (at + 1) % len(self.urls)
                 await asyncio.sleep(next(waits))
                 ws = await self.session(agent_id, self.urls[at])
                 continue

@@ -14,6 +14,7 @@ import websockets.asyncio.client
 from agent_sdk import Agent
 from tests.conftest import LobbyProcess
 from tests.natskit import nats_server
+from tests.sdklogs import sdk_events
 from tests.test_cluster_node import journal_and_snapshots, node
 from tests.test_cluster_registry import agent, healthz, until_nodes
 from tests.test_durability import Collector, send_numbers, stop
@@ -97,6 +98,43 @@ async def test_an_agent_of_a_node_stopped_cleanly_resumes_on_another_at_once(
                 ack = await reply(ws)  # its home does not answer the probe: it was stopped
                 assert ack["message_type"] == "REGISTER_ACK", ack
                 assert ack["payload"]["status"] == "success_resumed"
+        finally:
+            stop(a)
+            stop(b)
+
+
+async def test_an_agent_held_by_the_survivor_tries_it_again_not_its_dead_node(
+    tmp_path: Path,
+) -> None:
+    """While the survivor holds a resume (1013: the dead node's failover is under way) the
+    agent comes back to the survivor, not to its dead node in turn with it."""
+    async with nats_server(tmp_path) as nats:
+        a = node(tmp_path / "a", nats, "a", "--cluster-dead-after", "4")
+        b = node(tmp_path / "b", nats, "b", "--cluster-dead-after", "4")
+        try:
+            mover = Agent("mover", lobby_url=[b.url, a.url], reconnect_max_delay=0.2)
+            with sdk_events() as events:
+                async with mover:
+                    async with asyncio.timeout(BOUND):
+                        while await agents_known(a, b) != [1, 1]:
+                            await asyncio.sleep(0.05)
+                    b.signal(signal.SIGKILL)
+                    b.wait(10)
+                    await until(lambda: mover.stats.resumes >= 1, "mover resumed on a")
+            held = [
+                at
+                for at, event in enumerate(events)
+                if event["event"] == "REGISTER_INTERRUPTED"
+                and event.get("url") == a.url
+                and "1013" in str(event.get("error"))
+            ]
+            assert held, [e["line"] for e in events]  # a held it for the 4 s failover window
+            again = [
+                e["line"]
+                for e in events[held[0] :]
+                if e["event"] == "CONNECT_FAILED" and e.get("url") == b.url
+            ]
+            assert again == []
         finally:
             stop(a)
             stop(b)
