@@ -14,7 +14,7 @@ from typing import Any
 
 import orjson
 
-from benchmarks import addressed, cluster_store, faults, harness, report, storm, suite
+from benchmarks import addressed, cluster_store, faults, harness, report, scale, storm, suite
 
 RESULTS = Path(__file__).parent / "results" / "latest.json"
 QUIET_BUDGET = {
@@ -44,6 +44,7 @@ PHASES: dict[str, Callable[[suite.Plan], dict[str, Any]]] = {
     "cluster": cluster_store.cluster,
     "faults": faults.faults,
     "storm": storm.storm,
+    "scale": scale.scale,
 }
 
 
