@@ -27,7 +27,8 @@ from websockets.asyncio.server import Server, ServerConnection, serve
 from websockets.datastructures import Headers
 from websockets.frames import Frame, Opcode
 from websockets.http11 import Request, Response
-from websockets.protocol import Event, State
+from websockets.protocol import Event, Protocol, State
+from websockets.server import ServerProtocol
 
 try:
     from websockets.speedups import apply_mask
@@ -48,6 +49,7 @@ _LONG = struct.Struct("!BBQ").pack
 _U16 = struct.Struct("!H").unpack_from
 _U64 = struct.Struct("!Q").unpack_from
 
+_HANDSHAKE_PARSER = ServerProtocol.parse.__code__
 _HANDSHAKE_DONE = Request("/", Headers())
 """Stands for the handshake request once the lobby has what it needs of it (the path): the
 parsed headers of the request and the response cost about 2.5 KiB an idle connection."""
@@ -99,6 +101,7 @@ class LobbyConnection(ServerConnection):
         for binary, data in early:
             lobby.received(handle, binary, data)
         lobby.end_of_batch()
+        self._parser_waits_for_frame()  # an agent that stays idle leaves the handshake's parser
         return handle
 
     # -- Link -----------------------------------------------------------------------------
@@ -202,6 +205,12 @@ class LobbyConnection(ServerConnection):
         while parser.gi_yieldfrom is not None:
             parser = parser.gi_yieldfrom
         self._direct = parser.gi_code.co_name == "at_eof"
+        if self._direct and protocol.parser.gi_code is _HANDSHAKE_PARSER:  # type: ignore[attr-defined]
+            # The handshake's parser holds the request it parsed (its headers: about 2 KiB) in
+            # a local for as long as the connection lives; the frame parser it ends in, started
+            # afresh at this frame boundary (its state is the protocol's), holds nothing.
+            protocol.parser = Protocol.parse(protocol)
+            next(protocol.parser)
         return self._direct
 
     def _read_frames(self, data: bytes) -> None:
