@@ -28,6 +28,7 @@ QUIET_BUDGET = {
     "discovery_pressure": 5.0,
     "sdk": 5.0,
     "cluster": 5.0,
+    "scale": 10.0,
 }
 """Seconds each phase may wait for other processes to leave the cores idle (`harness.Quiet`)."""
 PHASES: dict[str, Callable[[suite.Plan], dict[str, Any]]] = {

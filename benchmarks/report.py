@@ -404,8 +404,9 @@ def scale_table(s: dict[str, Any]) -> list[str]:
         "| transport | agents held (processes, sources) | RSS per agent | registrations/s "
         "| lobby CPU per registration | DISCOVER exact name p50 / p99 (matches) "
         "| DISCOVER keyword p50 / p99 (matches) | pair p50 / p99 / p99.9 at "
-        f"{scale.PAIR_RATE:,.0f} msgs/s | pair p99 vs {s['baseline']:,} held |",
-        "|---|---|---|---|---|---|---|---|---|",
+        f"{scale.PAIR_RATE:,.0f} msgs/s | pair p99 vs {s['baseline']:,} held "
+        "| other CPU during the pair (cores) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     for transport in scale.TRANSPORTS:
         base = s[transport][str(s["baseline"])]["pair"]["p99"]
@@ -418,7 +419,7 @@ def scale_table(s: dict[str, Any]) -> list[str]:
                 f"| {e['p50']:.2f} / {e['p99']:.2f} ms ({e['matches']:.0f}) "
                 f"| {k['p50']:.2f} / {k['p99']:.2f} ms ({k['matches']:.0f}) "
                 f"| {p['p50']:.2f} / {p['p99']:.2f} / {p['p99.9']:.2f} ms "
-                f"| {ratio(p['p99'], base)} |"
+                f"| {ratio(p['p99'], base)} | {p['other_cpu_share']:.2f} |"
             )
     if s["cap"]:
         lines += ["", s["cap"]]
