@@ -20,6 +20,7 @@ from benchmarks import (
     faults,
     harness,
     report,
+    scale,
     storm,
     storm_cluster,
     suite,
@@ -37,6 +38,7 @@ QUIET_BUDGET = {
     "discovery_pressure": 5.0,
     "sdk": 5.0,
     "cluster": 5.0,
+    "scale": 10.0,
 }
 """Seconds each phase may wait for other processes to leave the cores idle (`harness.Quiet`)."""
 PHASES: dict[str, Callable[[suite.Plan], dict[str, Any]]] = {
@@ -54,6 +56,7 @@ PHASES: dict[str, Callable[[suite.Plan], dict[str, Any]]] = {
     "faults": faults.faults,
     "storm": storm.storm,
     "storm_cluster": storm_cluster.storm_cluster,
+    "scale": scale.scale,
 }
 
 

@@ -10,7 +10,7 @@ import platform
 import statistics
 from typing import Any
 
-from benchmarks import storm, storm_cluster
+from benchmarks import scale, storm, storm_cluster
 
 TARGET_THROUGHPUT = 0.8
 """routed REQUEST/RESPONSE throughput, sqlite store on: at least 0.8x the relay"""
@@ -407,7 +407,38 @@ def targets(results: dict[str, Any]) -> list[dict[str, str]]:
                 f"at most {row['refused_max']} refusals",
                 storm.met(row) if phase == "storm" else storm_cluster.met(row),
             )
+    if "scale" in results:  # issue 34
+        for goal, figure, ok in scale.scale_targets(results["scale"]):
+            add(goal, figure, ok)
     return out
+
+
+def scale_table(s: dict[str, Any]) -> list[str]:
+    """The `scale` phase: per transport, 1,000 idle agents held and N."""
+    lines = [
+        "| transport | agents held (processes, sources) | RSS per agent | registrations/s "
+        "| lobby CPU per registration | DISCOVER exact name p50 / p99 (matches) "
+        "| DISCOVER keyword p50 / p99 (matches) | pair p50 / p99 / p99.9 at "
+        f"{scale.PAIR_RATE:,.0f} msgs/s | pair p99 vs {s['baseline']:,} held "
+        "| other CPU during the pair (cores) |",
+        "|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for transport in scale.TRANSPORTS:
+        base = s[transport][str(s["baseline"])]["pair"]["p99"]
+        for row in s[transport].values():
+            e, k, p = row["exact_name"], row["keyword"], row["pair"]
+            lines.append(
+                f"| {transport} | {_n(row['agents'])} ({row['processes']}, {row['sources']}) "
+                f"| {row['kib_per_agent']:.1f} KiB | {_n(row['registrations_per_s'])} "
+                f"| {row['server_cpu_us_per_registration']:.0f} us "
+                f"| {e['p50']:.2f} / {e['p99']:.2f} ms ({e['matches']:.0f}) "
+                f"| {k['p50']:.2f} / {k['p99']:.2f} ms ({k['matches']:.0f}) "
+                f"| {p['p50']:.2f} / {p['p99']:.2f} / {p['p99.9']:.2f} ms "
+                f"| {ratio(p['p99'], base)} | {p['other_cpu_share']:.2f} |"
+            )
+    if s["cap"]:
+        lines += ["", s["cap"]]
+    return lines
 
 
 def sdk_table(sdk: dict[str, Any]) -> list[str]:
@@ -565,6 +596,8 @@ def render(results: dict[str, Any]) -> str:
         lines += [*latency_table(results["latency"]), ""]
     if "connections" in results:
         lines += ["### Idle registered agents", "", *connections_table(results["connections"]), ""]
+    if "scale" in results:
+        lines += ["### Idle agents held on one node", "", *scale_table(results["scale"]), ""]
     if "discovery" in results:
         lines += ["### Discovery: DISCOVER_SERVICES round trip", ""]
         lines += [*discovery_table(results["discovery"]), ""]

@@ -296,7 +296,8 @@ class LobbyServer(Outbound):
         without handing it over), so the committer still sees the journal soon."""
         if not self._unflushed:
             self._batch_started = time.perf_counter()
-        if session.agent is None and session in self._admin_sessions:
+        registering = session.agent is None
+        if registering and session in self._admin_sessions:
             assert self.admin is not None
             self.admin.received(session, binary, data)
             return
@@ -312,6 +313,8 @@ class LobbyServer(Outbound):
             actions = router.failed(session)
         if actions:
             self._execute(actions)
+            if registering and session.agent is not None:
+                self._cancel_deadline(session)
         if self._observing:
             self.observers.routed(session, data, actions)
         self._batch()
@@ -367,9 +370,7 @@ class LobbyServer(Outbound):
 
     def disconnected(self, session: Session, code: int | None = None) -> None:
         """The connection of `session` is gone (TCP closed or aborted)."""
-        deadline = self._deadlines.pop(session, None)
-        if deadline is not None:
-            deadline.cancel()
+        self._cancel_deadline(session)
         self.connections -= 1
         if self.admin is not None:
             self.admin.closed(session)
@@ -430,6 +431,14 @@ class LobbyServer(Outbound):
         after its resume elsewhere)."""
         if session.agent is None:
             self._send(session, stepdown.refusal(data))
+
+    def _cancel_deadline(self, session: Session) -> None:
+        """The connection's deadline (to register, or to prove an admin token) is off: at once
+        when it registers, not when the timer would have run (a timer per connection held for
+        `handshake_timeout` while a fleet registers)."""
+        deadline = self._deadlines.pop(session, None)
+        if deadline is not None:
+            deadline.cancel()
 
     def _registration_deadline(self, session: Session) -> None:
         self._deadlines.pop(session, None)

@@ -5,6 +5,7 @@ that both routed messages, not how fast: timings are for BENCHMARKS.md, not for 
 from __future__ import annotations
 
 import dataclasses
+from collections import Counter
 from typing import Any
 
 import orjson
@@ -18,6 +19,7 @@ from benchmarks import (
     harness,
     load,
     report,
+    scale,
     sdk_profile,
     storm,
     storm_cluster,
@@ -286,3 +288,52 @@ def test_the_cluster_storm_phase_moves_every_agent_to_the_survivor(
         # What refuses a resume is the failover under way (1013), never the rate limit.
         assert set(row["refusal_codes"]) <= {"1013"}, round_.name
     assert "| kill -9 node a | 120 (60) |" in storm_cluster.render(results)
+
+
+def test_the_scale_phase_spreads_agents_over_processes_and_source_addresses() -> None:
+    # 100,000 agents, the limit raised: 4 processes, one source address each (25,000 apiece).
+    wide = scale.layout(100_000, 1_048_576)
+    assert [(source, len(numbers)) for source, numbers in wide] == [
+        (f"127.0.0.{2 + n}", 25_000) for n in range(4)
+    ]
+    # Client processes held to 20,000 descriptors: 8 of them, two on each address.
+    narrow = scale.layout(100_000, 20_000)
+    assert len(narrow) == 8
+    assert all(len(numbers) < 20_000 - scale.CLIENT_SPARE for _, numbers in narrow)
+    per_source = Counter(source for source, _ in narrow)
+    assert per_source == {f"127.0.0.{2 + n}": 2 for n in range(4)}
+    assert sorted(n for _, numbers in narrow for n in numbers) == list(range(100_000))
+    # This machine's 19,500: two processes on one address.
+    assert [len(numbers) for _, numbers in scale.layout(19_500, 20_000)] == [9_750, 9_750]
+
+
+@pytest.mark.timeout(180)  # four lobbies filled in turn on a shared machine
+def test_the_scale_phase_holds_its_agents_and_states_its_cap(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(scale, "QUICK_AGENTS", 60)
+    monkeypatch.setattr(scale, "QUICK_BASELINE_AGENTS", 20)
+    # An open-file limit that caps N below what was asked: 550 less the 500 kept spare.
+    monkeypatch.setattr(harness, "raise_fd_limit", lambda: 550)
+    results = scale.scale(suite.Plan.quick())
+    assert (results["agents"], results["baseline"]) == (50, 20)
+    assert "N = 50, not 60: the open-file limit is 550" in results["cap"]
+    for transport in scale.TRANSPORTS:
+        for size in (20, 50):
+            row = results[transport][str(size)]
+            assert (row["agents"], row["failed"]) == (size, 0), (transport, size)
+            assert row["rss_peak_kib"] >= row["rss_before_kib"] > 0
+            # Every DISCOVER found the agents offering that name (one in ten offers one).
+            assert row["exact_name"]["matches"] == 1, (transport, size)
+            assert row["pair"]["samples"] > 0
+            assert row["pair"]["lost"] == 0
+    text = "\n".join(report.scale_table(results))
+    assert "| websockets | 50 (2, 1) |" in text
+    assert "| picows | 20 (2, 1) |" in text
+    targets = report.targets({"scale": results})
+    assert [t["target"] for t in targets][:3] == [
+        "scale, websockets: <= 16 KiB per idle agent, 50 held",
+        "scale, websockets: >= 3,000 registrations/s",
+        "scale, websockets: a pair's p99 with 50 held <= 1.5x with 20",
+    ]
+    assert len(targets) == 6

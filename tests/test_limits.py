@@ -134,6 +134,24 @@ async def test_a_connection_that_does_not_register_is_closed(
         assert ws.close_code == 1008
 
 
+@pytest.mark.parametrize("transport", TRANSPORTS)
+async def test_a_connection_that_registers_drops_its_deadline_at_once(
+    tmp_path: Path, transport: str
+) -> None:
+    """The registration deadline's timer goes at REGISTER_ACK (not when it would have run, a
+    timer per connection held while a fleet registers); a refused REGISTER keeps it."""
+    async with (
+        running(tmp_path, handshake_timeout=0.3, transport=transport) as lobby,
+        connect(lobby.url) as ws,
+    ):
+        await until(lambda: len(lobby._deadlines) == 1, "the connection's deadline set")
+        refused = await register(ws, "")
+        assert refused["message_type"] == "ERROR"
+        assert len(lobby._deadlines) == 1
+        assert (await register(ws, "kept"))["message_type"] == "REGISTER_ACK"
+        assert lobby._deadlines == {}
+
+
 async def test_registration_attempts_per_address_are_limited(tmp_path: Path) -> None:
     async with running(tmp_path, registration_rate=0.01, registration_burst=2) as lobby:
         outcomes = []

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import itertools
 from bisect import bisect_right
+from collections import deque
 from typing import Final
 
 from lobby.core.counters import Counters
@@ -41,7 +42,7 @@ from lobby.core.records import (
     Snapshot,
 )
 from lobby.core.refusal import Refusal
-from lobby.core.session import Action, AgentRecord, Send, Session
+from lobby.core.session import NO_MAIL, Action, AgentRecord, Send, Session
 from lobby.core.tracing import Tracing
 from protocol.codec import encode
 from protocol.models import ErrorCode, Message, MessageType
@@ -201,13 +202,16 @@ class Delivery:
             self.confirm(sender, msg.message_id, msg.traceparent)  # type: ignore[arg-type]
         if held:
             # Offline, or its queue is past the window: written when it resumes or drains.
-            target.mailbox.append((seq, frame))
+            target.hold(seq, frame)
             if session is not None:
                 target.held_bytes += len(frame)
                 self.paced[session] = target
             return []
         if target.acks:
-            target.mailbox.append((seq, frame))
+            mailbox = target.mailbox
+            if mailbox is NO_MAIL:  # inline `hold`: every message to an acking agent
+                mailbox = target.mailbox = deque()
+            mailbox.append((seq, frame))
         target.delivered_seq = seq
         if not target.acks:
             # Written to its connection = delivered, for an agent that does not acknowledge.
@@ -348,6 +352,6 @@ class Delivery:
                 continue
             agent.next_seq = max(agent.next_seq, row.seq)
             if row.seq > agent.acked_seq:
-                agent.mailbox.append((row.seq, row.frame))
+                agent.hold(row.seq, row.frame)
                 # It may have reached the agent before the restart: mark it redelivered.
                 agent.delivered_seq = max(agent.delivered_seq, row.seq)

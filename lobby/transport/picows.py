@@ -36,6 +36,10 @@ from lobby.transport.base import IDENTITY_HEADER, Lobby, tls_context
 from lobby.transport.rfc6455 import Utf8Stream, sendable_close_code, valid_utf8
 from protocol.models import CloseCode
 
+READ_BUFFER_BYTES: Final = 2048
+"""picows' read buffer to start with (its least; its default is 16 KiB): it grows as larger
+reads come, so an idle connection holds 2 KiB, not 16, and a busy one grows it once."""
+
 _TEXT, _BINARY, _CONT, _CLOSE = (
     WSMsgType.TEXT,
     WSMsgType.BINARY,
@@ -272,6 +276,7 @@ class PicowsTransport:
             auto_ping_idle_timeout=s.ping_interval,
             auto_ping_reply_timeout=s.ping_timeout,
             max_frame_size=s.max_message_bytes,
+            read_buffer_init_size=READ_BUFFER_BYTES,
             ssl=tls_context(s.tls_cert, s.tls_key),
         )
         return int(self._server.sockets[0].getsockname()[1])

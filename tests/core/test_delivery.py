@@ -21,6 +21,7 @@ from lobby.core.records import (
     Snapshot,
     StateSaved,
 )
+from lobby.core.session import NO_MAIL
 from protocol.models import MessageType
 from tests.routerkit import Clock, Peer, cap, frames, join, make_router, pair, raw, request, world
 
@@ -76,6 +77,37 @@ def test_messages_for_an_offline_agent_are_held_and_delivered_in_order() -> None
     )
     assert held[0]["payload"]["status"] == "success_resumed"
     assert [m["payload"]["n"] for m in held[1:]] == [0, 1, 2]
+
+
+def test_agents_share_one_empty_mailbox_until_a_message_is_held_for_one() -> None:
+    """An idle agent holds no deque of its own (about 600 bytes each); the first message held
+    for it, or kept for its ACK, gives it one, and the shared one stays empty."""
+    router = make_router()
+    alice = join(router, "alice")
+    bob = join(router, "bob", capabilities=[cap("c")], acks=True)
+    carol = join(router, "carol", capabilities=[cap("c")])
+    agents = router.registry.agents
+    assert agents["alice"].mailbox is agents["bob"].mailbox is NO_MAIL
+    request(alice, conversation="k0", to="bob", n=0)
+    request(alice, conversation="k1", to="carol", n=1)
+    assert [seq for seq, _ in agents["bob"].mailbox] == [1]  # kept for its ACK
+    assert agents["carol"].mailbox is NO_MAIL  # written, nothing held
+    bob.send("ACK", {"up_to": 1})
+    assert len(agents["bob"].mailbox) == 0
+    router.close(carol.session, 1000)  # offline: what comes now is held
+    request(alice, conversation="k2", to="carol", n=2)
+    assert [seq for seq, _ in agents["carol"].mailbox] == [2]
+    assert len(NO_MAIL) == 0
+    for mutate in (
+        lambda: NO_MAIL.append((1, b"{}")),
+        lambda: NO_MAIL.appendleft((1, b"{}")),
+        lambda: NO_MAIL.extend([(1, b"{}")]),
+        lambda: NO_MAIL.extendleft([(1, b"{}")]),
+        lambda: NO_MAIL.insert(0, (1, b"{}")),
+    ):
+        with pytest.raises(TypeError):
+            mutate()
+    assert len(NO_MAIL) == 0
 
 
 def test_acknowledging_agents_get_unacknowledged_messages_again() -> None:

@@ -296,3 +296,32 @@ async def test_websockets_reads_on_from_where_the_lobby_stopped_once_closing(
         await asyncio.wait_for(connection.wait_closed(), 5)
         assert connection.protocol.close_rcvd is not None
         assert connection.protocol.close_rcvd.code == 4000
+
+
+async def test_an_idle_registered_connection_keeps_nothing_of_its_handshake(
+    tmp_path: Path,
+) -> None:
+    """Once registered, the connection holds neither the parsed upgrade request (its headers)
+    nor websockets' handshake parser, whose frame would keep it; the frame parser that took its
+    place reads on from the same boundary: a ping is answered, a fragmented message routed
+    whole, a close answered."""
+    async with running(tmp_path) as lobby, RawClient.connect(lobby) as raw:
+        token = await raw.register("raw")
+        connection = link_of(lobby, "raw")
+        assert isinstance(connection, LobbyConnection)
+        assert connection.request is not None
+        assert list(connection.request.headers.raw_items()) == []
+        assert connection.response is None
+        parser = connection.protocol.parser
+        assert parser.gi_code.co_name == "parse"  # type: ignore[attr-defined]
+        assert parser.gi_frame.f_locals.keys() <= {"self"}  # type: ignore[attr-defined]
+        raw.writer.write(masked(Opcode.PING, b"still there"))
+        pong = [f for f in await raw.until(Opcode.PONG) if f.opcode is Opcode.PONG]
+        assert bytes(pong[0].data) == b"still there"
+        text = frame("raw", "DISCOVER_SERVICES", {}, auth_token=token).encode()
+        raw.writer.write(masked(Opcode.TEXT, text[:7], fin=False) + masked(Opcode.CONT, text[7:]))
+        answers = [f for f in await raw.until(Opcode.TEXT) if f.opcode is Opcode.TEXT]
+        assert orjson.loads(answers[-1].data)["message_type"] == "SERVICES_AVAILABLE"
+        raw.writer.write(masked(Opcode.CLOSE, Close(1000, "bye").serialize()))
+        frames = await raw.until(Opcode.CLOSE)
+        assert Close.parse(bytes(frames[-1].data)).code == 1000
