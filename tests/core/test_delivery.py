@@ -98,15 +98,17 @@ def test_agents_share_one_empty_mailbox_until_a_message_is_held_for_one() -> Non
     request(alice, conversation="k2", to="carol", n=2)
     assert [seq for seq, _ in agents["carol"].mailbox] == [2]
     assert len(NO_MAIL) == 0
-    for mutate in (
-        lambda: NO_MAIL.append((1, b"{}")),
-        lambda: NO_MAIL.appendleft((1, b"{}")),
-        lambda: NO_MAIL.extend([(1, b"{}")]),
-        lambda: NO_MAIL.extendleft([(1, b"{}")]),
-        lambda: NO_MAIL.insert(0, (1, b"{}")),
+    held = (1, b"{}")
+    for name, args in (
+        ("append", (held,)),
+        ("appendleft", (held,)),
+        ("extend", ([held],)),
+        ("extendleft", ([held],)),
+        ("insert", (0, held)),
+        ("__iadd__", ([held],)),
     ):
         with pytest.raises(TypeError):
-            mutate()
+            getattr(NO_MAIL, name)(*args)
     assert len(NO_MAIL) == 0
 
 
