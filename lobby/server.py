@@ -234,6 +234,8 @@ class LobbyServer(Outbound):
             return
         self._stopping = True
         self.router.addressed.paused = True  # what providers hold stays theirs, no failover
+        # One line for every connection: the agents go offline quietly (`closing`).
+        log.info("LOBBY_CLOSING", connections=self.connections)
         if self.discovery is not None:
             await self.discovery.close()  # answers nobody waits for now
         try:
@@ -363,7 +365,7 @@ class LobbyServer(Outbound):
         goes offline now, so what is sent to it from here on is held for its resume instead of
         being written to a closing connection. The transport aborts the connection if the
         closing handshake does not finish in time."""
-        self._execute(self.router.close(session, code))
+        self._execute(self.router.close(session, code, quiet=self._stopping))
 
     def disconnected(self, session: Session, code: int | None = None) -> None:
         """The connection of `session` is gone (TCP closed or aborted)."""
@@ -373,7 +375,7 @@ class LobbyServer(Outbound):
         self.connections -= 1
         if self.admin is not None:
             self.admin.closed(session)
-        self._execute(self.router.close(session, code))
+        self._execute(self.router.close(session, code, quiet=self._stopping))
         self._batch()
 
     def _answer_query(self) -> None:

@@ -75,6 +75,11 @@ class Link(Protocol):
         limit): its frames wait in TCP's buffers, and the sender's writes stall there."""
 
 
+STOP_GRACE: Final = 0.5
+"""Seconds the peers have, once the lobby stops, to answer its 1001 close frame before their
+connections are closed from this side (at most `close_timeout`): the frames go out to all in one
+pass, so this is one wait for every connection, not one per connection."""
+
 IDENTITY_HEADER: Final = "Agent-Lobby-Id"
 """The handshake response header that carries the lobby's identity (`lobby.identity`): agents
 learn from it, before they send REGISTER, which token to offer."""

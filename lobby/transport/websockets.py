@@ -32,11 +32,13 @@ try:
 except ImportError:  # pragma: no cover - websockets built without its C extension
     from websockets.utils import apply_mask
 
-from lobby.transport.base import IDENTITY_HEADER, HttpAnswer, Lobby, tls_context
+from lobby.transport.base import IDENTITY_HEADER, STOP_GRACE, HttpAnswer, Lobby, tls_context
 from lobby.transport.rfc6455 import Utf8Stream, valid_utf8
 from protocol.models import CloseCode
 
 _OPEN = State.OPEN
+GOING_AWAY = "the lobby is shutting down"
+"""The reason of the 1001 close frame every connection gets when the lobby stops."""
 _TEXT, _BINARY, _CONT = Opcode.TEXT, Opcode.BINARY, Opcode.CONT
 
 # RFC 6455 5.2 headers of an unmasked, final text frame, by payload length.
@@ -65,6 +67,8 @@ class LobbyConnection(ServerConnection):
         """Set once a text message that is not UTF-8 failed the connection."""
         self._closing = False
         """Set once the lobby knows this connection is no longer open."""
+        self._going_away = False
+        """Set once the lobby stops (`going_away`): what comes now is not read."""
         self._abort: asyncio.TimerHandle | None = None
         self._paused = False
         self._out: list[bytes] = []
@@ -132,6 +136,40 @@ class LobbyConnection(ServerConnection):
             return None
         return asyncio.get_running_loop().create_task(self.close(code, reason))
 
+    def going_away(self, reason: str) -> None:
+        """The lobby stops: write the 1001 close frame now, after what was put, and wait for
+        nothing (`WebsocketsTransport.stop` waits for every connection at once). What the peer
+        sends from here on is not read: it closes TCP (`data_received`)."""
+        self._closing = self._going_away = True
+        if self.transport.is_closing():
+            return
+        if self._paused:  # what waits unread would turn our close into a reset
+            self.transport.resume_reading()
+        if self.protocol.state is _OPEN:
+            self.protocol.send_close(CloseCode.GOING_AWAY, reason)
+            self.send_data()
+
+    def let_go(self) -> None:
+        """The peer has not answered the 1001 in time: close TCP after what is written (the
+        kernel still delivers the close frame once the process is gone), or, if it is not all
+        written (a peer that stopped reading), cut the connection off."""
+        transport = self.transport
+        if transport.get_write_buffer_size():
+            transport.abort()
+        else:
+            transport.close()
+
+    @property
+    def went_away(self) -> bool:
+        """Closed by the lobby's stop (1001), whether or not the peer answered."""
+        return self._going_away
+
+    async def close(self, code: int = CloseCode.NORMAL, reason: str = "") -> None:
+        """websockets' own, except on a connection already closed, where it has nothing to do
+        (every handler's exit calls it) but would raise and catch an exception."""
+        if self.protocol.state is not State.CLOSED:
+            await super().close(code, reason)
+
     def pause(self, seconds: float) -> None:
         # Data frames never enter websockets' receive queue (`process_event`), so its own
         # flow control never pauses or resumes reading: the pause is ours alone.
@@ -160,6 +198,12 @@ class LobbyConnection(ServerConnection):
     # -- receiving --------------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
+        if self._going_away:
+            # The peer answered our 1001 (or sent a message before it read it: not ACCEPTED,
+            # so resent after its resume): it has the close frame, so TCP closes now, without
+            # parsing what came (RFC 6455 7.1.1: the server closes TCP first).
+            self.transport.close()
+            return
         lobby = self._lobby
         if lobby is None:
             super().data_received(data)
@@ -328,10 +372,12 @@ class WebsocketsTransport:
     def __init__(self) -> None:
         self._server: Server | None = None
         self._lobby: Lobby[Any] | None = None
+        self._close_timeout = 0.0
 
     async def start(self, lobby: Lobby[Any]) -> int:
         s = lobby.transport_settings
         self._lobby = lobby
+        self._close_timeout = s.close_timeout
         self._server = await serve(
             self._handle,
             s.host,
@@ -353,9 +399,28 @@ class WebsocketsTransport:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def stop(self) -> None:
-        if self._server is not None:
-            self._server.close(close_connections=True)
-            await self._server.wait_closed()
+        """Stop listening and close every connection with 1001, the frames written in one
+        pass (websockets' own `Server.close` runs a closing task per connection, each waiting
+        on its peer); then wait, all at once, `STOP_GRACE` (at most `close_timeout`) for the
+        peers to answer, let go of the rest (`LobbyConnection.let_go`), and return once every
+        connection's handler has."""
+        server = self._server
+        if server is None:
+            return
+        server.server.close()  # new connections are refused; a handshake under way gets 503
+        connections = [c for c in server.all_connections if isinstance(c, LobbyConnection)]
+        for connection in connections:
+            connection.going_away(GOING_AWAY)
+        lost = [c.connection_lost_waiter for c in connections]
+        pending = [waiter for waiter in lost if not waiter.done()]
+        if pending:
+            grace = min(STOP_GRACE, self._close_timeout)
+            await asyncio.wait(pending, timeout=grace)
+        for connection in connections:
+            if not connection.connection_lost_waiter.done():
+                connection.let_go()
+        server.close(close_connections=False)  # its task ends once every handler has
+        await server.wait_closed()
 
     async def _handle(self, ws: ServerConnection) -> None:
         assert isinstance(ws, LobbyConnection)
@@ -364,7 +429,7 @@ class WebsocketsTransport:
         try:
             await ws.wait_closed()
         finally:
-            code = ws.protocol.close_code
+            code = CloseCode.GOING_AWAY if ws.went_away else ws.protocol.close_code
             self._lobby.disconnected(handle, None if code is None else int(code))
 
     def _process_request(self, connection: ServerConnection, request: Request) -> Response | None:
