@@ -229,7 +229,9 @@ class LobbyServer(Outbound):
         )
 
     async def stop(self) -> None:
-        """Close every connection with 1001 and stop listening, within `shutdown_timeout`."""
+        """Close every connection with 1001 and stop listening, within `shutdown_timeout`: the
+        transport writes every close frame in one pass and waits once for all the peers
+        (`Transport.stop`); their agents go offline quietly, one LOBBY_CLOSING line for all."""
         if not self._running:
             return
         self._stopping = True

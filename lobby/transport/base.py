@@ -159,7 +159,9 @@ class Transport(Protocol):
         memory)."""
 
     async def stop(self) -> None:
-        """Close every connection with 1001 and stop listening (the lobby bounds the wait)."""
+        """Stop listening and close every connection with 1001: every close frame written in
+        one pass, then one wait, `STOP_GRACE` at most, for all the peers; those still there
+        are closed from this side (the lobby bounds the whole by `shutdown_timeout`)."""
 
 
 def tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:
