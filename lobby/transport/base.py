@@ -75,6 +75,9 @@ class Link(Protocol):
         limit): its frames wait in TCP's buffers, and the sender's writes stall there."""
 
 
+GOING_AWAY: Final = "the lobby is shutting down"
+"""The reason in the 1001 close frame every connection gets when the lobby stops."""
+
 STOP_GRACE: Final = 0.5
 """Seconds the peers have, once the lobby stops, to answer its 1001 close frame before their
 connections are closed from this side (at most `close_timeout`): the frames go out to all in one

@@ -33,7 +33,7 @@ from picows import (
     ws_create_server,
 )
 
-from lobby.transport.base import IDENTITY_HEADER, STOP_GRACE, Lobby, tls_context
+from lobby.transport.base import GOING_AWAY, IDENTITY_HEADER, STOP_GRACE, Lobby, tls_context
 from lobby.transport.rfc6455 import Utf8Stream, sendable_close_code, valid_utf8
 from protocol.models import CloseCode
 
@@ -49,8 +49,6 @@ _SHORT: Final = struct.Struct("!BB").pack
 _MEDIUM: Final = struct.Struct("!BBH").pack
 _LONG: Final = struct.Struct("!BBQ").pack
 _FIN_TEXT: Final = 0x81
-GOING_AWAY: Final = "the lobby is shutting down"
-"""The reason of the 1001 close frame every connection gets when the lobby stops."""
 
 
 def text_frame_header(size: int) -> bytes:
@@ -260,6 +258,7 @@ class PicowsLink(WSListener):
             self._send_close(transport, CloseCode.GOING_AWAY, reason)
 
     def cut_off(self) -> None:
+        """Close TCP now, whatever is still buffered (the peer has stopped reading)."""
         if self._transport is not None:
             self._transport.disconnect(False)
 

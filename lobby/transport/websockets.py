@@ -36,13 +36,18 @@ try:
 except ImportError:  # pragma: no cover - websockets built without its C extension
     from websockets.utils import apply_mask
 
-from lobby.transport.base import IDENTITY_HEADER, STOP_GRACE, HttpAnswer, Lobby, tls_context
+from lobby.transport.base import (
+    GOING_AWAY,
+    IDENTITY_HEADER,
+    STOP_GRACE,
+    HttpAnswer,
+    Lobby,
+    tls_context,
+)
 from lobby.transport.rfc6455 import Utf8Stream, valid_utf8
 from protocol.models import CloseCode
 
 _OPEN = State.OPEN
-GOING_AWAY = "the lobby is shutting down"
-"""The reason of the 1001 close frame every connection gets when the lobby stops."""
 _TEXT, _BINARY, _CONT = Opcode.TEXT, Opcode.BINARY, Opcode.CONT
 
 # RFC 6455 5.2 headers of an unmasked, final text frame, by payload length.
