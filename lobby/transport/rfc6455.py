@@ -52,4 +52,10 @@ def sendable_close_code(code: int) -> bool:
     return code in _SENDABLE_BELOW_3000 or 3000 <= code <= 4999
 
 
-__all__ = ["Utf8Stream", "sendable_close_code", "valid_utf8"]
+def lone_close_frame(data: bytes) -> bool:
+    """Whether `data` is one masked close frame and nothing else: a client's answer to the
+    server's close frame as it nearly always comes (5.5.1: a payload within 125 bytes)."""
+    return len(data) >= 6 and data[0] == 0x88 and len(data) == 6 + (data[1] & 0x7F)
+
+
+__all__ = ["Utf8Stream", "lone_close_frame", "sendable_close_code", "valid_utf8"]

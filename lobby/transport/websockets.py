@@ -44,7 +44,7 @@ from lobby.transport.base import (
     Lobby,
     tls_context,
 )
-from lobby.transport.rfc6455 import Utf8Stream, valid_utf8
+from lobby.transport.rfc6455 import Utf8Stream, lone_close_frame, valid_utf8
 from protocol.models import CloseCode
 
 _OPEN = State.OPEN
@@ -208,7 +208,7 @@ class LobbyConnection(ServerConnection):
     # -- receiving --------------------------------------------------------------------------
 
     def data_received(self, data: bytes) -> None:
-        if self._going_away and data[0] == 0x88 and len(data) == 6 + (data[1] & 0x7F):
+        if self._going_away and lone_close_frame(data):
             # The peer's answer to our 1001, alone in this read (a masked close frame, as it
             # nearly always comes): the closing handshake is done, TCP closes now (RFC 6455
             # 7.1.1: the server first), without websockets parsing it. Anything else is read
