@@ -1,6 +1,7 @@
 """What RFC 6455 asks a receiver to check that the transports' libraries leave to their user:
 a text message is UTF-8 (8.1: else close 1007), a close frame's code is one a peer may send
-(7.4: else 1002). Pure functions; both socket transports use them.
+(7.4: else 1002); and `lone_close_frame`, how the websockets transport tells a peer's answer
+to the lobby's 1001 without parsing it. Pure functions; the socket transports use them.
 
 Most of the lobby's traffic is ASCII JSON, for which `bytes.isascii` settles the UTF-8 check
 at memory speed; only other text is decoded (docs/conformance.md has the cost measured).
