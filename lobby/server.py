@@ -229,11 +229,15 @@ class LobbyServer(Outbound):
         )
 
     async def stop(self) -> None:
-        """Close every connection with 1001 and stop listening, within `shutdown_timeout`."""
+        """Close every connection with 1001 and stop listening, within `shutdown_timeout`: the
+        transport writes every close frame in one pass and waits once for all the peers
+        (`Transport.stop`); their agents go offline quietly, one LOBBY_CLOSING line for all."""
         if not self._running:
             return
         self._stopping = True
         self.router.addressed.paused = True  # what providers hold stays theirs, no failover
+        # One line for every connection: the agents go offline quietly (`closing`).
+        log.info("LOBBY_CLOSING", connections=self.connections)
         if self.discovery is not None:
             await self.discovery.close()  # answers nobody waits for now
         try:
@@ -366,7 +370,7 @@ class LobbyServer(Outbound):
         goes offline now, so what is sent to it from here on is held for its resume instead of
         being written to a closing connection. The transport aborts the connection if the
         closing handshake does not finish in time."""
-        self._execute(self.router.close(session, code))
+        self._execute(self.router.close(session, code, quiet=self._stopping))
 
     def disconnected(self, session: Session, code: int | None = None) -> None:
         """The connection of `session` is gone (TCP closed or aborted)."""
@@ -374,7 +378,7 @@ class LobbyServer(Outbound):
         self.connections -= 1
         if self.admin is not None:
             self.admin.closed(session)
-        self._execute(self.router.close(session, code))
+        self._execute(self.router.close(session, code, quiet=self._stopping))
         self._batch()
 
     def _answer_query(self) -> None:

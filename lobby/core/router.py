@@ -268,10 +268,13 @@ class Router(BetweenNodes):
     def open(self, remote: str = "", link: object = None, host: str = "") -> Session:
         return Session(remote, link, host)
 
-    def close(self, session: Session, code: int | None = None) -> list[Action]:
+    def close(
+        self, session: Session, code: int | None = None, *, quiet: bool = False
+    ) -> list[Action]:
         """The connection of `session` is closing or gone (`code`: the close code, when one is
         known): its agent (if any) goes offline at once, so what is sent to it from now on is
-        held for its resume. Safe to call more than once."""
+        held for its resume. Safe to call more than once. `quiet`: the lobby is stopping and
+        says so once for every connection, not once per agent."""
         agent = session.agent
         session.agent = None
         shared = self.state.shared
@@ -281,12 +284,13 @@ class Router(BetweenNodes):
         presence.dropped(session)
         if agent is not None and agent.session is session:
             agent.session = None
-            log.info(
-                "AGENT_DISCONNECTED",
-                agent_id=agent.agent_id,
-                close_code=code,
-                close=close_code_name(code),
-            )
+            if not quiet:
+                log.info(
+                    "AGENT_DISCONNECTED",
+                    agent_id=agent.agent_id,
+                    close_code=code,
+                    close=close_code_name(code),
+                )
             told = presence.went_offline(agent)
             if code not in _MOVED:
                 return [*told, *self.addressed.provider_gone(agent)]

@@ -75,6 +75,14 @@ class Link(Protocol):
         limit): its frames wait in TCP's buffers, and the sender's writes stall there."""
 
 
+GOING_AWAY: Final = "the lobby is shutting down"
+"""The reason in the 1001 close frame every connection gets when the lobby stops."""
+
+STOP_GRACE: Final = 0.5
+"""Seconds the peers have, once the lobby stops, to answer its 1001 close frame before their
+connections are closed from this side (at most `close_timeout`): the frames go out to all in one
+pass, so this is one wait for every connection, not one per connection."""
+
 IDENTITY_HEADER: Final = "Agent-Lobby-Id"
 """The handshake response header that carries the lobby's identity (`lobby.identity`): agents
 learn from it, before they send REGISTER, which token to offer."""
@@ -154,7 +162,9 @@ class Transport(Protocol):
         memory)."""
 
     async def stop(self) -> None:
-        """Close every connection with 1001 and stop listening (the lobby bounds the wait)."""
+        """Stop listening and close every connection with 1001: every close frame written in
+        one pass, then one wait, `STOP_GRACE` at most, for all the peers; those still there
+        are closed from this side (the lobby bounds the whole by `shutdown_timeout`)."""
 
 
 def tls_context(cert: Path | None, key: Path | None) -> ssl.SSLContext | None:

@@ -17,6 +17,7 @@ frames are unmasked, so framing is a header in front of the payload.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
 from typing import Any, Final
 
@@ -32,7 +33,7 @@ from picows import (
     ws_create_server,
 )
 
-from lobby.transport.base import IDENTITY_HEADER, Lobby, tls_context
+from lobby.transport.base import GOING_AWAY, IDENTITY_HEADER, STOP_GRACE, Lobby, tls_context
 from lobby.transport.rfc6455 import Utf8Stream, sendable_close_code, valid_utf8
 from protocol.models import CloseCode
 
@@ -63,10 +64,28 @@ def text_frame_header(size: int) -> bytes:
     return _LONG(_FIN_TEXT, 127, size)
 
 
+class Links:
+    """The open connections; `empty` is set while there are none (what `stop` waits for)."""
+
+    def __init__(self) -> None:
+        self.open: set[PicowsLink] = set()
+        self.empty = asyncio.Event()
+        self.empty.set()
+
+    def add(self, link: PicowsLink) -> None:
+        self.open.add(link)
+        self.empty.clear()
+
+    def discard(self, link: PicowsLink) -> None:
+        self.open.discard(link)
+        if not self.open:
+            self.empty.set()
+
+
 class PicowsLink(WSListener):
     """One connection: picows' listener, and the lobby's `Link` to it."""
 
-    def __init__(self, lobby: Lobby[Any], links: set[PicowsLink], path: str = "/") -> None:
+    def __init__(self, lobby: Lobby[Any], links: Links, path: str = "/") -> None:
         self._lobby = lobby
         self._path = path
         self._links = links
@@ -231,12 +250,31 @@ class PicowsLink(WSListener):
         """Send the close frame and close TCP once what is buffered is written; a peer that
         does not read it within `close_timeout` is cut off."""
         transport = self._transport
-        if transport is not None and not transport.is_close_frame_sent:
-            self.flush()  # what was put before the close goes first
-            transport.send_close(code, reason.encode())  # type: ignore[arg-type]  # any close code
-            transport.disconnect()
+        if transport is not None and self._send_close(transport, code, reason):
             close_timeout = self._lobby.transport_settings.close_timeout
             asyncio.get_running_loop().call_later(close_timeout, transport.disconnect, False)
+
+    def going_away(self, reason: str) -> None:
+        """The lobby stops: as `shut` with 1001, the cut-off left to `PicowsTransport.stop`,
+        one sweep for every connection."""
+        transport = self._transport
+        if transport is not None:
+            self._send_close(transport, CloseCode.GOING_AWAY, reason)
+
+    def cut_off(self) -> None:
+        """Close TCP now, whatever is still buffered (the peer has stopped reading)."""
+        if self._transport is not None:
+            self._transport.disconnect(False)
+
+    def _send_close(self, transport: WSTransport, code: int, reason: str) -> bool:
+        """Write what was put, then the close frame, and close TCP after them; False if a close
+        frame was sent already."""
+        if transport.is_close_frame_sent:
+            return False
+        self.flush()  # what was put before the close goes first
+        transport.send_close(code, reason.encode())  # type: ignore[arg-type]  # any close code
+        transport.disconnect()
+        return True
 
 
 class PicowsTransport:
@@ -246,10 +284,12 @@ class PicowsTransport:
 
     def __init__(self) -> None:
         self._server: asyncio.Server | None = None
-        self._links: set[PicowsLink] = set()
+        self._links = Links()
+        self._close_timeout = 0.0
 
     async def start(self, lobby: Lobby[Any]) -> int:
         s = lobby.transport_settings
+        self._close_timeout = s.close_timeout
 
         def listener_for(request: WSUpgradeRequest) -> Any:
             path = request.path.decode("latin-1")
@@ -282,10 +322,22 @@ class PicowsTransport:
         return int(self._server.sockets[0].getsockname()[1])
 
     async def stop(self) -> None:
-        for link in list(self._links):
-            link.shut(CloseCode.GOING_AWAY, "the lobby is shutting down")
+        """Stop listening and close every connection with 1001 in one pass (each closes TCP
+        once its close frame is written); wait, all at once, `STOP_GRACE` (at most
+        `close_timeout`) for them to be gone, and cut off the rest (peers that stopped
+        reading)."""
         if self._server is not None:
             self._server.close()
+        for link in list(self._links.open):
+            link.going_away(GOING_AWAY)
+        if self._links.open:
+            grace = min(STOP_GRACE, self._close_timeout)
+            with contextlib.suppress(TimeoutError):
+                async with asyncio.timeout(grace):
+                    await self._links.empty.wait()
+        for link in list(self._links.open):
+            link.cut_off()
+        if self._server is not None:
             await self._server.wait_closed()
 
 

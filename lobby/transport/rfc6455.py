@@ -1,6 +1,7 @@
 """What RFC 6455 asks a receiver to check that the transports' libraries leave to their user:
 a text message is UTF-8 (8.1: else close 1007), a close frame's code is one a peer may send
-(7.4: else 1002). Pure functions; both socket transports use them.
+(7.4: else 1002); and `lone_close_frame`, how the websockets transport tells a peer's answer
+to the lobby's 1001 without parsing it. Pure functions; the socket transports use them.
 
 Most of the lobby's traffic is ASCII JSON, for which `bytes.isascii` settles the UTF-8 check
 at memory speed; only other text is decoded (docs/conformance.md has the cost measured).
@@ -52,4 +53,10 @@ def sendable_close_code(code: int) -> bool:
     return code in _SENDABLE_BELOW_3000 or 3000 <= code <= 4999
 
 
-__all__ = ["Utf8Stream", "sendable_close_code", "valid_utf8"]
+def lone_close_frame(data: bytes) -> bool:
+    """Whether `data` is one masked close frame and nothing else: a client's answer to the
+    server's close frame as it nearly always comes (5.5.1: a payload within 125 bytes)."""
+    return len(data) >= 6 and data[0] == 0x88 and len(data) == 6 + (data[1] & 0x7F)
+
+
+__all__ = ["Utf8Stream", "lone_close_frame", "sendable_close_code", "valid_utf8"]

@@ -12,7 +12,12 @@ import pytest
 from websockets.frames import Close, Frame, Opcode
 
 from lobby.server import LobbyServer
-from lobby.transport.rfc6455 import Utf8Stream, sendable_close_code, valid_utf8
+from lobby.transport.rfc6455 import (
+    Utf8Stream,
+    lone_close_frame,
+    sendable_close_code,
+    valid_utf8,
+)
 from tests.conftest import TRANSPORTS
 from tests.transport.test_framing import RawClient, masked, texts
 from tests.wsclient import frame, running
@@ -121,3 +126,15 @@ def test_close_codes_a_peer_may_send() -> None:
         assert not sendable_close_code(code), code
     assert sendable_close_code(3000)
     assert sendable_close_code(4999)
+
+
+def test_a_lone_close_frame_is_told_from_a_part_of_one_or_one_behind_a_message() -> None:
+    close = Frame(Opcode.CLOSE, Close(1001, "").serialize()).serialize(mask=True, extensions=[])
+    with_reason = Frame(Opcode.CLOSE, Close(1000, "bye" * 40).serialize())
+    text = Frame(Opcode.TEXT, b"{}").serialize(mask=True, extensions=[])
+    assert lone_close_frame(close)
+    assert lone_close_frame(with_reason.serialize(mask=True, extensions=[]))
+    assert not any(lone_close_frame(close[:n]) for n in range(len(close)))  # a read cut short
+    assert not lone_close_frame(text + close)
+    assert not lone_close_frame(close + text)
+    assert not lone_close_frame(text)
