@@ -1,8 +1,8 @@
 """The lobby's I/O layer: one `LobbyServer` drives the router, the store and the clock; a
-transport carries the connections, behind the interfaces of `lobby.transport.base`:
-`lobby.transport.websockets` (the default), `lobby.transport.picows` (`--transport picows`)
-or `lobby.transport.memory` (no sockets: tests, embedding). Only the transports import a
-WebSocket library, and none of them imports this module.
+transport carries the connections, behind the interfaces of `lobby.transport.base`: websockets
+(the default: `lobby.transport.websockets_server`), picows (`--transport picows`) or memory (no
+sockets: tests, embedding). Only the transports import a WebSocket library, and none of them
+imports this module.
 
 A transport hands each message to `received` as its parser produces it, inside the read that
 brought it (no receive queue, no task switch per message), and calls `end_of_batch` when that
@@ -236,8 +236,7 @@ class LobbyServer(Outbound):
             return
         self._stopping = True
         self.router.addressed.paused = True  # what providers hold stays theirs, no failover
-        # One line for every connection: the agents go offline quietly (`closing`).
-        log.info("LOBBY_CLOSING", connections=self.connections)
+        log.info("LOBBY_CLOSING", connections=self.connections)  # for every agent going quiet
         if self.discovery is not None:
             await self.discovery.close()  # answers nobody waits for now
         try:
@@ -493,7 +492,7 @@ def _transport(name: str) -> Transport:
         from lobby.transport.picows import PicowsTransport  # an optional dependency
 
         return PicowsTransport()
-    from lobby.transport.websockets import WebsocketsTransport
+    from lobby.transport.websockets_server import WebsocketsTransport
 
     return WebsocketsTransport()
 

@@ -26,7 +26,8 @@ from lobby.config import Settings
 from lobby.core.session import Session
 from lobby.transport.base import HttpAnswer, Link, Transport, TransportSettings
 from lobby.transport.picows import PicowsLink, PicowsTransport
-from lobby.transport.websockets import LobbyConnection, WebsocketsTransport
+from lobby.transport.websockets import LobbyConnection
+from lobby.transport.websockets_server import WebsocketsTransport
 
 MAX_MESSAGE_BYTES: Final = 1 << 24
 """Autobahn's largest messages (cases 9.x) are 16 MiB; every server gets the same limit."""
