@@ -281,7 +281,7 @@ class Relay:
             return
         router = self.router
         actions: list[Action] = []
-        for _, sender_id, _, frame, decided in entries:
+        for _, sender_id, message_id, frame, decided in entries:
             sender = router.registry.get(sender_id)
             if sender is None:
                 if decided and sender_id == LOBBY_ID:
@@ -291,6 +291,8 @@ class Relay:
             if session is None or sender.home is not None:
                 session = router.open(remote=SilentLink.remote, link=SilentLink())
                 session.agent = sender
+            elif session.unsettled is not None:  # settled by a commit here now
+                session.unsettled.moved_here(message_id)
             try:
                 if decided:
                     actions += router.decided(session, frame) or []
@@ -451,7 +453,9 @@ class Relay:
         if link is None or incarnation.decode() != self.incarnation:
             return  # meant for an earlier process of this node
         left_out = orjson.loads(rest) if rest and rest != b"[]" else ()
-        link.confirmed(int(first), int(last), ((s, m) for s, m in left_out))
+        settled = link.confirmed(int(first), int(last), ((s, m) for s, m in left_out))
+        if settled:
+            self._execute(self.router.stored_away(settled))
 
     async def _gap(self, msg: Msg) -> None:
         home_b, incarnation, first = msg.data.split(b" ")

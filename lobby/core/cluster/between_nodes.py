@@ -9,7 +9,7 @@ nodes changed (`lobby.core.cluster.shared`), messages other nodes forwarded (`re
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from lobby.core.cluster.decided import deliver_decided
 from lobby.core.cluster.handover import release, released, take_back, take_over
@@ -171,6 +171,27 @@ class BetweenNodes:
             return self._handlers[msg.message_type](session, agent, msg)
         except Refusal as refusal:
             return self.state.error(session, msg, refusal.code, refusal.reason)
+
+    def stored_away(self, confirmed: Iterable[tuple[str, str]]) -> list[Action]:
+        """Another node confirmed (committed, or refused) the forwarded messages `confirmed`,
+        (sender, message_id) pairs: their senders connected here are told ACCEPTED for what is
+        now settled of theirs, in order (`lobby.core.accepting`)."""
+        agents = self.state.registry.agents
+        told: dict[Session, str | None] = {}
+        for sender_id, message_id in confirmed:
+            agent = agents.get(sender_id)
+            if agent is None or agent.home is not None or agent.session is None:
+                continue
+            session = agent.session
+            unsettled = session.unsettled
+            if unsettled is not None:
+                last = unsettled.stored(message_id)
+                if last is not None or session not in told:
+                    told[session] = last
+        actions: list[Action] = []
+        for session, last in told.items():
+            actions += self.state.told_accepted(session, last)
+        return actions
 
     def decided(self, session: Session | None, frame: bytes) -> list[Action] | None:
         """A message another node decided (a dialogue move, an order proposal, a payment, or
