@@ -8,11 +8,14 @@ message per destination node, on `lobby.fwd.<home>`.
 
 The home routes each forwarded message as its own (`Router.relayed`): it checks it again,
 dedupes it by (sender, message_id), stamps its `seq`, stores and delivers it. The sender is
-stood for there by a relay session whose link is `NodeLink`: whatever the home answers it,
-an ERROR at once or ACCEPTED after the home's commit, is published back on
-`lobby.ret.<sender's node>` (one NATS message per node per pass) and written to the sender's
-connection there. So a cross-node message is ACCEPTED only once its home has committed it,
-and a resend after a lost answer is absorbed by the home's dedupe.
+stood for there by a relay session whose link is `NodeLink`: what the home answers it at once
+(an ERROR) is published back on `lobby.ret.<sender's node>` (one NATS message per node per
+pass) and written to the sender's connection there. ACCEPTED is the sender's node's to decide
+(`lobby.core.accepting`): the home's `lobby.done` (below) says which forwarded messages it
+committed, and the sender is told ACCEPTED for the end of its longest prefix of messages
+stored here or on their homes. So a cross-node message is ACCEPTED only once its home has
+committed it, a later one stored sooner never covers it, and a resend after a lost answer is
+absorbed by the home's dedupe.
 
 Resending (failover, a receiver that moved, a message core NATS dropped): the sender's node
 keeps every message it forwarded, per destination node and in order, until that node says it
@@ -440,8 +443,8 @@ class Relay:
         actions: list[Action] = []
         for i in range(1, len(lines) - 1, 2):
             record = agents.get(lines[i].decode())
-            # An agent gone offline meanwhile misses an ACCEPTED: it resends, and the home's
-            # dedupe confirms the resend.
+            # An agent gone offline meanwhile misses an ERROR: it resends, and the home's
+            # dedupe or its refusal answers the resend.
             if record is not None and record.session is not None and record.home is None:
                 actions.append(Send(record.session, lines[i + 1]))
         self._execute(actions)

@@ -160,7 +160,7 @@ class BetweenNodes:
     def relayed(self, session: Session, frame: bytes) -> list[Action]:
         """A message another node authenticated and forwarded here, its receiver's home:
         routed as if sent here, by `session`, which stands for its sender on that node (what
-        it is answered, ERROR or ACCEPTED, goes back there)."""
+        it is answered goes back there; its ACCEPTED that node decides: `stored_away`)."""
         agent = session.agent
         assert agent is not None, "a relay session stands for a known agent"
         try:
