@@ -76,14 +76,12 @@ class Outbound:
         self.last += 1
         return self.last
 
-    def keep(self, entries: Iterable[Pending], limit: int) -> int:
-        """Keep what a new batch carries; drop the oldest past `limit` (how many it dropped)."""
+    def keep(self, entries: Iterable[Pending], limit: int) -> list[Pending]:
+        """Keep what a new batch carries; drop the oldest past `limit` (returned)."""
         kept = self.kept
         kept.extend(entries)
         excess = len(kept) - limit
-        for _ in range(max(excess, 0)):
-            kept.popleft()
-        return max(excess, 0)
+        return [kept.popleft() for _ in range(max(excess, 0))]
 
     def went_out(self, batch: int, now: float) -> None:
         """Batches up to `batch` were published at `now`."""

@@ -31,9 +31,10 @@ forwarded message is never forwarded a second time (no loops between nodes whose
 for a moment): it stays with its sender's node until that node learns where its receiver is.
 At most `RESEND_LIMIT` messages are kept per destination node; past that the oldest is dropped
 from the resend buffer (logged CLUSTER_RESEND_DROPPED) and only its sender's own resend after a
-reconnect can repair its loss. A node that leaves a batch unconfirmed for `RESEND_AFTER`
-seconds (the last message before an outage, or its confirmation, lost) is sent everything kept
-for it again; its dedupe absorbs what it had.
+reconnect can repair its loss: a sender still connected here, never told it ACCEPTED, is closed
+with 1013 to resend it (`Router.lost_away`). A node that leaves a batch unconfirmed for
+`RESEND_AFTER` seconds (the last message before an outage, or its confirmation, lost) is sent
+everything kept for it again; its dedupe absorbs what it had.
 
 A message from a sender the home has not learned yet (it registered on another node a moment
 ago) stops that node's link there: the home reads the sender's entry from the shared registry
@@ -193,8 +194,9 @@ class Relay:
             link = self.links[home]
             dropped = link.keep(kept[home], RESEND_LIMIT)
             if dropped:
-                self.dropped += dropped
-                log.warning("CLUSTER_RESEND_DROPPED", node_id=home, messages=dropped)
+                self.dropped += len(dropped)
+                log.warning("CLUSTER_RESEND_DROPPED", node_id=home, messages=len(dropped))
+                self._execute(self.router.lost_away((e.sender, e.message_id) for e in dropped))
             for lines in batches:
                 batch = int(lines[0])
                 lines[0] = self._batch_header(link, batch, batch)
@@ -303,6 +305,8 @@ class Relay:
                     actions += router.relayed(session, frame)
             except Exception:
                 log.exception("ROUTER_FAILED", session=session.id)
+            if (unsettled := session.unsettled) is not None:  # refused here: settled (ERROR)
+                actions += router.state.told_accepted(session, unsettled.routed_here(message_id))
         self._execute(actions)
 
     async def probe(self, node_id: str) -> bool:

@@ -89,6 +89,21 @@ class Unsettled:
         self.here_queue.append(entry)
         self.moved.add(message_id)
 
+    def routed_here(self, message_id: str) -> str | None:
+        """Call after routing here a message `moved_here`: unless a confirmation took it (it
+        was refused: the ERROR went out), it is settled now."""
+        if message_id not in self.moved:
+            return None
+        self.moved.discard(message_id)
+        for entry in self.here_queue:
+            if entry.message_id == message_id:
+                entry.settled = True
+        return self._advance()
+
+    def waits_for(self, message_id: str) -> bool:
+        """Whether forwarded message `message_id` is not yet confirmed by its home."""
+        return message_id in self.away_ids
+
     def take(self) -> None:
         self.taken = self.here_count
 

@@ -226,15 +226,15 @@ class Delivery:
         and delivers it; else the home routes it as its own (checks, stamps, stores, confirms)."""
         msg.auth_token = None
         message_id = msg.message_id
+        agent = sender.agent if sender is not None else None
         if message_id is None:
             # Named here, so the home's dedupe absorbs a resend of it after a failover.
             message_id = msg.message_id = self.new_message_id()
-        home: str = target.home  # type: ignore[assignment]  # not None: checked by the caller
-        agent = sender.agent if sender is not None else None
-        if agent is not None and agent.acks and agent.session is sender and agent.home is None:
-            # Its sender is connected here (not a relay session): its ACCEPTEDs wait for this
-            # message's home to store it (`lobby.core.accepting`).
+        elif agent is not None and agent.acks and agent.session is sender and agent.home is None:
+            # Its sender is connected here (not a relay session), and can resend it: its
+            # ACCEPTEDs wait for this message's home to store it (`lobby.core.accepting`).
             self._unsettled(sender).away(message_id)  # type: ignore[arg-type]  # not None
+        home: str = target.home  # type: ignore[assignment]  # not None: checked by the caller
         self.forwards.append(
             (
                 home,

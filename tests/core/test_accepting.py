@@ -7,7 +7,7 @@ from __future__ import annotations
 import orjson
 
 from lobby.core.accepting import Unsettled
-from lobby.core.session import Action, Send
+from lobby.core.session import Action, Close, Send
 from tests.core.test_forwarding import learn, node
 from tests.core.test_shared_registry import join_shared as join
 
@@ -99,4 +99,37 @@ def test_a_home_storing_first_waits_for_the_commit_here_before_it() -> None:
     assert accepted(b.stored_away([("alice", "m2")])) == []  # m0 not stored, m1 not either
     assert accepted(b.committed(batch)) == ["m0"]
     assert accepted(b.stored_away([("alice", "m1"), ("bob", "x")])) == ["m2"]
+    assert alice.session.unsettled is None
+
+
+def test_a_moved_message_refused_here_is_settled_by_its_error() -> None:
+    unsettled = Unsettled()
+    unsettled.away("m1")
+    unsettled.away("m2")
+    unsettled.moved_here("m1")
+    assert unsettled.routed_here("m1") == "m1"  # m2 still waits on its home
+    assert unsettled.stored("m2") == "m2"
+    assert unsettled.done
+    assert unsettled.routed_here("m1") is None  # once only
+
+
+def test_a_sender_whose_forwarded_message_was_dropped_unconfirmed_is_closed_to_resend() -> None:
+    b = node("b")
+    alice = join(b, "alice", acks=True)
+    carol = join(b, "carol", acks=True)
+    learn(b, "bob", "a")
+    alice.to("bob", "TEXT", {"content": "1"}, message_id="m1")
+    carol.to("bob", "TEXT", {"content": "1"}, message_id="c1")
+    assert b.stored_away([("carol", "c1")]) != []  # carol was told ACCEPTED c1
+    (close,) = b.lost_away([("alice", "m1"), ("carol", "c1"), ("alice", "m1"), ("bob", "x")])
+    assert isinstance(close, Close)
+    assert (close.session, close.code) == (alice.session, 1013)
+    assert "resend" in close.reason
+
+
+def test_a_message_the_sender_did_not_name_is_not_waited_on() -> None:
+    b = node("b")
+    alice = join(b, "alice", acks=True)
+    learn(b, "bob", "a")
+    alice.to("bob", "TEXT", {"content": "1"})  # it could not resend it under the same id
     assert alice.session.unsettled is None
