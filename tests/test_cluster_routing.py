@@ -13,6 +13,7 @@ from lobby.store.jetstream import STREAM
 from tests.conftest import LobbyProcess
 from tests.natskit import NatsServer, connect, nats_server
 from tests.routerkit import cap
+from tests.test_cluster_liveness import paused
 from tests.test_cluster_node import node
 from tests.test_cluster_registry import Agent, agent, healthz
 from tests.test_durability import stop
@@ -167,3 +168,77 @@ async def test_a_message_sent_the_moment_its_receiver_registered_elsewhere_arriv
         finally:
             stop(a)
             stop(b)
+
+
+async def test_an_accepted_never_covers_a_message_its_home_has_not_stored(tmp_path: Path) -> None:
+    """alice, on b, sends m1 to bob (homed on a), then m2 to carol (on b) while a is paused
+    (SIGSTOP): b commits m2, yet alice is told no ACCEPTED (that would cover m1) until a has
+    stored m1; after SIGCONT she is told ACCEPTED m2, covering both."""
+    async with nats_server(tmp_path) as nats:
+        a, b = node(tmp_path / "a", nats, "a"), node(tmp_path / "b", nats, "b")
+        try:
+            async with (
+                agent(a, "bob", acks=False) as bob,
+                agent(b, "carol", acks=False) as carol,
+                agent(b, "dave", acks=True) as dave,
+                agent(b, "alice", acks=True) as alice,
+            ):
+                await send(alice, "bob", "TEXT", {"content": "0"}, message_id="m0")
+                assert (await reply(bob.ws))["payload"] == {"content": "0"}
+                assert (await reply(alice.ws))["payload"] == {"message_id": "m0"}
+                with paused(a):
+                    await send(alice, "bob", "TEXT", {"content": "1"}, message_id="m1")
+                    await send(alice, "carol", "TEXT", {"content": "2"}, message_id="m2")
+                    assert (await reply(carol.ws))["payload"] == {"content": "2"}
+                    # dave's message is journaled after m2: its ACCEPTED says b committed m2.
+                    await send(dave, "carol", "TEXT", {"content": "3"}, message_id="d1")
+                    assert (await reply(carol.ws))["payload"] == {"content": "3"}
+                    assert (await reply(dave.ws))["payload"] == {"message_id": "d1"}
+                    # Answered at once, after anything b wrote alice before: no ACCEPTED.
+                    answer = await alice.ask("DISCOVER_SERVICES", {})
+                    assert answer["message_type"] == "SERVICES_AVAILABLE", answer
+                assert (await reply(bob.ws))["payload"] == {"content": "1"}
+                accepted = await reply(alice.ws)
+                assert (accepted["message_type"], accepted["payload"]) == (
+                    "ACCEPTED",
+                    {"message_id": "m2"},
+                )
+                await until_unconfirmed(b, 0)
+        finally:
+            stop(a)
+            stop(b)
+
+
+async def test_an_accepted_from_one_home_never_covers_a_message_another_has_not_stored(
+    tmp_path: Path,
+) -> None:
+    """alice, on b, sends m1 to bob (homed on a, paused) then m2 to dave (homed on c): c
+    stores m2, yet alice is told nothing until a has stored m1, then ACCEPTED m2."""
+    async with nats_server(tmp_path) as nats:
+        a, b, c = (node(tmp_path / n, nats, n) for n in "abc")
+        try:
+            async with (
+                agent(a, "bob", acks=False) as bob,
+                agent(c, "dave", acks=False) as dave,
+                agent(b, "erin", acks=True) as erin,
+                agent(b, "alice", acks=True) as alice,
+            ):
+                for receiver, ws in (("bob", bob.ws), ("dave", dave.ws)):
+                    await send(alice, receiver, "TEXT", {"content": "0"}, message_id=receiver)
+                    assert (await reply(ws))["payload"] == {"content": "0"}
+                    assert (await reply(alice.ws))["payload"] == {"message_id": receiver}
+                with paused(a):
+                    await send(alice, "bob", "TEXT", {"content": "1"}, message_id="m1")
+                    await send(alice, "dave", "TEXT", {"content": "2"}, message_id="m2")
+                    assert (await reply(dave.ws))["payload"] == {"content": "2"}
+                    # erin's message reaches c after m2: her ACCEPTED says c committed m2.
+                    await send(erin, "dave", "TEXT", {"content": "3"}, message_id="e1")
+                    assert (await reply(dave.ws))["payload"] == {"content": "3"}
+                    assert (await reply(erin.ws))["payload"] == {"message_id": "e1"}
+                    answer = await alice.ask("DISCOVER_SERVICES", {})
+                    assert answer["message_type"] == "SERVICES_AVAILABLE", answer
+                assert (await reply(bob.ws))["payload"] == {"content": "1"}
+                assert (await reply(alice.ws))["payload"] == {"message_id": "m2"}
+        finally:
+            for proc in (a, b, c):
+                stop(proc)

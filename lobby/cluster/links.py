@@ -76,30 +76,32 @@ class Outbound:
         self.last += 1
         return self.last
 
-    def keep(self, entries: Iterable[Pending], limit: int) -> int:
-        """Keep what a new batch carries; drop the oldest past `limit` (how many it dropped)."""
+    def keep(self, entries: Iterable[Pending], limit: int) -> list[Pending]:
+        """Keep what a new batch carries; drop the oldest past `limit` (returned)."""
         kept = self.kept
         kept.extend(entries)
         excess = len(kept) - limit
-        for _ in range(max(excess, 0)):
-            kept.popleft()
-        return max(excess, 0)
+        return [kept.popleft() for _ in range(max(excess, 0))]
 
     def went_out(self, batch: int, now: float) -> None:
         """Batches up to `batch` were published at `now`."""
         self.published = max(self.published, batch)
         self.sent.append((batch, now))
 
-    def confirmed(self, first: int, last: int, left_out: Iterable[tuple[str, str]]) -> None:
+    def confirmed(
+        self, first: int, last: int, left_out: Iterable[tuple[str, str]]
+    ) -> list[tuple[str, str]]:
         """The home committed (or refused) what it was sent up to batch `last`, leaving out
         `left_out` of the batches from `first` on: those stay kept, the rest of that range is
-        no longer left out (routed there after all)."""
+        no longer left out (routed there after all). Returns the (sender, message_id) no
+        longer kept: settled there."""
         kept = self.kept
         if not kept or kept[0].batch > last:
-            return
+            return []
         verdict = set(left_out)
         held = self.left_out
         stay: list[Pending] = []
+        settled: list[tuple[str, str]] = []
         while kept and kept[0].batch <= last:
             entry = kept.popleft()
             key = (entry.sender, entry.message_id)
@@ -107,11 +109,14 @@ class Outbound:
                 if key in verdict:
                     held.add(key)
                     stay.append(entry)
-                else:
-                    held.discard(key)
+                    continue
+                held.discard(key)
             elif key in held:
                 stay.append(entry)
+                continue
+            settled.append(key)
         kept.extendleft(reversed(stay))
+        return settled
 
     def resend(self, first: int) -> list[Chunk]:
         """What to publish again from batch `first` to the newest published: whole batches,

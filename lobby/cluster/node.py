@@ -417,7 +417,10 @@ class ClusterNode:
         self._revisions[key] = revision
         agent_id = agent_id_of(key)
         if entry.operation in DELETED:
+            gone = self.router.registry.get(agent_id)
             actions = self.router.forgot(agent_id)
+            if gone is not None and gone.home is not None:  # what waits for it is refused here
+                self.relay.rehome(agent_id, gone.home, None)
         elif entry.value is None:
             return
         else:

@@ -8,11 +8,14 @@ message per destination node, on `lobby.fwd.<home>`.
 
 The home routes each forwarded message as its own (`Router.relayed`): it checks it again,
 dedupes it by (sender, message_id), stamps its `seq`, stores and delivers it. The sender is
-stood for there by a relay session whose link is `NodeLink`: whatever the home answers it,
-an ERROR at once or ACCEPTED after the home's commit, is published back on
-`lobby.ret.<sender's node>` (one NATS message per node per pass) and written to the sender's
-connection there. So a cross-node message is ACCEPTED only once its home has committed it,
-and a resend after a lost answer is absorbed by the home's dedupe.
+stood for there by a relay session whose link is `NodeLink`: what the home answers it at once
+(an ERROR) is published back on `lobby.ret.<sender's node>` (one NATS message per node per
+pass) and written to the sender's connection there. ACCEPTED is the sender's node's to decide
+(`lobby.core.accepting`): the home's `lobby.done` (below) says which forwarded messages it
+committed, and the sender is told ACCEPTED for the end of its longest prefix of messages
+stored here or on their homes. So a cross-node message is ACCEPTED only once its home has
+committed it, a later one stored sooner never covers it, and a resend after a lost answer is
+absorbed by the home's dedupe.
 
 Resending (failover, a receiver that moved, a message core NATS dropped): the sender's node
 keeps every message it forwarded, per destination node and in order, until that node says it
@@ -28,9 +31,10 @@ forwarded message is never forwarded a second time (no loops between nodes whose
 for a moment): it stays with its sender's node until that node learns where its receiver is.
 At most `RESEND_LIMIT` messages are kept per destination node; past that the oldest is dropped
 from the resend buffer (logged CLUSTER_RESEND_DROPPED) and only its sender's own resend after a
-reconnect can repair its loss. A node that leaves a batch unconfirmed for `RESEND_AFTER`
-seconds (the last message before an outage, or its confirmation, lost) is sent everything kept
-for it again; its dedupe absorbs what it had.
+reconnect can repair its loss: a sender still connected here, never told it ACCEPTED, is closed
+with 1013 to resend it (`Router.lost_away`). A node that leaves a batch unconfirmed for
+`RESEND_AFTER` seconds (the last message before an outage, or its confirmation, lost) is sent
+everything kept for it again; its dedupe absorbs what it had.
 
 A message from a sender the home has not learned yet (it registered on another node a moment
 ago) stops that node's link there: the home reads the sender's entry from the shared registry
@@ -190,8 +194,9 @@ class Relay:
             link = self.links[home]
             dropped = link.keep(kept[home], RESEND_LIMIT)
             if dropped:
-                self.dropped += dropped
-                log.warning("CLUSTER_RESEND_DROPPED", node_id=home, messages=dropped)
+                self.dropped += len(dropped)
+                log.warning("CLUSTER_RESEND_DROPPED", node_id=home, messages=len(dropped))
+                self._execute(self.router.lost_away((e.sender, e.message_id) for e in dropped))
             for lines in batches:
                 batch = int(lines[0])
                 lines[0] = self._batch_header(link, batch, batch)
@@ -281,7 +286,7 @@ class Relay:
             return
         router = self.router
         actions: list[Action] = []
-        for _, sender_id, _, frame, decided in entries:
+        for _, sender_id, message_id, frame, decided in entries:
             sender = router.registry.get(sender_id)
             if sender is None:
                 if decided and sender_id == LOBBY_ID:
@@ -291,6 +296,8 @@ class Relay:
             if session is None or sender.home is not None:
                 session = router.open(remote=SilentLink.remote, link=SilentLink())
                 session.agent = sender
+            elif session.unsettled is not None:  # settled by a commit here now
+                session.unsettled.moved_here(message_id)
             try:
                 if decided:
                     actions += router.decided(session, frame) or []
@@ -298,6 +305,8 @@ class Relay:
                     actions += router.relayed(session, frame)
             except Exception:
                 log.exception("ROUTER_FAILED", session=session.id)
+            if (unsettled := session.unsettled) is not None:  # refused here: settled (ERROR)
+                actions += router.state.told_accepted(session, unsettled.routed_here(message_id))
         self._execute(actions)
 
     async def probe(self, node_id: str) -> bool:
@@ -438,8 +447,8 @@ class Relay:
         actions: list[Action] = []
         for i in range(1, len(lines) - 1, 2):
             record = agents.get(lines[i].decode())
-            # An agent gone offline meanwhile misses an ACCEPTED: it resends, and the home's
-            # dedupe confirms the resend.
+            # An agent gone offline meanwhile misses an ERROR: it resends, and the home's
+            # dedupe or its refusal answers the resend.
             if record is not None and record.session is not None and record.home is None:
                 actions.append(Send(record.session, lines[i + 1]))
         self._execute(actions)
@@ -451,7 +460,9 @@ class Relay:
         if link is None or incarnation.decode() != self.incarnation:
             return  # meant for an earlier process of this node
         left_out = orjson.loads(rest) if rest and rest != b"[]" else ()
-        link.confirmed(int(first), int(last), ((s, m) for s, m in left_out))
+        settled = link.confirmed(int(first), int(last), ((s, m) for s, m in left_out))
+        if settled:
+            self._execute(self.router.stored_away(settled))
 
     async def _gap(self, msg: Msg) -> None:
         home_b, incarnation, first = msg.data.split(b" ")

@@ -30,6 +30,7 @@ from bisect import bisect_right
 from collections import deque
 from typing import Final
 
+from lobby.core.accepting import Unsettled
 from lobby.core.counters import Counters
 from lobby.core.records import (
     DEFAULT_DEDUPE_MAX,
@@ -139,6 +140,8 @@ class Delivery:
         agent = session.agent
         if agent is not None and agent.acks:
             self.accepted[session] = message_id
+            if session.unsettled is not None:
+                session.unsettled.here(message_id)
             if traceparent is not None or self.accepted_traces:
                 self.accepted_traces[session] = traceparent
 
@@ -227,9 +230,14 @@ class Delivery:
         and delivers it; else the home routes it as its own (checks, stamps, stores, confirms)."""
         msg.auth_token = None
         message_id = msg.message_id
+        agent = sender.agent if sender is not None else None
         if message_id is None:
             # Named here, so the home's dedupe absorbs a resend of it after a failover.
             message_id = msg.message_id = self.new_message_id()
+        elif agent is not None and agent.acks and agent.session is sender and agent.home is None:
+            # Its sender is connected here (not a relay session), and can resend it: its
+            # ACCEPTEDs wait for this message's home to store it (`lobby.core.accepting`).
+            self._unsettled(sender).away(message_id)  # type: ignore[arg-type]  # not None
         home: str = target.home  # type: ignore[assignment]  # not None: checked by the caller
         self.forwards.append(
             (
@@ -242,6 +250,15 @@ class Delivery:
             )
         )
         return []
+
+    def _unsettled(self, session: Session) -> Unsettled:
+        unsettled = session.unsettled
+        if unsettled is None:
+            unsettled = session.unsettled = Unsettled()
+            pending = self.accepted.get(session)
+            if pending is not None:  # journaled here before it, not yet taken: comes first
+                unsettled.here(pending)
+        return unsettled
 
     def acknowledge(self, agent: AgentRecord, up_to: int) -> None:
         """`agent` processed every message up to `up_to`: forget them."""
@@ -319,6 +336,9 @@ class Delivery:
             journal.extend(Acked(agent_id, seq) for agent_id, seq in self.delivered.items())
             self.delivered = {}
         self.journal, self.accepted = [], {}
+        for session in accepted:
+            if session.unsettled is not None:
+                session.unsettled.take()
         if traces:
             self.accepted_traces = {}
         return Batch(journal, accepted, traces)

@@ -248,7 +248,11 @@ class Router(BetweenNodes):
         traces = batch.traces
         for session, message_id in batch.accepted.items():
             agent = session.agent
-            if agent is not None:
+            unsettled = session.unsettled
+            if unsettled is not None and unsettled.taken is not None:
+                # Some of its messages wait on other nodes: told what is settled, in order.
+                actions += self.state.told_accepted(session, unsettled.committed())
+            elif agent is not None and agent.home is None:  # a relay session's: `stored_away`
                 accepted = Message(
                     LOBBY_ID, agent.agent_id, MessageType.ACCEPTED, {"message_id": message_id}
                 )

@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
+    from lobby.core.accepting import Unsettled
     from lobby.core.discovery.schemas import CapabilityEntry
     from lobby.core.limits import TokenBucket
 
@@ -65,7 +66,7 @@ class Session:
     touches it.
     """
 
-    __slots__ = ("agent", "host", "id", "link", "proven", "remote")
+    __slots__ = ("agent", "host", "id", "link", "proven", "remote", "unsettled")
 
     def __init__(self, remote: str = "", link: object = None, host: str = "") -> None:
         self.id = next(_session_ids)
@@ -78,6 +79,9 @@ class Session:
         """The agent and the token this connection last proved it holds (its hash matched):
         the same token again is compared as it is, not hashed per message. Kept in memory for
         the connection's life only; the store and the logs never see it."""
+        self.unsettled: Unsettled | None = None
+        """Cluster only: its messages since the first forwarded one still outstanding
+        (`lobby.core.accepting`); None while there is none."""
 
     def __repr__(self) -> str:
         agent_id = self.agent.agent_id if self.agent else None

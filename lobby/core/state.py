@@ -230,6 +230,20 @@ class LobbyState:
         )
         return Send(session, frame)
 
+    def told_accepted(self, session: Session, message_id: str | None) -> list[Action]:
+        """ACCEPTED `message_id` (None: nothing more is settled) to the sender of `session`,
+        some of whose messages waited on other nodes (`lobby.core.accepting`); its record goes
+        once nothing waits."""
+        unsettled = session.unsettled
+        if unsettled is not None and unsettled.done:
+            session.unsettled = None
+        agent = session.agent
+        if message_id is None or agent is None:
+            return []
+        payload = {"message_id": message_id}
+        accepted = Message(LOBBY_ID, agent.agent_id, MessageType.ACCEPTED, payload)
+        return [Send(session, encode(accepted))]
+
     def from_lobby(
         self,
         receiver_id: str,

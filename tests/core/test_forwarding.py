@@ -65,10 +65,10 @@ def test_the_home_routes_a_forwarded_message_and_answers_the_relay_session() -> 
     assert delivered["seq"] == 1
     batch = b.take_journal()
     assert isinstance(batch.records[0], MessageStored)  # then its Acked (bob does not ack)
-    (accepted,) = b.committed(batch)
-    assert isinstance(accepted, Send)
-    assert accepted.session is relay  # goes back to the sender's node
-    assert orjson.loads(accepted.frame)["payload"] == {"message_id": "m1"}
+    assert batch.accepted == {relay: "m1"}
+    # No ACCEPTED goes back: alice's node tells her once this node's `lobby.done` confirms
+    # the batch (`stored_away`), in the order she sent her messages.
+    assert b.committed(batch) == []
     assert b.relayed(relay, orjson.dumps(request)) == []  # a resend: deduped here
     assert b.take_journal().accepted == {relay: "m1"}
     # bob's final RESPONSE closes the conversation here and goes to alice's node.
@@ -118,7 +118,7 @@ def test_a_payment_for_a_proposal_held_elsewhere_is_forwarded_to_be_checked_ther
     assert (home, receiver, sender, message_id, decided) == ("a", "sam", "bea", "p1", False)
 
 
-def test_the_home_stores_and_delivers_a_decided_move_once_and_confirms_it_after_commit() -> None:
+def test_the_home_stores_and_delivers_a_decided_move_once_and_leaves_confirming_to_done() -> None:
     b = node("b")
     bob = join(b, "bob", acks=False)
     learn(b, "alice", "a")
@@ -141,9 +141,8 @@ def test_the_home_stores_and_delivers_a_decided_move_once_and_confirms_it_after_
     assert b.negotiations.dialogues == {}  # decided on a: not checked or tracked again here
     batch = b.take_journal()
     assert next(type(r) for r in batch.records) is MessageStored
-    (accepted,) = b.committed(batch)
-    assert isinstance(accepted, Send)
-    assert accepted.session is relay
+    assert batch.accepted == {relay: "m1"}
+    assert b.committed(batch) == []  # alice's node tells her, on this node's `lobby.done`
     assert b.decided(relay, orjson.dumps(cfp)) == []  # a resend: confirmed, not delivered
     assert b.take_journal().accepted == {relay: "m1"}
     # Its receiver moved on to another node: left to the deciding node to send there.

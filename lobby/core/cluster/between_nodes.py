@@ -9,7 +9,8 @@ nodes changed (`lobby.core.cluster.shared`), messages other nodes forwarded (`re
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from typing import Final
 
 from lobby.core.cluster.decided import deliver_decided
 from lobby.core.cluster.handover import release, released, take_back, take_over
@@ -26,6 +27,7 @@ from protocol.codec import decode
 from protocol.errors import DecodeError
 from protocol.models import CloseCode, ErrorCode, Message, MessageType, ResponseStatus
 
+_LOST: Final = "messages it sent to another node were lost; resend what was not ACCEPTED"
 Handler = Callable[[Session, AgentRecord, Message], list[Action]]
 
 
@@ -160,7 +162,7 @@ class BetweenNodes:
     def relayed(self, session: Session, frame: bytes) -> list[Action]:
         """A message another node authenticated and forwarded here, its receiver's home:
         routed as if sent here, by `session`, which stands for its sender on that node (what
-        it is answered, ERROR or ACCEPTED, goes back there)."""
+        it is answered goes back there; its ACCEPTED that node decides: `stored_away`)."""
         agent = session.agent
         assert agent is not None, "a relay session stands for a known agent"
         try:
@@ -171,6 +173,44 @@ class BetweenNodes:
             return self._handlers[msg.message_type](session, agent, msg)
         except Refusal as refusal:
             return self.state.error(session, msg, refusal.code, refusal.reason)
+
+    def stored_away(self, confirmed: Iterable[tuple[str, str]]) -> list[Action]:
+        """Another node confirmed (committed, or refused) the forwarded messages `confirmed`,
+        (sender, message_id) pairs: their senders connected here are told ACCEPTED for what is
+        now settled of theirs, in order (`lobby.core.accepting`)."""
+        agents = self.state.registry.agents
+        told: dict[Session, str | None] = {}
+        for sender_id, message_id in confirmed:
+            agent = agents.get(sender_id)
+            if agent is None or agent.home is not None or agent.session is None:
+                continue
+            session = agent.session
+            unsettled = session.unsettled
+            if unsettled is not None:
+                last = unsettled.stored(message_id)
+                if last is not None or session not in told:
+                    told[session] = last
+        actions: list[Action] = []
+        for session, last in told.items():
+            actions += self.state.told_accepted(session, last)
+        return actions
+
+    def lost_away(self, dropped: Iterable[tuple[str, str]]) -> list[Action]:
+        """This node could not keep the forwarded messages `dropped`, (sender, message_id)
+        pairs, until their homes confirmed them: each sender connected here that was not told
+        one ACCEPTED is closed with 1013, to resume and resend what it was not told (the homes'
+        dedupe absorbs what did arrive)."""
+        agents = self.state.registry.agents
+        closed: list[Action] = []
+        for sender_id, message_id in dropped:
+            agent = agents.get(sender_id)
+            if agent is None or agent.home is not None or agent.session is None:
+                continue
+            session = agent.session
+            if session.unsettled is not None and session.unsettled.waits_for(message_id):
+                session.unsettled = None  # closed once
+                closed.append(Close(session, CloseCode.TRY_AGAIN, _LOST))
+        return closed
 
     def decided(self, session: Session | None, frame: bytes) -> list[Action] | None:
         """A message another node decided (a dialogue move, an order proposal, a payment, or

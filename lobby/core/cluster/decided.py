@@ -5,7 +5,8 @@ A dialogue lives on one node (its initiator's home), a proposal on its proposer'
 or payment, changes the dialogue or proposal, records the trade, and sends the counterpart's home
 the move, and each party's home its notices, already decided: the home neither checks them again nor
 tracks the dialogue; it stamps, stores, dedupes and delivers them as any message of its agent's,
-and confirms the sender's move (ACCEPTED travels back to the deciding node) after its commit.
+and confirms it to the deciding node after its commit (`lobby.done`: that node tells the sender
+ACCEPTED, `lobby.core.accepting`).
 A TRANSACTION_CONFIRMED or PAYMENT_CONFIRMED also enters this node's ledger, so LIST_TRANSACTIONS
 answers a party from its own home. Sans-I/O.
 """
