@@ -44,6 +44,7 @@ from lobby.core.addressed_parts import (
     Ranked,
     choose_elsewhere,
     drop_held,
+    given_frame,
     mark_redelivered,
     no_candidate,
     parse_payload,
@@ -172,12 +173,16 @@ class Addressing:
             return None
         return record
 
-    def given(self, key: ConversationKey, msg: Message, arguments: dict[str, Any]) -> None:
-        """`msg`, to the lobby, was given to its sole provider (`sole_provider`): kept for a
-        failover until its final RESPONSE."""
+    def given(
+        self, key: ConversationKey, msg: Message, target: AgentRecord, actions: list[Action]
+    ) -> None:
+        """`msg`, to the lobby, was given to its sole provider `target` (`sole_provider`) in
+        `actions`: what a failover needs is kept until its final RESPONSE (`Given`)."""
         name = msg.payload["capability_name"]
-        self.last[name] = key[1]
-        brief = (msg.message_id or "", name, arguments, msg.traceparent, msg.seq)
+        self.last[name] = target.agent_id
+        object_form = target.capabilities[name].model.arguments_form == "object"
+        frame = given_frame(target, actions)
+        brief = (msg.message_id or "", name, frame, object_form, msg.traceparent, msg.seq)
         if self.pending.setdefault(key, brief) is not brief:
             self.queued.setdefault(key, []).append(brief)
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, Final
 
+import orjson
+
 from lobby.core.discovery.filters import BadFilter, Filter, parse_filters
 from lobby.core.discovery.schemas import CapabilityEntry, InvalidInput
 from lobby.core.refusal import Refusal
@@ -27,11 +29,14 @@ Ranked = tuple[tuple[int, int], Candidate]
 """A candidate with its rank: (REQUESTs it is serving, its turn)."""
 
 
-Given = tuple[str, str, dict[str, Any], str | None, int | None]
+Given = tuple[str, str, bytes, bool, str | None, int | None]
 """A capability-addressed REQUEST as it is kept in the usual case (given on its first try, no
-filters, no deadline): (message_id, capability, arguments, traceparent, seq). A tuple costs a
-fraction of an `Addressed`, which is made from it only if a failover needs one
-(`Addressed.given`)."""
+filters, no deadline): (message_id, capability, the frame given to the provider, whether that
+frame has the arguments in the object form, traceparent, seq). The frame is the one already
+written or held for the provider (an acknowledging one's mailbox holds the same bytes): keeping
+the decoded arguments instead, a dict and its values freed a whole round trip later, cost the
+lobby more than the whole choice of provider. An `Addressed` is made from it only if a failover
+needs one (`Addressed.given`)."""
 
 
 class Addressed:
@@ -94,7 +99,12 @@ class Addressed:
     def given(cls, key: tuple[str, str, str], brief: Given) -> Addressed:
         """The record of a REQUEST given on its first try in the usual case (`Given`), made
         when a failover needs it; `key` is its conversation (requester, provider, id)."""
-        message_id, capability, arguments, traceparent, seq = brief
+        message_id, capability, frame, object_form, traceparent, seq = brief
+        payload = orjson.loads(frame)["payload"]
+        if object_form:
+            arguments = payload["arguments"]
+        else:
+            arguments = {k: v for k, v in payload.items() if k != "capability_name"}
         made = cls(key[0], key[2], message_id, capability, arguments, (), traceparent)
         made.provider, made.seq = key[1], seq
         return made
@@ -103,6 +113,13 @@ class Addressed:
         """What is left of its deadline at `now`, as the `timeout_ms` of the REQUEST passed on
         to another node (at least 1: one already passed fires there at once); None: none."""
         return None if self.deadline is None else max(1, self.deadline - int(now * 1000))
+
+
+def given_frame(target: AgentRecord, actions: list[Action]) -> bytes:
+    """The frame `Delivery.accept` just wrote (its one `Send`) or held for `target`."""
+    if actions:
+        return actions[0].frame  # type: ignore[union-attr]  # a Send, the only action made
+    return target.mailbox[-1][1]
 
 
 def parse_payload(payload: dict[str, Any]) -> tuple[dict[str, Any], Sequence[Filter]]:

@@ -57,7 +57,7 @@ class Conversations:
         self.sole_provider: Callable[[AgentRecord, Message, str], AgentRecord | None] = _nothing
         """The provider of a capability-addressed REQUEST in the usual case, routed as a direct
         REQUEST to it (`Addressing.sole_provider`); None: `to_capability` chooses."""
-        self.given: Callable[[ConversationKey, Message, dict[str, Any]], None] = _nothing
+        self.given: Callable[[ConversationKey, Message, AgentRecord, list[Action]], None] = _nothing
         """Keeps what a failover of such a REQUEST needs, once given (`Addressing.given`)."""
         self.deadlines = Deadlines(state, self.ended, self.traces)
         """The open REQUESTs one by one: deadlines and CANCEL (lobby/core/deadlines.py)."""
@@ -224,7 +224,7 @@ class Conversations:
         if pending is not one or one[3] is not None:
             self.deadlines.opened(agent.agent_id, conversation_id, one, timeout_ms or 0)
         if given is not None:
-            self.given(key, msg, given)
+            self.given(key, msg, target, actions)
         if state.trace:
             log.debug(
                 "REQUEST_AUTHORIZED",

@@ -296,6 +296,29 @@ def test_a_provider_gone_before_its_answer_fails_over(how: str, sole: bool) -> N
     assert router.registry.agents["alice"].open_requests == 0
 
 
+@pytest.mark.parametrize("first_form", ["flat", "object"])
+def test_a_failover_from_a_sole_provider_gives_the_next_the_same_arguments_in_its_form(
+    first_form: str,
+) -> None:
+    """What a sole provider was given is kept as its frame (`Given`): the arguments read back
+    from it reach the next provider whole, in that provider's own form."""
+    router = make_router()
+    bob = join(router, "bob", capabilities=[cap("quote", arguments_form=first_form)])
+    alice = join(router, "alice")
+    arguments = {"n": 1, "item": {"sku": "b-7", "tags": ["x"]}, "arguments": "a field too"}
+    call(alice, arguments=arguments)
+    assert type(router.addressed.pending["alice", "bob", "k"]) is tuple
+    second = "object" if first_form == "flat" else "flat"
+    carol = join(router, "carol", capabilities=[cap("quote", arguments_form=second)])
+    world.deliver(router.close(bob.session, 1006))
+    (again,) = carol.take()
+    assert again["redelivered"] is True
+    if second == "object":
+        assert again["payload"] == {"capability_name": "quote", "arguments": arguments}
+    else:
+        assert again["payload"] == {"capability_name": "quote", **arguments}
+
+
 def test_the_old_providers_late_response_is_refused() -> None:
     router = make_router()
     bob, carol = providers(router, "bob", "carol")
