@@ -38,9 +38,7 @@ try:
 except ImportError:  # pragma: no cover - websockets built without its C extension
     from websockets.utils import apply_mask
 
-from lobby.transport.base import (
-    Lobby,
-)
+from lobby.transport.base import Lobby
 from lobby.transport.rfc6455 import Utf8Stream, lone_close_frame, valid_utf8
 from protocol.models import CloseCode
 
