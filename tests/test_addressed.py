@@ -235,6 +235,29 @@ async def test_a_provider_killed_mid_request_fails_over_to_another(
         assert refused["code"] == "unknown_conversation"
 
 
+async def test_a_sole_provider_killed_mid_request_fails_over_to_one_that_came_after(
+    lobby: LobbyServer, tmp_path: Path
+) -> None:
+    # The only provider when the call is made (the lobby keeps the frame it gave it); another
+    # offers the capability only then, and gets the same REQUEST (its arguments read back).
+    async with (
+        stalling(lobby.url, "stalls", tmp_path) as (process, _),
+        Agent("caller", lobby_url=lobby.url) as me,
+    ):
+        # No deadline: a REQUEST with one is kept whole (`Addressed`) from the start.
+        call = asyncio.ensure_future(me.call("quote", {"item": "x"}, with_provider=True))
+        message_id, _ = await took_request(process)
+        kept = [
+            v for k, v in lobby.router.addressed.pending.items() if k[:2] == ("caller", "stalls")
+        ]
+        assert [type(v) for v in kept] == [tuple]  # what failover needs: the frame given
+        async with Provider("steady", lobby_url=lobby.url) as steady:
+            process.send_signal(signal.SIGKILL)
+            result, provider = await asyncio.wait_for(call, 20)
+        assert (result, provider) == ({"item": "x", "by": "steady"}, "steady")
+        assert steady.redelivered == [message_id]
+
+
 async def test_the_last_provider_killed_is_answered_no_provider(
     lobby: LobbyServer, tmp_path: Path
 ) -> None:

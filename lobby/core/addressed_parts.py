@@ -35,8 +35,8 @@ filters, no deadline): (message_id, capability, the frame given to the provider,
 frame has the arguments in the object form, traceparent, seq). The frame is the one already
 written or held for the provider (an acknowledging one's mailbox holds the same bytes): keeping
 the decoded arguments instead, a dict and its values freed a whole round trip later, cost the
-lobby more than the whole choice of provider. An `Addressed` is made from it only if a failover
-needs one (`Addressed.given`)."""
+lobby about as much as choosing the provider (BENCHMARKS.md, "Capability-addressed
+REQUESTs"). An `Addressed` is made from it only if a failover needs one (`Addressed.given`)."""
 
 
 class Addressed:
