@@ -417,7 +417,7 @@ def scale_table(s: dict[str, Any]) -> list[str]:
     """The `scale` phase: per transport, 1,000 idle agents held and N."""
     lines = [
         "| transport | agents held (processes, sources) | RSS per agent | registrations/s "
-        "| lobby CPU per registration | DISCOVER exact name p50 / p99 (matches) "
+        "| CPU per registration: lobby / clients | DISCOVER exact name p50 / p99 (matches) "
         "| DISCOVER keyword p50 / p99 (matches) | pair p50 / p99 / p99.9 at "
         f"{scale.PAIR_RATE:,.0f} msgs/s | pair p99 vs {s['baseline']:,} held "
         "| other CPU during the pair (cores) |",
@@ -430,7 +430,8 @@ def scale_table(s: dict[str, Any]) -> list[str]:
             lines.append(
                 f"| {transport} | {_n(row['agents'])} ({row['processes']}, {row['sources']}) "
                 f"| {row['kib_per_agent']:.1f} KiB | {_n(row['registrations_per_s'])} "
-                f"| {row['server_cpu_us_per_registration']:.0f} us "
+                f"| {row['server_cpu_us_per_registration']:.0f} / "
+                f"{row.get('client_cpu_us_per_registration', 0):.0f} us "
                 f"| {e['p50']:.2f} / {e['p99']:.2f} ms ({e['matches']:.0f}) "
                 f"| {k['p50']:.2f} / {k['p99']:.2f} ms ({k['matches']:.0f}) "
                 f"| {p['p50']:.2f} / {p['p99']:.2f} / {p['p99.9']:.2f} ms "

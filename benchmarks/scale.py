@@ -3,12 +3,12 @@ item 1). For each transport (websockets, picows), a fresh lobby (sqlite store) i
 1,000 idle registered agents, then another with N: the agents come from several client
 processes at once (`benchmarks.scale_clients`, lean clients: no task per connection), each
 process below its own open-file limit and bound to a source address 127.0.0.2, .3, ... (one
-per `PER_SOURCE` agents: one source address reaches one listening port through about 28k
-ephemeral ports). Measured: the lobby's RSS per agent (highest RSS while filling and holding,
-less the RSS before), registrations per second over all processes, and, while the agents are
-held, from another process, DISCOVER_SERVICES round trips (by exact name and by keyword, over
-a registry of one capability per `CAPABLE_EVERY` agents) and one routed pair's
-REQUEST->RESPONSE round trip, open loop at `PAIR_RATE` messages a second (as the latency phase).
+per `PER_SOURCE` agents: see there). Measured: the lobby's RSS per agent (highest RSS while
+filling and holding, less the RSS before), registrations per second over all processes, the
+lobby's and the clients' CPU per registration, and, while the agents are held, from another
+process, DISCOVER_SERVICES round trips (by exact name and by keyword, over a registry of one
+capability per `CAPABLE_EVERY` agents) and one routed pair's REQUEST->RESPONSE round trip, open
+loop at `PAIR_RATE` messages a second (as the latency phase).
 
 N is 100,000, at most the lobby's open-file limit less `FD_SPARE` (it holds one descriptor per
 agent): the hard limit cannot be raised from inside the run, so the phase states the cap and
@@ -40,8 +40,11 @@ FD_SPARE = 500
 the measuring process: N is at most the open-file limit less this."""
 CLIENT_SPARE = 200
 """Descriptors a client process keeps beyond its agents."""
-PER_SOURCE = 25_000
-"""Agents per source address (about 28k ephemeral ports reach one listening port)."""
+PER_SOURCE = 10_000
+"""Agents per source address. One source address reaches one listening port through the
+ephemeral ports (28,232 by default), but Linux's connect() takes the even ones first: past
+half of them each connect() walks the even half before finding an odd port, 0.8 ms of CPU
+here against 25 us (measured: BENCHMARKS.md, "What stands in the way past N")."""
 PER_PROCESS = 25_000
 """Agents per client process at most (fewer when its open-file limit is lower)."""
 MIN_PROCESSES = 2
@@ -198,6 +201,7 @@ def one_round(agents: int, transport: str, limit: int, hold: float, quick: bool)
         "kib_per_agent": (peak - before) / max(registered, 1),
         "registrations_per_s": registered / seconds,
         "server_cpu_us_per_registration": cpu * 1e6 / max(registered, 1),
+        "client_cpu_us_per_registration": sum(r["cpu"] for r in reports) * 1e6 / max(registered, 1),
         "worker_rss_kib": worker,
         **probed,
     }

@@ -95,10 +95,10 @@ async def drive(url: str, source: str, tag: str, numbers: range, pipe: Connectio
             except (OSError, TimeoutError) as exc:
                 failures.append(repr(exc)[:200])
 
-    started = time.time()
+    started, cpu = time.time(), time.process_time()
     try:
         await asyncio.gather(*(one(n) for n in numbers))
-        finished = time.time()
+        finished, cpu = time.time(), time.process_time() - cpu
         pipe.send(
             (
                 "ready",
@@ -108,6 +108,7 @@ async def drive(url: str, source: str, tag: str, numbers: range, pipe: Connectio
                     "failures": failures[:3],
                     "started": started,
                     "finished": finished,
+                    "cpu": cpu,
                 },
             )
         )

@@ -290,21 +290,29 @@ def test_the_cluster_storm_phase_moves_every_agent_to_the_survivor(
     assert "| kill -9 node a | 120 (60) |" in storm_cluster.render(results)
 
 
-def test_the_scale_phase_spreads_agents_over_processes_and_source_addresses() -> None:
-    # 100,000 agents, the limit raised: 4 processes, one source address each (25,000 apiece).
+def test_the_scale_phase_spreads_agents_over_processes_and_source_addresses(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # 100,000 agents, the limit raised: 10,000 per source address, one process on each.
     wide = scale.layout(100_000, 1_048_576)
     assert [(source, len(numbers)) for source, numbers in wide] == [
-        (f"127.0.0.{2 + n}", 25_000) for n in range(4)
+        (f"127.0.0.{2 + n}", 10_000) for n in range(10)
     ]
-    # Client processes held to 20,000 descriptors: 8 of them, two on each address.
+    # Client processes held to 20,000 descriptors, 25,000 agents per address: 8 processes,
+    # two on each of 4 addresses.
+    monkeypatch.setattr(scale, "PER_SOURCE", 25_000)
     narrow = scale.layout(100_000, 20_000)
     assert len(narrow) == 8
     assert all(len(numbers) < 20_000 - scale.CLIENT_SPARE for _, numbers in narrow)
     per_source = Counter(source for source, _ in narrow)
     assert per_source == {f"127.0.0.{2 + n}": 2 for n in range(4)}
     assert sorted(n for _, numbers in narrow for n in numbers) == list(range(100_000))
-    # This machine's 19,500: two processes on one address.
-    assert [len(numbers) for _, numbers in scale.layout(19_500, 20_000)] == [9_750, 9_750]
+    monkeypatch.undo()
+    # This machine's 19,500: two processes, each on its own address.
+    assert [(source, len(numbers)) for source, numbers in scale.layout(19_500, 20_000)] == [
+        ("127.0.0.2", 9_750),
+        ("127.0.0.3", 9_750),
+    ]
 
 
 @pytest.mark.timeout(180)  # four lobbies filled in turn on a shared machine
@@ -323,6 +331,7 @@ def test_the_scale_phase_holds_its_agents_and_states_its_cap(
             row = results[transport][str(size)]
             assert (row["agents"], row["failed"]) == (size, 0), (transport, size)
             assert row["rss_peak_kib"] >= row["rss_before_kib"] > 0
+            assert row["client_cpu_us_per_registration"] > 0
             # Every DISCOVER found the agents offering that name (one in ten offers one).
             assert row["exact_name"]["matches"] == 1, (transport, size)
             assert row["pair"]["samples"] > 0

@@ -5,6 +5,8 @@ itself writes (pong, close)."""
 from __future__ import annotations
 
 import asyncio
+import socket
+import struct
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -244,6 +246,36 @@ async def test_a_frame_begun_with_the_handshake_is_routed(tmp_path: Path) -> Non
                 client.receive_data(await asyncio.wait_for(reader.read(65536), 5))
                 got = [e for e in client.events_received() if isinstance(e, Frame)]
             assert orjson.loads(got[0].data)["message_type"] == "SERVICES_AVAILABLE"
+        finally:
+            writer.close()
+
+
+def data_segments_in(sock: socket.socket) -> int:
+    """tcp_info's tcpi_data_segs_in (Linux >= 4.6): TCP segments with data the socket got."""
+    info = sock.getsockopt(socket.IPPROTO_TCP, socket.TCP_INFO, 256)
+    (segments,) = struct.unpack_from("I", info, 152)
+    return int(segments)
+
+
+async def test_a_register_sent_with_the_upgrade_gets_the_101_and_its_ack_in_one_write(
+    tmp_path: Path,
+) -> None:
+    """The 101 waits for what came with the upgrade to be routed: an agent that sends its
+    REGISTER right behind the upgrade request gets the 101 and the REGISTER_ACK in one TCP
+    segment (a write, and a read, less on each side of every registration)."""
+    async with running(tmp_path) as lobby:
+        client = ClientProtocol(parse_uri(lobby.url))
+        client.send_request(client.connect())
+        register = masked(Opcode.TEXT, frame("onewrite", "REGISTER", {}).encode())
+        reader, writer = await asyncio.open_connection(lobby.settings.host, lobby.port)
+        try:
+            writer.write(b"".join(client.data_to_send()) + register)
+            texts: list[Frame] = []
+            while not texts:
+                client.receive_data(await asyncio.wait_for(reader.read(65536), 5))
+                texts = [e for e in client.events_received() if isinstance(e, Frame)]
+            assert orjson.loads(texts[0].data)["message_type"] == "REGISTER_ACK"
+            assert data_segments_in(writer.get_extra_info("socket")) == 1
         finally:
             writer.close()
 
