@@ -83,6 +83,12 @@ STOP_GRACE: Final = 0.5
 connections are closed from this side (at most `close_timeout`): the frames go out to all in one
 pass, so this is one wait for every connection, not one per connection."""
 
+LISTEN_BACKLOG: Final = 65535
+"""Connections the kernel may hold, handshake done, for the lobby to accept: the kernel caps it
+at `net.core.somaxconn` (4096 by default), the operator's knob. asyncio's default of 100
+dropped SYNs when thousands of agents connected at once (a restart, a failover), each dropped
+one retried only after a second or more."""
+
 IDENTITY_HEADER: Final = "Agent-Lobby-Id"
 """The handshake response header that carries the lobby's identity (`lobby.identity`): agents
 learn from it, before they send REGISTER, which token to offer."""

@@ -33,7 +33,14 @@ from picows import (
     ws_create_server,
 )
 
-from lobby.transport.base import GOING_AWAY, IDENTITY_HEADER, STOP_GRACE, Lobby, tls_context
+from lobby.transport.base import (
+    GOING_AWAY,
+    IDENTITY_HEADER,
+    LISTEN_BACKLOG,
+    STOP_GRACE,
+    Lobby,
+    tls_context,
+)
 from lobby.transport.rfc6455 import Utf8Stream, sendable_close_code, valid_utf8
 from protocol.models import CloseCode
 
@@ -318,6 +325,7 @@ class PicowsTransport:
             max_frame_size=s.max_message_bytes,
             read_buffer_init_size=READ_BUFFER_BYTES,
             ssl=tls_context(s.tls_cert, s.tls_key),
+            backlog=LISTEN_BACKLOG,
         )
         return int(self._server.sockets[0].getsockname()[1])
 

@@ -17,6 +17,7 @@ from websockets.http11 import Request, Response
 from lobby.transport.base import (
     GOING_AWAY,
     IDENTITY_HEADER,
+    LISTEN_BACKLOG,
     STOP_GRACE,
     HttpAnswer,
     Lobby,
@@ -57,6 +58,7 @@ class WebsocketsTransport:
             server_header=None,
             ssl=tls_context(s.tls_cert, s.tls_key),
             create_connection=LobbyConnection,
+            backlog=LISTEN_BACKLOG,
         )
         return int(self._server.sockets[0].getsockname()[1])
 

@@ -5,6 +5,9 @@ HTTP on the same port, and a close frame without a code."""
 from __future__ import annotations
 
 import asyncio
+import selectors
+import socket
+import time
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -20,7 +23,7 @@ from websockets.uri import parse_uri
 
 from lobby.server import LobbyServer
 from tests.conftest import TRANSPORTS
-from tests.wsclient import frame, reply, running, token_of
+from tests.wsclient import frame, register, reply, running, token_of
 
 
 @pytest.mark.parametrize("transport", TRANSPORTS)
@@ -152,3 +155,42 @@ async def test_a_burst_of_messages_of_every_size_arrives_whole_and_in_order(
             await a.send(frame("a", "TEXT", text, auth_token=token, receiver_id="b"))
         received = [await reply(b) for _ in sizes]
         assert [m["payload"]["content"] for m in received] == [str(n) * n for n in sizes]
+
+
+async def test_agents_connecting_at_once_while_the_lobby_is_busy_all_get_in(
+    lobby: LobbyServer,
+) -> None:
+    """While the lobby's loop is busy (this test holds it: no await), the kernel completes the
+    TCP handshakes of connecting agents and queues them for the lobby, up to the listen backlog:
+    300 agents connecting at once all get in and register, none waiting for a SYN retried a
+    second later (asyncio's default backlog of 100 dropped the rest)."""
+    agents = 300
+    sockets: list[socket.socket] = []
+    try:
+        with selectors.DefaultSelector() as selector:
+            for _ in range(agents):
+                sock = socket.socket()
+                sockets.append(sock)
+                sock.setblocking(False)
+                sock.connect_ex((lobby.settings.host, lobby.port))
+                selector.register(sock, selectors.EVENT_WRITE)
+            connected = 0
+            deadline = time.monotonic() + 0.9  # a dropped SYN is retried after 1 s
+            while connected < agents and time.monotonic() < deadline:
+                for key, _ in selector.select(0.05):
+                    selector.unregister(key.fileobj)
+                    connected += 1
+        assert connected == agents
+        assert all(s.getsockopt(socket.SOL_SOCKET, socket.SO_ERROR) == 0 for s in sockets)
+        links = [
+            await connect(lobby.url, sock=sock, open_timeout=10) for sock in sockets
+        ]  # fmt: skip
+        acks = await asyncio.gather(
+            *(register(ws, f"crowd{n}", capabilities=[]) for n, ws in enumerate(links))
+        )
+        assert {a["payload"]["status"] for a in acks} == {"success_registered_finalized"}
+        for ws in links:
+            await ws.close()
+    finally:
+        for sock in sockets:
+            sock.close()
