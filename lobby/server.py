@@ -33,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 import structlog
@@ -53,6 +54,7 @@ from lobby.outbound import Outbound
 from lobby.pacing import Pacer
 from lobby.store import SqliteStore, Store, open_store
 from lobby.store.base import StoreFenced
+from lobby.transport import named
 from lobby.transport.base import HttpAnswer, Link, Transport
 
 if TYPE_CHECKING:
@@ -110,7 +112,7 @@ class LobbyServer(Outbound):
             interval=settings.commit_interval,
             failed=self._commit_failed,
         )
-        self.transport = transport or _transport(settings.transport)
+        self.transport = transport or named(settings.transport)
         self.cluster: ClusterNode | None = None
         """`--cluster`: this node's part in the registry the nodes share (lobby.cluster)."""
         if settings.cluster is not None and settings.node_id is not None:
@@ -281,16 +283,16 @@ class LobbyServer(Outbound):
         session = self.router.open(remote=link.remote, link=link, host=host)
         self.connections += 1
         path, _, query = path.partition("?")
-        if path == admin_endpoint.PATH and self.admin is not None:
-            if self.admin.opened(session, query):
-                self._deadlines[session] = asyncio.get_running_loop().call_later(
-                    self.settings.handshake_timeout, self._admin_deadline, session
-                )
-            return session
-        self._deadlines[session] = asyncio.get_running_loop().call_later(
-            self.settings.handshake_timeout, self._registration_deadline, session
-        )
+        if path != admin_endpoint.PATH or self.admin is None:
+            self._arm(session, self._registration_deadline)
+        elif self.admin.opened(session, query):
+            self._arm(session, self._admin_deadline)
         return session
+
+    def _arm(self, session: Session, deadline: Callable[[Session], None]) -> None:
+        self._deadlines[session] = asyncio.get_running_loop().call_later(
+            self.settings.handshake_timeout, deadline, session
+        )
 
     def received(self, session: Session, binary: bool, data: bytes) -> None:
         """One message from `session`, from within a read. The transport calls `end_of_batch`
@@ -445,7 +447,11 @@ class LobbyServer(Outbound):
 
     def _registration_deadline(self, session: Session) -> None:
         self._deadlines.pop(session, None)
-        if session.agent is None:
+        shared = self.router.state.shared
+        if session.agent is None and shared is not None and shared.registering(session):
+            # Its REGISTER came and waits on the cluster (a failover, say), which bounds that.
+            self._arm(session, self._registration_deadline)
+        elif session.agent is None:
             self._close(session, CloseCode.POLICY_VIOLATION, "no REGISTER in time")
 
     def _admin_deadline(self, session: Session) -> None:
@@ -485,16 +491,6 @@ class LobbyServer(Outbound):
 
     def uptime(self) -> float:
         return time.monotonic() - self._started
-
-
-def _transport(name: str) -> Transport:
-    if name == "picows":
-        from lobby.transport.picows import PicowsTransport  # an optional dependency
-
-        return PicowsTransport()
-    from lobby.transport.websockets_server import WebsocketsTransport
-
-    return WebsocketsTransport()
 
 
 __all__ = ["LobbyServer", "Session"]

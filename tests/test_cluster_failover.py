@@ -9,6 +9,7 @@ import asyncio
 import signal
 from pathlib import Path
 
+import pytest
 import websockets.asyncio.client
 
 from agent_sdk import Agent
@@ -103,11 +104,11 @@ async def test_an_agent_of_a_node_stopped_cleanly_resumes_on_another_at_once(
             stop(b)
 
 
-async def test_an_agent_held_by_the_survivor_tries_it_again_not_its_dead_node(
+async def test_a_resume_on_the_survivor_waits_for_the_failover_and_is_not_refused(
     tmp_path: Path,
 ) -> None:
-    """While the survivor holds a resume (1013: the dead node's failover is under way) the
-    agent comes back to the survivor, not to its dead node in turn with it."""
+    """The agent of a killed node resumes on the survivor while it fails that node over: the
+    survivor holds the resume until the agent is adopted, then answers it; no 1013."""
     async with nats_server(tmp_path) as nats:
         a = node(tmp_path / "a", nats, "a", "--cluster-dead-after", "4")
         b = node(tmp_path / "b", nats, "b", "--cluster-dead-after", "4")
@@ -121,17 +122,51 @@ async def test_an_agent_held_by_the_survivor_tries_it_again_not_its_dead_node(
                     b.signal(signal.SIGKILL)
                     b.wait(10)
                     await until(lambda: mover.stats.resumes >= 1, "mover resumed on a")
-            held = [
-                at
-                for at, event in enumerate(events)
-                if event["event"] == "REGISTER_INTERRUPTED"
-                and event.get("url") == a.url
-                and "1013" in str(event.get("error"))
-            ]
-            assert held, [e["line"] for e in events]  # a held it for the 4 s failover window
+            refused = [e["line"] for e in events if "1013" in str(e.get("error"))]
+            assert refused == []
+            assert (await healthz(a))["recovered"] == {"b": 1}
+        finally:
+            stop(a)
+            stop(b)
+
+
+async def test_an_agent_whose_resume_the_survivor_closed_with_1013_tries_it_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The survivor's failover of the dead node does not complete (its every attempt fails:
+    the test hook): it closes the held resume with 1013 once held `FAILOVER_HOLD`, and the
+    agent tries the survivor again, not its dead node in turn with it."""
+    async with nats_server(tmp_path) as nats:
+        monkeypatch.setenv("LOBBY_TEST_RECOVERY_FAILS", "1")
+        a = node(tmp_path / "a", nats, "a", "--cluster-dead-after", "4")
+        monkeypatch.delenv("LOBBY_TEST_RECOVERY_FAILS")
+        b = node(tmp_path / "b", nats, "b", "--cluster-dead-after", "4")
+        try:
+            mover = Agent("mover", lobby_url=[b.url, a.url], reconnect_max_delay=0.2)
+            with sdk_events() as events:
+                async with mover:
+                    async with asyncio.timeout(BOUND):
+                        while await agents_known(a, b) != [1, 1]:
+                            await asyncio.sleep(0.05)
+                    b.signal(signal.SIGKILL)
+                    b.wait(10)
+
+                    def held() -> list[int]:
+                        return [
+                            at
+                            for at, event in enumerate(events)
+                            if event["event"] == "REGISTER_INTERRUPTED"
+                            and event.get("url") == a.url
+                            and "1013" in str(event.get("error"))
+                        ]
+
+                    await until(lambda: bool(held()), "a closed the held resume with 1013")
+                    # Moving on would try b within the SDK's 0.2 s backoff.
+                    await asyncio.sleep(1.0)
+            assert mover.stats.resumes == 0
             again = [
                 e["line"]
-                for e in events[held[0] :]
+                for e in events[held()[0] :]
                 if e["event"] == "CONNECT_FAILED" and e.get("url") == b.url
             ]
             assert again == []

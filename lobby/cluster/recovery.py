@@ -16,8 +16,9 @@ it does not answer `lobby.ping.<node>` (`Relay.probe`). Then the survivors race
    (`lobby.cluster.routing`);
 3. once that is committed, purges the dead node's journal and snapshots, and marks its key in
    `recoveries` done: a process started later with its node id starts empty.
-Meanwhile resumes of the dead node's agents are closed with 1013 on every node
-(`SharedRegistry.held`), so they come back once their state is in one place. A failed attempt
+Meanwhile resumes of the dead node's agents wait on every node (`SharedRegistry.held`), and
+go ahead once their state is in one place (checked on the router's tick, `Router.failovers`),
+or are closed with 1013 after `FAILOVER_HOLD`. A failed attempt
 (NATS away) deletes the key, and the next check tries again while the node stays dead.
 
 Fenced: a node that was judged dead wrongly (paused, cut off) must not go on serving what
@@ -111,6 +112,8 @@ class Recovery:
         """Node -> how many of its agents this node adopted."""
         self._settled: set[str] = set()
         """Dead nodes this node recovered or saw another recover (until heard from again)."""
+        self._held_at: dict[str, float] = {}
+        """Node held down (`SharedRegistry.held`) -> when (monotonic) this loop first saw it so."""
         self._js: JetStreamContext | None = None
         self._kv: KeyValue | None = None
         self._nodes: KeyValue | None = None
@@ -195,11 +198,17 @@ class Recovery:
             if self.fenced is not None or await self._epoch_claimed():
                 return  # stepping down: judging others is for the next incarnation
             suspects = self.liveness.suspects()
-            # A node heard again (restarted) is no longer held, nor settled.
-            alive = self.liveness.alive()
+            # A node heard again (restarted) is no longer held, nor settled: heard after it was
+            # first seen held, not merely within the heartbeats' TTL (a node killed a moment
+            # ago is, and its held resumes would be probed afresh each second).
+            now = time.monotonic()
+            held_at = self._held_at
+            for node_id in [n for n in held_at if n not in shared.held]:
+                del held_at[node_id]
             for node_id in list(shared.held):
-                if node_id in alive:
+                if self.liveness.heard.get(node_id, 0.0) > held_at.setdefault(node_id, now):
                     shared.held.discard(node_id)
+                    del held_at[node_id]
             self._settled &= set(suspects)
             for node_id in suspects:
                 if node_id not in self._settled and not await self._dead(node_id):

@@ -44,9 +44,13 @@ class Registrar:
         self.attempts: dict[str, TokenBucket] = {}
         """REGISTER attempts per source address."""
 
-    def register(self, session: Session, msg: Message, handed_over: bool = False) -> list[Action]:
+    def register(
+        self, session: Session, msg: Message, handed_over: bool = False, again: bool = False
+    ) -> list[Action]:
         """A REGISTER (new id, resume, or takeover of a revoked id). `handed_over`: a resume
-        whose agent's old home has just handed it over (`Router.handed_over`): not gated."""
+        whose agent's old home has just handed it over (`Router.handed_over`): not gated.
+        `again`: a REGISTER that waited (for a handover or a failover) and is run again: its
+        attempt was counted against its address's rate when it came."""
         agent_id = msg.sender_id
         if not AGENT_ID_RE.match(agent_id) or agent_id == LOBBY_ID:
             raise Refusal(
@@ -56,7 +60,8 @@ class Registrar:
                 f"[A-Za-z0-9._:@-] and not {LOBBY_ID!r}",
             )
         require_lobby_receiver(msg)
-        self._check_registration_rate(session)
+        if not again:
+            self._check_registration_rate(session)
         payload = validate(RegisterPayload, msg)
         self._check_registration_key(payload.registration_key)
         self.check_capabilities(payload.capabilities)

@@ -432,12 +432,16 @@ class Router(BetweenNodes):
 
     def tick(self) -> list[Action]:
         """Time passed: end the dialogues whose deadline is gone, forget those that ended
-        longer ago than the dedupe horizon, end the REQUESTs whose deadline passed. Call about
+        longer ago than the dedupe horizon, end the REQUESTs whose deadline passed; on a
+        cluster node, run or close the resumes held for a failover (`failovers`). Call about
         once a second."""
         now = self.state.clock()
         self.negotiations.forget_ended(now)
         actions = self.negotiations.expire_due(now)
         actions += self.requests.deadlines.expire_due(now)
+        shared = self.state.shared
+        if shared is not None and shared.failing_over:
+            actions += self.failovers()
         return actions
 
     # -- refusals -------------------------------------------------------------------------

@@ -108,6 +108,27 @@ def test_the_winner_adopts_mailboxes_marks_dedupe_ids_and_conversations() -> Non
     assert bob.next_seq == 3
 
 
+def test_a_resume_held_while_its_home_was_down_goes_ahead_once_adopted() -> None:
+    """bob resumes on a while b, its home, is down: the resume waits (no 1013); the router's
+    next tick after a adopted b's agents answers it as any resume here, with what bob had not
+    acknowledged."""
+    b, folded, tokens = dead_node()
+    a = survivor(b)
+    assert a.state.shared is not None
+    session = a.open("bob")
+    resume = {"sender_id": "bob", "message_type": "REGISTER", "payload": {"acks": True}}
+    assert raw(a, session, **resume, auth_token=tokens["bob"]) == []
+    assert a.probed("b", alive=False) == []
+    assert a.tick() == []  # b not adopted yet: still waiting
+    adopt(a, folded.snapshot(), "b")
+    delivered = frames(a.tick())
+    assert delivered[0]["message_type"] == "REGISTER_ACK"
+    assert delivered[0]["payload"]["status"] == "success_resumed"
+    assert [f["message_id"] for f in delivered[1:]] == ["m2", "m3"]
+    assert a.registry.get("bob").session is session  # type: ignore[union-attr]
+    assert a.state.shared.failing_over == []
+
+
 def test_an_agent_that_resumed_on_a_live_node_meanwhile_is_not_adopted() -> None:
     b, folded, _ = dead_node()
     a = survivor(b)

@@ -1,8 +1,9 @@
 """A resume on this node of an agent whose home is another node (`SharedRegistry.gate`,
 `Router.probed`, `Router.handed_over`), driven synchronously: it waits for that node's answer
 to a probe, then, when the node is alive (and, for `PROBED_FRESH` seconds after, without asking
-again), for it to hand the agent over, and goes ahead; it is closed with 1013 when the node is
-down and being failed over, or does not hand the agent over."""
+again), for it to hand the agent over, and goes ahead; when the node is down, it waits for its
+failover (`Router.failovers`); it is closed with 1013 when the node does not hand the agent
+over."""
 
 from __future__ import annotations
 
@@ -130,27 +131,27 @@ def test_a_waiting_resume_refused_when_it_goes_ahead_gets_its_error() -> None:
     assert session.agent is None
 
 
-def test_resumes_waiting_for_a_dead_home_are_closed_with_1013_and_it_is_logged() -> None:
+def test_resumes_waiting_for_a_dead_home_wait_on_for_its_failover_and_it_is_logged() -> None:
     router = make_router()
-    router.share("here")
+    shared = router.share("here")
     me = homed_elsewhere(router, "me", "gone")
     first, _ = resume(router, me)
     second, _ = resume(router, me)
-    reason = "its home node gone is down and being failed over: try again"
     with capture_logs() as logs:
-        closes = router.probed("gone", alive=False)
-    assert closes == [Close(first, 1013, reason), Close(second, 1013, reason)]
+        assert router.probed("gone", alive=False) == []
     assert logs == [
         {
             "event": "CLUSTER_NODE_DOWN",
             "log_level": "warning",
             "node_id": "gone",
-            "resumes_refused": 2,
+            "resumes_held": 2,
         }
     ]
-    # Known down: the next resume is closed at once with the same sentence.
+    # Known down: the next resume waits as well, without another probe.
     third, sent = resume(router, me)
-    assert sent == [Close(third, 1013, reason)]
+    assert sent == []
+    assert [w[0] for w in shared.failing_over] == [first, second, third]
+    assert shared.probes == ["gone"]
 
 
 def test_every_resume_waiting_for_a_home_goes_ahead_in_order_when_it_answers() -> None:

@@ -13,6 +13,7 @@ from structlog.testing import capture_logs
 from lobby.cluster.keys import agent_id_of, agent_key, decode_agent, encode_agent
 from lobby.core import Router, Send
 from lobby.core.cluster import shared as shared_module
+from lobby.core.cluster.shared import FAILOVER_HOLD
 from lobby.core.limits import Limits
 from lobby.core.records import AgentRemoved, AgentSaved
 from lobby.core.refusal import hash_token
@@ -320,8 +321,11 @@ def test_an_agent_removed_elsewhere_is_closed_here_as_unregistered() -> None:
     assert router.take_journal().records == []
 
 
-def test_a_resume_of_an_agent_whose_home_is_down_is_closed_with_1013() -> None:
-    router = make_router()
+def test_a_resume_of_an_agent_whose_home_is_down_waits_and_is_closed_with_1013_in_time() -> None:
+    """Its home failed its probe: the resume is held for the failover (no answer yet), and
+    closed with 1013 (try again) once held `FAILOVER_HOLD` with the home still down."""
+    clock = Clock()
+    router = make_router(clock)
     shared = router.share("here")
     me = join_shared(router, "me")
     saved = AgentSaved("me", me.session.agent.token_hash, b"[]", True)  # type: ignore[union-attr]
@@ -339,17 +343,31 @@ def test_a_resume_of_an_agent_whose_home_is_down_is_closed_with_1013() -> None:
         )
     assert shared.probes == ["gone"]  # one probe for both
     router.close(second)  # gone meanwhile: nothing to answer
-    (close,) = router.probed("gone", alive=False)
-    assert isinstance(close, Close)
-    assert (close.session, close.code) == (first, 1013)
-    assert "being failed over" in close.reason
-    # Known down now: the next resume is closed at once, without a probe.
+    assert router.probed("gone", alive=False) == []  # held, not refused
+    assert shared.registering(first)
+    assert not shared.registering(second)
+    # Known down now: the next resume waits too, without a probe.
+    clock.now += 1
     third = router.open("me")
-    (close,) = raw(
-        router, third, sender_id="me", message_type="REGISTER", payload=resume, auth_token=me.token
+    assert (
+        raw(
+            router,
+            third,
+            sender_id="me",
+            message_type="REGISTER",
+            payload=resume,
+            auth_token=me.token,
+        )
+        == []
     )
-    assert isinstance(close, Close)
-    assert close.code == 1013
+    assert shared.probes == ["gone"]
+    assert router.tick() == []  # still within the hold
+    clock.now += FAILOVER_HOLD - 1
+    reason = "its home node gone is down and being failed over: try again"
+    assert router.tick() == [Close(first, 1013, reason)]  # its hold is over, the third's not
+    clock.now += 1
+    assert router.tick() == [Close(third, 1013, reason)]
+    assert shared.failing_over == []
     assert router.registry.get("me").session is None  # type: ignore[union-attr]
     # A wrong token is refused as ever, never gated.
     fourth = router.open("me")

@@ -105,6 +105,19 @@ class BetweenNodes:
             shared.release(home, session, msg)
         return actions
 
+    def failovers(self) -> list[Action]:
+        """Once a second, and after a failover: the resumes held while their agent's home was
+        down go ahead if it is no longer (failed over, or back), or are closed with 1013 once
+        held `FAILOVER_HOLD` (`SharedRegistry.failovers`)."""
+        assert self.state.shared is not None, "share() first"
+        ready, actions = self.state.shared.failovers(self.state.clock())
+        for session, msg in ready:
+            try:
+                actions += self.registrar.register(session, msg, again=True)
+            except Refusal as refusal:
+                actions += self.state.error(session, msg, refusal.code, refusal.reason)
+        return actions
+
     def release(self, agent_id: str, to_node: str) -> tuple[bytes, list[Action]]:
         """Node `to_node` asks this node, `agent_id`'s home, to hand the agent over: what to
         answer (once committed) and what to do (`lobby.core.cluster.handover.release`)."""
@@ -133,7 +146,7 @@ class BetweenNodes:
         actions: list[Action] = []
         for session, msg in waiting:
             try:
-                actions += self.registrar.register(session, msg, handed_over=True)
+                actions += self.registrar.register(session, msg, handed_over=True, again=True)
             except Refusal as refusal:
                 actions += self.state.error(session, msg, refusal.code, refusal.reason)
         return actions

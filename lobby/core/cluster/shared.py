@@ -19,8 +19,9 @@ to it. Instead:
   that node hands the agent over (`releases`, answered by `Router.handed_over`:
   `lobby.core.cluster.handover`), then takes the agent over as on one node; if it is down (killed,
   cut off), its agents' state is in its journal, which a failover is about to adopt
-  (`lobby.core.cluster.adoption`), and the resume is closed with 1013 (try again) until then, so
-  nothing is numbered twice or delivered out of order.
+  (`lobby.core.cluster.adoption`): the resume is held (`failing_over`) until that is done, so
+  nothing is numbered twice or delivered out of order, then goes ahead (`failovers`); one held
+  `FAILOVER_HOLD` is closed with 1013 (try again), and the agent's next attempt waits again.
 
 A single-node lobby has no `SharedRegistry` (`LobbyState.shared` is None): nothing here runs.
 """
@@ -45,6 +46,13 @@ log = structlog.get_logger("lobby")
 
 PROBED_FRESH: Final = 2.0
 """Seconds an answered probe of a node lets resumes take its agents without asking again."""
+FAILOVER_HOLD: Final = 8.0
+"""Seconds a resume of an agent whose home node is down waits here for that node's failover
+before it is closed with 1013 (try again): under the SDK's 10 s wait for REGISTER's answer, so
+an agent meets at most one or two 1013s, where closing at once met one per attempt all through
+`--cluster-dead-after` (10 s) and the adoption."""
+FAILOVER_HELD_MAX: Final = 100_000
+"""Resumes held at once for failovers; past it a resume is closed with 1013 at once."""
 PARKED_MAX: Final = 10_000
 """Messages held at once for receivers being looked up; past it a message is routed or refused
 at once, as on one node."""
@@ -78,7 +86,10 @@ class SharedRegistry:
         self.changes: list[AgentSaved | AgentRemoved] = []
         """Registration changes made here, in order, for the I/O layer to write (`take`)."""
         self.held: set[str] = set()
-        """Nodes known down and not back: their agents' resumes here are closed with 1013."""
+        """Nodes known down and not back: their agents' resumes here wait (`failing_over`)."""
+        self.failing_over: list[tuple[Session, Message, float]] = []
+        """Resumes of agents whose home is held down, with when (the clock) they came, in
+        order: they wait for the failover (`failovers`)."""
         self.answered: dict[str, float] = {}
         """Node -> when (the clock) it last answered a probe."""
         self.waiting: dict[str, list[tuple[Session, Message]]] = {}
@@ -128,6 +139,21 @@ class SharedRegistry:
                 claim.session = None
         for waiting in (*self.waiting.values(), *self.releasing.values()):
             waiting[:] = [w for w in waiting if w[0] is not session]
+        if self.failing_over:
+            self.failing_over = [w for w in self.failing_over if w[0] is not session]
+
+    def registering(self, session: Session) -> bool:
+        """`session`'s REGISTER waits here (for a claim's verdict, a probe, a handover or a
+        failover, each bounded): it is not late."""
+        return (
+            any(claim.session is session for claim in self.claims.values())
+            or any(w[0] is session for w in self.failing_over)
+            or any(
+                w[0] is session
+                for waiting in (*self.waiting.values(), *self.releasing.values())
+                for w in waiting
+            )
+        )
 
     def park(self, session: Session, msg: Message) -> bool:
         """Hold `msg`, to an agent this node does not know or whose earlier messages are held,
@@ -164,11 +190,9 @@ class SharedRegistry:
     def gate(self, home: str, session: Session, msg: Message, now: float) -> list[Action] | None:
         """A resume on this node of an agent whose home is node `home`: None if it may go
         ahead now, else what to do instead (nothing yet: it waits for `home`'s probe or
-        handover; or a close with 1013 while `home` is down and its agents wait for their
-        failover)."""
+        handover, or, while `home` is down, for its failover)."""
         if home in self.held:
-            reason = f"its home node {home} is down and being failed over: try again"
-            return [Close(session, CloseCode.TRY_AGAIN, reason)]
+            return self._hold(home, session, msg, now)
         at = self.answered.get(home)
         if at is not None and 0 <= now - at <= PROBED_FRESH:
             self.release(home, session, msg)
@@ -202,9 +226,34 @@ class SharedRegistry:
             self.answered[home] = now
             return waiting, []
         self.held.add(home)
-        log.warning("CLUSTER_NODE_DOWN", node_id=home, resumes_refused=len(waiting))
-        reason = f"its home node {home} is down and being failed over: try again"
-        return [], [Close(session, CloseCode.TRY_AGAIN, reason) for session, _ in waiting]
+        log.warning("CLUSTER_NODE_DOWN", node_id=home, resumes_held=len(waiting))
+        return [], [a for session, msg in waiting for a in self._hold(home, session, msg, now)]
+
+    def _hold(self, home: str, session: Session, msg: Message, now: float) -> list[Action]:
+        if len(self.failing_over) >= FAILOVER_HELD_MAX:
+            return [Close(session, CloseCode.TRY_AGAIN, _failing_over(home))]
+        self.failing_over.append((session, msg, now))
+        return []
+
+    def failovers(self, now: float) -> tuple[list[tuple[Session, Message]], list[Action]]:
+        """The held resumes whose agent's home is no longer a node held down (failed over to
+        this node or another, or back), which the caller runs again, in order; and the closes
+        (1013) of those held `FAILOVER_HOLD` already."""
+        ready: list[tuple[Session, Message]] = []
+        closes: list[Action] = []
+        kept: list[tuple[Session, Message, float]] = []
+        agents = self.registry.agents
+        for session, msg, since in self.failing_over:
+            record = agents.get(msg.sender_id)
+            home = None if record is None else record.home
+            if home is None or home not in self.held:
+                ready.append((session, msg))
+            elif now - since >= FAILOVER_HOLD:
+                closes.append(Close(session, CloseCode.TRY_AGAIN, _failing_over(home)))
+            else:
+                kept.append((session, msg, since))
+        self.failing_over = kept
+        return ready, closes
 
     def claimed(self, agent_id: str, won: bool | None) -> tuple[Claim, AgentRecord | None]:
         """The shared store's verdict on the claim of `agent_id`: `won` True (this node
@@ -265,3 +314,7 @@ class SharedRegistry:
 
 def _capabilities(data: bytes) -> list[Capability]:
     return [Capability.model_validate(c) for c in orjson.loads(data)]
+
+
+def _failing_over(home: str) -> str:
+    return f"its home node {home} is down and being failed over: try again"
