@@ -264,6 +264,10 @@ def test_the_storm_phase_loses_nothing_across_restarts(monkeypatch: pytest.Monke
     judged = [t for t in report.targets({"storm": results}) if "reconnect storm" in t["target"]]
     assert len(judged) == len(storm.ROUNDS)
     assert any("kill -9" in t["target"] and "0 lost" in t["measured"] for t in judged)
+    # The round under the default limits shows why they must be raised: for reference.
+    (defaults,) = [t for t in judged if storm.DEFAULTS_ROUND in t["target"]]
+    assert defaults["status"].startswith("for reference")
+    assert all(t["status"] != defaults["status"] for t in judged if t is not defaults)
 
 
 @pytest.mark.timeout(180)  # two 2-node clusters, one node of each killed under its agents
@@ -285,8 +289,11 @@ def test_the_cluster_storm_phase_moves_every_agent_to_the_survivor(
         assert row["survivor_holds_all"], round_.name
         assert row["survivor_online"] == 120, round_.name
         assert row["adopted"] == {"a": 60}, round_.name
-        # What refuses a resume is the failover under way (1013), never the rate limit.
+        # A resume waits for the failover and is answered once it is done: at most one 1013
+        # (a hold is 8 s: the default --cluster-dead-after, 10 s, outlasts one, 4 s not),
+        # never the rate limit.
         assert set(row["refusal_codes"]) <= {"1013"}, round_.name
+        assert row["refused_max"] <= (0 if round_.dead_after else 1), round_.name
     assert "| kill -9 node a | 120 (60) |" in storm_cluster.render(results)
 
 
