@@ -324,6 +324,10 @@ class PicowsTransport:
             auto_ping_reply_timeout=s.ping_timeout,
             max_frame_size=s.max_message_bytes,
             read_buffer_init_size=READ_BUFFER_BYTES,
+            # The event loop's own transport (uvloop), not aiofastnet's, which picows takes
+            # when installed: that one held about 4 KiB more per idle connection and routed
+            # no faster here (BENCHMARKS.md, "100,000 agents on one node").
+            use_aiofastnet=False,
             ssl=tls_context(s.tls_cert, s.tls_key),
             backlog=LISTEN_BACKLOG,
         )
