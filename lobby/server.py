@@ -54,7 +54,6 @@ from lobby.outbound import Outbound
 from lobby.pacing import Pacer
 from lobby.store import SqliteStore, Store, open_store
 from lobby.store.base import StoreFenced
-from lobby.transport import named
 from lobby.transport.base import HttpAnswer, Link, Transport
 
 if TYPE_CHECKING:
@@ -112,7 +111,7 @@ class LobbyServer(Outbound):
             interval=settings.commit_interval,
             failed=self._commit_failed,
         )
-        self.transport = transport or named(settings.transport)
+        self.transport = transport or _transport(settings.transport)
         self.cluster: ClusterNode | None = None
         """`--cluster`: this node's part in the registry the nodes share (lobby.cluster)."""
         if settings.cluster is not None and settings.node_id is not None:
@@ -307,7 +306,10 @@ class LobbyServer(Outbound):
             self.admin.received(session, binary, data)
             return
         if self.fenced is not None:
-            self._refuse_fenced(session, data)
+            # An ERROR `node_unavailable` to one not registered; a registered one is being
+            # closed, and what it sends now is not ACCEPTED: it resends it after its resume.
+            if registering:
+                self._send(session, stepdown.refusal(data))
             return
         router = self.router
         try:
@@ -367,10 +369,9 @@ class LobbyServer(Outbound):
 
     def closing(self, session: Session, code: int | None) -> None:
         """The connection of `session` stopped being open (its peer sent a close frame, or the
-        transport failed it: 1009, 1002, ...), though TCP may stay up a while longer: its agent
-        goes offline now, so what is sent to it from here on is held for its resume instead of
-        being written to a closing connection. The transport aborts the connection if the
-        closing handshake does not finish in time."""
+        transport failed it: 1009, 1002, ...), though TCP may stay up a while: its agent goes
+        offline now, what is sent to it from here on held for its resume. The transport aborts
+        the connection if the closing handshake does not finish in time."""
         self._execute(self.router.close(session, code, quiet=self._stopping))
 
     def disconnected(self, session: Session, code: int | None = None) -> None:
@@ -430,17 +431,9 @@ class LobbyServer(Outbound):
                 self._close(agent.session, CloseCode.SERVICE_RESTART, stepdown.REJOINING)
         self.stepped_down.set()
 
-    def _refuse_fenced(self, session: Session, data: bytes) -> None:
-        """While fenced: an ERROR `node_unavailable` to a connection that has not registered
-        (a registered one is being closed: what it sends now is not ACCEPTED, so it is resent
-        after its resume elsewhere)."""
-        if session.agent is None:
-            self._send(session, stepdown.refusal(data))
-
     def _cancel_deadline(self, session: Session) -> None:
-        """The connection's deadline (to register, or to prove an admin token) is off: at once
-        when it registers, not when the timer would have run (a timer per connection held for
-        `handshake_timeout` while a fleet registers)."""
+        """The connection's deadline (to register, or to prove an admin token) is off, at once:
+        a timer per connection held `handshake_timeout` would pile up while a fleet registers."""
         deadline = self._deadlines.pop(session, None)
         if deadline is not None:
             deadline.cancel()
@@ -491,6 +484,16 @@ class LobbyServer(Outbound):
 
     def uptime(self) -> float:
         return time.monotonic() - self._started
+
+
+def _transport(name: str) -> Transport:
+    if name == "picows":
+        from lobby.transport.picows import PicowsTransport  # an optional dependency
+
+        return PicowsTransport()
+    from lobby.transport.websockets_server import WebsocketsTransport
+
+    return WebsocketsTransport()
 
 
 __all__ = ["LobbyServer", "Session"]

@@ -24,7 +24,7 @@ EXPORTS = {
         "StoreUnavailable",
     },
     "lobby.server": {"LobbyServer", "Session"},
-    "lobby.transport": {"Link", "Lobby", "Transport", "TransportSettings", "named", "tls_context"},
+    "lobby.transport": {"Link", "Lobby", "Transport", "TransportSettings", "tls_context"},
     "agent_sdk": None,  # pinned by tests/sdk/test_exports.py
 }
 
