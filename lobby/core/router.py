@@ -282,7 +282,9 @@ class Router(BetweenNodes):
         agent = session.agent
         session.agent = None
         shared = self.state.shared
-        if shared is not None and (shared.claims or shared.waiting):
+        if shared is not None and (
+            shared.claims or shared.waiting or shared.releasing or shared.failing_over
+        ):
             shared.closed(session)
         presence = self.state.presence
         presence.dropped(session)

@@ -126,7 +126,23 @@ def test_a_resume_held_while_its_home_was_down_goes_ahead_once_adopted() -> None
     assert delivered[0]["payload"]["status"] == "success_resumed"
     assert [f["message_id"] for f in delivered[1:]] == ["m2", "m3"]
     assert a.registry.get("bob").session is session  # type: ignore[union-attr]
-    assert a.state.shared.failing_over == []
+    assert a.state.shared.failing_over == {}
+
+
+def test_a_held_resume_whose_connection_closed_is_dropped_not_run_after_the_adoption() -> None:
+    b, folded, tokens = dead_node()
+    a = survivor(b)
+    assert a.state.shared is not None
+    session = a.open("bob")
+    resume = {"sender_id": "bob", "message_type": "REGISTER", "payload": {"acks": True}}
+    assert raw(a, session, **resume, auth_token=tokens["bob"]) == []
+    assert a.probed("b", alive=False) == []
+    assert a.state.shared.registering(session)
+    a.close(session)  # the agent gave up waiting
+    assert not a.state.shared.registering(session)
+    adopt(a, folded.snapshot(), "b")
+    assert a.tick() == []  # nothing to answer, and bob is not attached to a dead connection
+    assert a.registry.get("bob").session is None  # type: ignore[union-attr]
 
 
 def test_an_agent_that_resumed_on_a_live_node_meanwhile_is_not_adopted() -> None:

@@ -367,7 +367,7 @@ def test_a_resume_of_an_agent_whose_home_is_down_waits_and_is_closed_with_1013_i
     assert router.tick() == [Close(first, 1013, reason)]  # its hold is over, the third's not
     clock.now += 1
     assert router.tick() == [Close(third, 1013, reason)]
-    assert shared.failing_over == []
+    assert shared.failing_over == {}
     assert router.registry.get("me").session is None  # type: ignore[union-attr]
     # A wrong token is refused as ever, never gated.
     fourth = router.open("me")

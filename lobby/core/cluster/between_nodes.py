@@ -106,9 +106,9 @@ class BetweenNodes:
         return actions
 
     def failovers(self) -> list[Action]:
-        """Once a second, and after a failover: the resumes held while their agent's home was
-        down go ahead if it is no longer (failed over, or back), or are closed with 1013 once
-        held `FAILOVER_HOLD` (`SharedRegistry.failovers`)."""
+        """On the router's tick: the resumes held while their agent's home was down go ahead
+        if it is no longer (failed over, or back), or are closed with 1013 once held
+        `FAILOVER_HOLD` (`SharedRegistry.failovers`)."""
         assert self.state.shared is not None, "share() first"
         ready, actions = self.state.shared.failovers(self.state.clock())
         for session, msg in ready:

@@ -87,9 +87,9 @@ class SharedRegistry:
         """Registration changes made here, in order, for the I/O layer to write (`take`)."""
         self.held: set[str] = set()
         """Nodes known down and not back: their agents' resumes here wait (`failing_over`)."""
-        self.failing_over: list[tuple[Session, Message, float]] = []
-        """Resumes of agents whose home is held down, with when (the clock) they came, in
-        order: they wait for the failover (`failovers`)."""
+        self.failing_over: dict[Session, tuple[Message, float]] = {}
+        """Resumes of agents whose home is held down (session -> its REGISTER and when, the
+        clock, it first came), in order: they wait for the failover (`failovers`)."""
         self.answered: dict[str, float] = {}
         """Node -> when (the clock) it last answered a probe."""
         self.waiting: dict[str, list[tuple[Session, Message]]] = {}
@@ -139,15 +139,14 @@ class SharedRegistry:
                 claim.session = None
         for waiting in (*self.waiting.values(), *self.releasing.values()):
             waiting[:] = [w for w in waiting if w[0] is not session]
-        if self.failing_over:
-            self.failing_over = [w for w in self.failing_over if w[0] is not session]
+        self.failing_over.pop(session, None)
 
     def registering(self, session: Session) -> bool:
         """`session`'s REGISTER waits here (for a claim's verdict, a probe, a handover or a
         failover, each bounded): it is not late."""
         return (
-            any(claim.session is session for claim in self.claims.values())
-            or any(w[0] is session for w in self.failing_over)
+            session in self.failing_over  # the many, during a failover: looked up, not scanned
+            or any(claim.session is session for claim in self.claims.values())
             or any(
                 w[0] is session
                 for waiting in (*self.waiting.values(), *self.releasing.values())
@@ -230,9 +229,13 @@ class SharedRegistry:
         return [], [a for session, msg in waiting for a in self._hold(home, session, msg, now)]
 
     def _hold(self, home: str, session: Session, msg: Message, now: float) -> list[Action]:
-        if len(self.failing_over) >= FAILOVER_HELD_MAX:
+        held = self.failing_over.get(session)
+        if held is not None:  # a second REGISTER behind the first: it waits from the first's time
+            self.failing_over[session] = (msg, held[1])
+        elif len(self.failing_over) >= FAILOVER_HELD_MAX:
             return [Close(session, CloseCode.TRY_AGAIN, _failing_over(home))]
-        self.failing_over.append((session, msg, now))
+        else:
+            self.failing_over[session] = (msg, now)
         return []
 
     def failovers(self, now: float) -> tuple[list[tuple[Session, Message]], list[Action]]:
@@ -241,18 +244,17 @@ class SharedRegistry:
         (1013) of those held `FAILOVER_HOLD` already."""
         ready: list[tuple[Session, Message]] = []
         closes: list[Action] = []
-        kept: list[tuple[Session, Message, float]] = []
         agents = self.registry.agents
-        for session, msg, since in self.failing_over:
+        for session, (msg, since) in list(self.failing_over.items()):
             record = agents.get(msg.sender_id)
             home = None if record is None else record.home
             if home is None or home not in self.held:
                 ready.append((session, msg))
             elif now - since >= FAILOVER_HOLD:
                 closes.append(Close(session, CloseCode.TRY_AGAIN, _failing_over(home)))
-            else:
-                kept.append((session, msg, since))
-        self.failing_over = kept
+                del self.failing_over[session]
+        for session, _ in ready:
+            del self.failing_over[session]
         return ready, closes
 
     def claimed(self, agent_id: str, won: bool | None) -> tuple[Claim, AgentRecord | None]:
