@@ -104,6 +104,15 @@ async def test_an_agent_of_a_node_stopped_cleanly_resumes_on_another_at_once(
             stop(b)
 
 
+async def kill_once_known(survivor: LobbyProcess, home: LobbyProcess) -> None:
+    """Once both nodes know the one agent, kill its home (SIGKILL)."""
+    async with asyncio.timeout(BOUND):
+        while await agents_known(survivor, home) != [1, 1]:
+            await asyncio.sleep(0.05)
+    home.signal(signal.SIGKILL)
+    home.wait(10)
+
+
 async def test_a_resume_on_the_survivor_waits_for_the_failover_and_is_not_refused(
     tmp_path: Path,
 ) -> None:
@@ -116,11 +125,7 @@ async def test_a_resume_on_the_survivor_waits_for_the_failover_and_is_not_refuse
             mover = Agent("mover", lobby_url=[b.url, a.url], reconnect_max_delay=0.2)
             with sdk_events() as events:
                 async with mover:
-                    async with asyncio.timeout(BOUND):
-                        while await agents_known(a, b) != [1, 1]:
-                            await asyncio.sleep(0.05)
-                    b.signal(signal.SIGKILL)
-                    b.wait(10)
+                    await kill_once_known(a, b)
                     await until(lambda: mover.stats.resumes >= 1, "mover resumed on a")
             refused = [e["line"] for e in events if "1013" in str(e.get("error"))]
             assert refused == []
@@ -145,11 +150,7 @@ async def test_an_agent_whose_resume_the_survivor_closed_with_1013_tries_it_agai
             mover = Agent("mover", lobby_url=[b.url, a.url], reconnect_max_delay=0.2)
             with sdk_events() as events:
                 async with mover:
-                    async with asyncio.timeout(BOUND):
-                        while await agents_known(a, b) != [1, 1]:
-                            await asyncio.sleep(0.05)
-                    b.signal(signal.SIGKILL)
-                    b.wait(10)
+                    await kill_once_known(a, b)
 
                     def held() -> list[int]:
                         return [

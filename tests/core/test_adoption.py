@@ -18,6 +18,7 @@ from lobby.core.records import (
     StateSaved,
 )
 from lobby.core.refusal import hash_token
+from lobby.core.session import Session
 from lobby.store.journal import Folded
 from tests.core.test_shared_registry import join_shared
 from tests.routerkit import Clock, cap, frames, make_router, raw
@@ -108,17 +109,24 @@ def test_the_winner_adopts_mailboxes_marks_dedupe_ids_and_conversations() -> Non
     assert bob.next_seq == 3
 
 
-def test_a_resume_held_while_its_home_was_down_goes_ahead_once_adopted() -> None:
-    """bob resumes on a while b, its home, is down: the resume waits (no 1013); the router's
-    next tick after a adopted b's agents answers it as any resume here, with what bob had not
-    acknowledged."""
+def bob_held_on_a_survivor() -> tuple[Router, Folded, Session]:
+    """bob resumes on a while b, its home, is down (its probe unanswered): a holds the resume
+    for the failover; a, b's journal folded, and bob's waiting connection."""
     b, folded, tokens = dead_node()
     a = survivor(b)
-    assert a.state.shared is not None
     session = a.open("bob")
     resume = {"sender_id": "bob", "message_type": "REGISTER", "payload": {"acks": True}}
     assert raw(a, session, **resume, auth_token=tokens["bob"]) == []
-    assert a.probed("b", alive=False) == []
+    assert a.probed("b", alive=False) == []  # no 1013
+    assert a.state.shared is not None
+    assert a.state.shared.registering(session)
+    return a, folded, session
+
+
+def test_a_resume_held_while_its_home_was_down_goes_ahead_once_adopted() -> None:
+    """The router's next tick after a adopted b's agents answers the held resume as any
+    resume here, with what bob had not acknowledged."""
+    a, folded, session = bob_held_on_a_survivor()
     assert a.tick() == []  # b not adopted yet: still waiting
     adopt(a, folded.snapshot(), "b")
     delivered = frames(a.tick())
@@ -126,20 +134,13 @@ def test_a_resume_held_while_its_home_was_down_goes_ahead_once_adopted() -> None
     assert delivered[0]["payload"]["status"] == "success_resumed"
     assert [f["message_id"] for f in delivered[1:]] == ["m2", "m3"]
     assert a.registry.get("bob").session is session  # type: ignore[union-attr]
-    assert a.state.shared.failing_over == {}
+    assert a.state.shared.failing_over == {}  # type: ignore[union-attr]
 
 
 def test_a_held_resume_whose_connection_closed_is_dropped_not_run_after_the_adoption() -> None:
-    b, folded, tokens = dead_node()
-    a = survivor(b)
-    assert a.state.shared is not None
-    session = a.open("bob")
-    resume = {"sender_id": "bob", "message_type": "REGISTER", "payload": {"acks": True}}
-    assert raw(a, session, **resume, auth_token=tokens["bob"]) == []
-    assert a.probed("b", alive=False) == []
-    assert a.state.shared.registering(session)
+    a, folded, session = bob_held_on_a_survivor()
     a.close(session)  # the agent gave up waiting
-    assert not a.state.shared.registering(session)
+    assert not a.state.shared.registering(session)  # type: ignore[union-attr]
     adopt(a, folded.snapshot(), "b")
     assert a.tick() == []  # nothing to answer, and bob is not attached to a dead connection
     assert a.registry.get("bob").session is None  # type: ignore[union-attr]
