@@ -93,13 +93,7 @@ class Sender:
         link = self.link
         if not self.open or link is None or not link.ready or self.outbound.full:
             return False
-        if message.traceparent is None:
-            message.traceparent = self.tracing.outgoing()
-        outgoing = self.policy.outgoing
-        if outgoing and not self.policy.allows(outgoing, message):
-            raise MessageRefusedError(
-                f"{message.message_type} to {message.receiver_id!r} refused by an outgoing hook"
-            )
+        self._vet(message)
         if message.receiver_id != LOBBY_ID:
             if message.message_id is None:
                 message.message_id = self.new_id()
@@ -109,11 +103,9 @@ class Sender:
         self.stats.messages_sent += 1
         return True
 
-    async def send(self, message: Message) -> None:
-        """Send `message` once connected (waiting up to `request_timeout`). A message for
-        another agent is kept until the lobby confirms it, and resent after a reconnect."""
-        if not self.open:
-            raise NotConnectedError(f"agent {self.agent_id!r} is not running")
+    def _vet(self, message: Message) -> None:
+        """Give `message` its trace context, and refuse it (`MessageRefusedError`) if an
+        outgoing hook does: before anything is sent or kept."""
         if message.traceparent is None:
             message.traceparent = self.tracing.outgoing()
         outgoing = self.policy.outgoing
@@ -121,6 +113,13 @@ class Sender:
             raise MessageRefusedError(
                 f"{message.message_type} to {message.receiver_id!r} refused by an outgoing hook"
             )
+
+    async def send(self, message: Message) -> None:
+        """Send `message` once connected (waiting up to `request_timeout`). A message for
+        another agent is kept until the lobby confirms it, and resent after a reconnect."""
+        if not self.open:
+            raise NotConnectedError(f"agent {self.agent_id!r} is not running")
+        self._vet(message)
         deadline = None  # read from the clock only if this send has to wait
         tracked = message.receiver_id != LOBBY_ID
         if tracked:

@@ -23,7 +23,7 @@ import threading
 import time
 import traceback
 import urllib.request
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -319,6 +319,21 @@ def in_processes(
                 child.kill()
                 child.join()
     return [collected[i] for i in range(len(children))]
+
+
+def stop_clients(
+    pipes: Sequence[Any], children: Sequence[multiprocessing.process.BaseProcess]
+) -> None:
+    """End a phase's client processes, errors included: each is told ("stop",) on its pipe,
+    given 5 s to leave, then killed."""
+    for pipe in pipes:
+        with contextlib.suppress(OSError):
+            pipe.send(("stop",))
+    for process in children:
+        process.join(5)
+        if process.is_alive():
+            process.kill()
+            process.join()
 
 
 def one(target: Callable[..., Any], *args: Any, timeout: float) -> dict[str, Any]:

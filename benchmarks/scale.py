@@ -182,14 +182,7 @@ def one_round(agents: int, transport: str, limit: int, hold: float, quick: bool)
             for pipe in pipes:
                 receive(pipe, 60, "stopped")
         finally:
-            for pipe in pipes:
-                with contextlib.suppress(OSError):
-                    pipe.send(("stop",))
-            for process in children:
-                process.join(5)
-                if process.is_alive():
-                    process.kill()
-                    process.join()
+            harness.stop_clients(pipes, children)
     return {
         "agents": registered,
         "failed": sum(r["failed"] for r in reports),

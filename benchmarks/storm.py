@@ -30,7 +30,7 @@ import orjson
 import websockets.asyncio.client
 
 from benchmarks import storm_clients, suite
-from benchmarks.harness import BenchError, cpu_seconds, free_port, raise_fd_limit
+from benchmarks.harness import BenchError, cpu_seconds, free_port, raise_fd_limit, stop_clients
 
 HELD_SHARE = 0.1
 """Agents with messages held for them when the lobby restarts."""
@@ -212,14 +212,7 @@ def one_round(round_: Round, agents: int) -> dict[str, Any]:
             )
             return result
         finally:
-            for pipe in pipes:
-                with contextlib.suppress(OSError):
-                    pipe.send(("stop",))
-            for process in children:
-                process.join(5)
-                if process.is_alive():
-                    process.kill()
-                    process.join()
+            stop_clients(pipes, children)
             lobby.kill()
 
 

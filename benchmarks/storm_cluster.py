@@ -16,7 +16,6 @@ started here is SIGKILLed at the end of its round, errors included; every wait i
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import multiprocessing
 import os
 import shutil
@@ -30,7 +29,7 @@ from typing import Any
 
 from benchmarks import storm, storm_clients, suite
 from benchmarks.fault_rig import Proc, Rig, answering, http_get, nodes_up, until
-from benchmarks.harness import BenchError, cpu_seconds, free_port, raise_fd_limit
+from benchmarks.harness import BenchError, cpu_seconds, free_port, raise_fd_limit, stop_clients
 
 HOLD_BOUND = 30.0
 """Seconds after the storm within which the survivor must say it holds all N."""
@@ -172,14 +171,7 @@ def one_round(round_: Round, agents: int) -> dict[str, Any]:
             )
             return result
         finally:
-            for pipe in pipes:
-                with contextlib.suppress(OSError):
-                    pipe.send(("stop",))
-            for process in children:
-                process.join(5)
-                if process.is_alive():
-                    process.kill()
-                    process.join()
+            stop_clients(pipes, children)
             rig.close()
             if KEEP_LOGS:
                 shutil.copytree(

@@ -49,8 +49,9 @@ class Registrar:
     ) -> list[Action]:
         """A REGISTER (new id, resume, or takeover of a revoked id). `handed_over`: a resume
         whose agent's old home has just handed it over (`Router.handed_over`): not gated.
-        `again`: a REGISTER that waited (for a handover or a failover) and is run again: its
-        attempt was counted against its address's rate when it came."""
+        `again`: a REGISTER that waited (for a failover, or, as every `handed_over` one, a
+        handover) and is run again: its attempt was counted against its address's rate when
+        it came."""
         agent_id = msg.sender_id
         if not AGENT_ID_RE.match(agent_id) or agent_id == LOBBY_ID:
             raise Refusal(
@@ -60,7 +61,7 @@ class Registrar:
                 f"[A-Za-z0-9._:@-] and not {LOBBY_ID!r}",
             )
         require_lobby_receiver(msg)
-        if not again:
+        if not (again or handed_over):
             self._check_registration_rate(session)
         payload = validate(RegisterPayload, msg)
         self._check_registration_key(payload.registration_key)

@@ -384,6 +384,37 @@ def test_a_resume_of_an_agent_whose_home_is_down_waits_and_is_closed_with_1013_i
     assert error["payload"]["code"] == "agent_id_taken"
 
 
+def test_a_resume_run_again_after_its_wait_is_not_counted_twice_against_its_address() -> None:
+    """One REGISTER a second from an address: the resume that waited for its home's failover
+    spent its attempt when it came, and is not refused `rate_limited` when it goes ahead."""
+    clock = Clock()
+    limits = Limits(message_rate=0, registration_rate=1, registration_burst=1, discover_rate=0)
+    router = Router(limits=limits, clock=clock)
+    router.share("here")
+    me = join_shared(router, "me")  # the address's one attempt of this second
+    saved = AgentSaved("me", me.session.agent.token_hash, b"[]", True)  # type: ignore[union-attr]
+    router.learned(saved, "gone")
+    clock.now += 1  # one attempt again
+    session = router.open("me")
+    resume = {"capabilities": None, "acks": True}
+    assert (
+        raw(
+            router,
+            session,
+            sender_id="me",
+            message_type="REGISTER",
+            payload=resume,
+            auth_token=me.token,
+        )
+        == []
+    )
+    assert router.probed("gone", alive=False) == []  # held for the failover
+    router.learned(saved, "here")  # failed over to this node
+    (ack,) = frames(router.tick())
+    assert ack["message_type"] == "REGISTER_ACK"
+    assert ack["payload"]["status"] == "success_resumed"
+
+
 def test_a_message_to_an_agent_not_learned_yet_waits_for_its_lookup_then_goes_on() -> None:
     """`fresh` registered on node n2 a moment ago, its entry not yet watched here: a TEXT and
     a REQUEST to it wait, the lookup is asked for once, and once the entry is learned they are

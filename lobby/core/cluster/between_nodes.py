@@ -146,7 +146,7 @@ class BetweenNodes:
         actions: list[Action] = []
         for session, msg in waiting:
             try:
-                actions += self.registrar.register(session, msg, handed_over=True, again=True)
+                actions += self.registrar.register(session, msg, handed_over=True)
             except Refusal as refusal:
                 actions += self.state.error(session, msg, refusal.code, refusal.reason)
         return actions
